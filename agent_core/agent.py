@@ -1,0 +1,245 @@
+"""`AIAgent`: the synchronous ReAct loop (model -> tool calls -> observations -> model ...).
+
+It runs on a gateway worker thread. `RunControl` is how the gateway reaches into a running
+loop from the event-loop thread: `interrupt()` and `steer(text)` are thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from agent_core.history import INTERRUPTED_RESULT, repair, synthetic_results
+from agent_core.llm import Completion, LLMClient, ModelError, ToolCall
+from tools.registry import ToolContext, ToolRegistry
+
+Message = dict[str, Any]
+RunStatus = Literal["done", "interrupted", "failed", "max_iterations"]
+EventSink = Callable[[str, dict[str, Any]], None]
+
+NOT_CONFIGURED = (
+    "No model is configured. Set model.api_key in config.yaml (or the OPENAI_API_KEY "
+    "environment variable), or point model.base_url at a local OpenAI-compatible server."
+)
+INTERRUPTED_MARK = "[interrupted]"
+
+
+class RunControl:
+    """Thread-safe handles on one run: an interrupt flag and a queue of steering messages."""
+
+    def __init__(self) -> None:
+        self._interrupted = threading.Event()
+        self._steers: deque[str] = deque()
+        self._lock = threading.Lock()
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupted.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True if interrupted meanwhile."""
+        return self._interrupted.wait(seconds)
+
+    def steer(self, text: str) -> None:
+        with self._lock:
+            self._steers.append(text)
+
+    def take_steers(self) -> list[str]:
+        with self._lock:
+            items = list(self._steers)
+            self._steers.clear()
+        return items
+
+
+@dataclass(slots=True)
+class RunResult:
+    """The outcome of one turn; `new_messages` are appended to the session history as-is."""
+
+    status: RunStatus
+    text: str
+    new_messages: list[Message]
+    usage: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    unused_steers: list[str] = field(default_factory=list)
+    steered: int = 0
+
+
+class AIAgent:
+    """One session's agent: a stable system prompt, the shared LLM client and tool registry."""
+
+    def __init__(
+        self,
+        llm: LLMClient,
+        tools: ToolRegistry,
+        *,
+        system_prompt: str,
+        workspace: Path,
+        session_key: str = "",
+        max_iterations: int = 20,
+        max_output_chars: int = 50_000,
+    ) -> None:
+        self.llm = llm
+        self.tools = tools
+        self.system_prompt = system_prompt
+        self.workspace = workspace
+        self.session_key = session_key
+        self.max_iterations = max_iterations
+        self.max_output_chars = max_output_chars
+        self._control: RunControl | None = None
+
+    def interrupt(self) -> None:
+        control = self._control
+        if control is not None:
+            control.interrupt()
+
+    def steer(self, text: str) -> None:
+        control = self._control
+        if control is not None:
+            control.steer(text)
+
+    def run_conversation(
+        self,
+        text: str,
+        history: Sequence[Message] = (),
+        *,
+        control: RunControl | None = None,
+        on_delta: Callable[[str], None] | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """Run one turn to a final answer, an interrupt, a failure or `max_iterations`."""
+        control = control or RunControl()
+        self._control = control
+        try:
+            return _Turn(self, control, on_delta, on_event).run(text, history)
+        finally:
+            self._control = None
+
+
+class _Turn:
+    """The state of one `run_conversation` call."""
+
+    def __init__(
+        self,
+        agent: AIAgent,
+        control: RunControl,
+        on_delta: Callable[[str], None] | None,
+        on_event: EventSink | None,
+    ) -> None:
+        self.agent = agent
+        self.control = control
+        self.on_delta = on_delta
+        self.on_event = on_event or (lambda kind, data: None)
+        self.new: list[Message] = []
+        self.usage: dict[str, int] = {}
+        self.steered = 0
+        self.ctx = ToolContext(
+            workspace=agent.workspace,
+            session_key=agent.session_key,
+            max_output_chars=agent.max_output_chars,
+            should_stop=lambda: control.interrupted,
+        )
+
+    def run(self, text: str, history: Sequence[Message]) -> RunResult:
+        self.new.append({"role": "user", "content": text})
+        if not self.agent.llm.configured:
+            return self._finish("failed", NOT_CONFIGURED, error="model not configured")
+        base = [{"role": "system", "content": self.agent.system_prompt}, *repair(list(history))]
+        tool_specs = self.agent.tools.specs() or None
+        for _ in range(self.agent.max_iterations):
+            self._take_steers()
+            if self.control.interrupted:
+                return self._interrupted("")
+            try:
+                completion = self.agent.llm.complete(
+                    base + self.new,
+                    tool_specs,
+                    should_stop=lambda: self.control.interrupted,
+                    on_delta=self.on_delta,
+                    wait=self.control.wait,
+                )
+            except ModelError as exc:
+                self.new.append({"role": "assistant", "content": f"[error: {exc.user_message}]"})
+                return self._finish("failed", exc.user_message, error=str(exc))
+            self._add_usage(completion)
+            if completion.interrupted:
+                return self._interrupted(completion.content)
+            if not completion.tool_calls:
+                self.new.append({"role": "assistant", "content": completion.content})
+                return self._finish("done", completion.content)
+            self._record_calls(completion)
+            if not self._run_tools(completion.tool_calls):
+                return self._interrupted("")
+        note = (
+            f"I stopped after {self.agent.max_iterations} steps without a final answer. "
+            "Tell me how to continue."
+        )
+        self.new.append({"role": "assistant", "content": note})
+        return self._finish("max_iterations", note)
+
+    def _take_steers(self) -> None:
+        for steer in self.control.take_steers():
+            self.steered += 1
+            self.new.append({"role": "user", "content": steer})
+
+    def _add_usage(self, completion: Completion) -> None:
+        for key, value in completion.usage.items():
+            self.usage[key] = self.usage.get(key, 0) + value
+
+    def _record_calls(self, completion: Completion) -> None:
+        self.new.append(
+            {
+                "role": "assistant",
+                "content": completion.content or None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                    for call in completion.tool_calls
+                ],
+            }
+        )
+
+    def _run_tools(self, calls: list[ToolCall]) -> bool:
+        """Run calls in the model's order; on interrupt answer the rest with a synthetic result."""
+        for i, call in enumerate(calls):
+            if self.control.interrupted:
+                self.new.extend(synthetic_results([c.id for c in calls[i:]], INTERRUPTED_RESULT))
+                return False
+            self.on_event("tool_start", {"tool": call.name, "call_id": call.id})
+            outcome = self.agent.tools.dispatch(call.name, call.arguments, self.ctx)
+            self.on_event(
+                "tool_end",
+                {
+                    "tool": call.name,
+                    "call_id": call.id,
+                    "ok": outcome.ok,
+                    "duration_s": round(outcome.duration_s, 4),
+                },
+            )
+            self.new.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
+        return True
+
+    def _interrupted(self, partial: str) -> RunResult:
+        content = f"{partial}\n\n{INTERRUPTED_MARK}" if partial else INTERRUPTED_MARK
+        self.new.append({"role": "assistant", "content": content})
+        return self._finish("interrupted", partial)
+
+    def _finish(self, status: RunStatus, text: str, error: str | None = None) -> RunResult:
+        return RunResult(
+            status=status,
+            text=text,
+            new_messages=self.new,
+            usage=self.usage,
+            error=error,
+            unused_steers=self.control.take_steers(),
+            steered=self.steered,
+        )

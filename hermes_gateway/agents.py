@@ -1,0 +1,104 @@
+"""The bounded agent cache: one `SessionContext` (agent + history) per recently used session.
+
+Everything in it can be rebuilt from the store, so eviction (LRU past `agent_cache_size`, or
+idle past `agent_idle_ttl_s`) only costs a history read; active sessions are never evicted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_core import AIAgent
+
+Message = dict[str, Any]
+
+
+@dataclass(slots=True)
+class SessionContext:
+    agent: AIAgent
+    history: list[Message]
+    last_used: float = field(default_factory=time.monotonic)
+    pinned: int = 0  # active runs holding it
+
+
+class AgentCache:
+    """LRU + idle TTL over `SessionContext`s, built on demand by ``factory``."""
+
+    def __init__(
+        self,
+        factory: Callable[[str], AIAgent],
+        load_history: Callable[[str], Awaitable[list[Message]]],
+        *,
+        max_size: int,
+        idle_ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory = factory
+        self._load_history = load_history
+        self.max_size = max_size
+        self.idle_ttl_s = idle_ttl_s
+        self._clock = clock
+        self._items: OrderedDict[str, SessionContext] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._items
+
+    async def acquire(self, key: str) -> SessionContext:
+        """The context for ``key``, pinned until `release`; loads history on a miss."""
+        ctx = self._items.get(key)
+        if ctx is None:
+            self.misses += 1
+            history = await self._load_history(key)
+            ctx = self._items.get(key)  # another awaiter may have filled it meanwhile
+            if ctx is None:
+                ctx = SessionContext(self._factory(key), history)
+                self._items[key] = ctx
+        else:
+            self.hits += 1
+        self._items.move_to_end(key)
+        ctx.pinned += 1
+        ctx.last_used = self._clock()
+        self._shrink()
+        return ctx
+
+    def release(self, key: str, ctx: SessionContext) -> None:
+        ctx.pinned = max(0, ctx.pinned - 1)
+        ctx.last_used = self._clock()
+
+    def peek(self, key: str) -> SessionContext | None:
+        return self._items.get(key)
+
+    def renew_agent(self, key: str) -> None:
+        """Give the session a fresh agent (the old one is still busy on an abandoned thread)."""
+        ctx = self._items.get(key)
+        if ctx is not None:
+            ctx.agent = self._factory(key)
+
+    def evict(self, key: str) -> None:
+        self._items.pop(key, None)
+
+    def sweep(self) -> int:
+        """Drop contexts idle past the TTL; returns how many went."""
+        cutoff = self._clock() - self.idle_ttl_s
+        stale = [k for k, c in self._items.items() if c.pinned == 0 and c.last_used < cutoff]
+        for key in stale:
+            del self._items[key]
+        return len(stale)
+
+    def _shrink(self) -> None:
+        if len(self._items) <= self.max_size:
+            return
+        for key in list(self._items):
+            if len(self._items) <= self.max_size:
+                break
+            if self._items[key].pinned == 0:
+                del self._items[key]

@@ -1,0 +1,106 @@
+"""The `hermes` command line: `gateway run`, `chat`, `config check`, `version`.
+
+The only module that calls `sys.exit` (through `main`'s return value) and picks exit codes:
+0 clean stop, 75 restart wanted, 78 configuration error (systemd must not restart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from hermes_gateway import __version__
+from hermes_gateway.config import Config, load_config
+from hermes_gateway.errors import AdapterAuthError, ConfigError, StoreError
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_RESTART = 75
+EXIT_CONFIG = 78
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hermes", description="Hermes Gateway")
+    parser.add_argument("--version", action="version", version=f"hermes {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gateway = sub.add_parser("gateway", help="run and manage the gateway daemon")
+    gsub = gateway.add_subparsers(dest="action", required=True)
+    run = gsub.add_parser("run", help="run the gateway in the foreground")
+    run.add_argument("--config", help="config file (default: $HERMES_HOME/config.yaml)")
+
+    chat = sub.add_parser("chat", help="chat with the running gateway from the terminal")
+    chat.add_argument("--config", help="config file (to find the control port and token)")
+    chat.add_argument("--session", default="terminal", help="session name (default: terminal)")
+    chat.add_argument("--url", help="control API base URL (default: from the config)")
+    chat.add_argument("--no-stream", action="store_true", help="wait for whole replies")
+
+    config = sub.add_parser("config", help="configuration tools")
+    csub = config.add_subparsers(dest="action", required=True)
+    check = csub.add_parser("check", help="validate the config and exit (78 if invalid)")
+    check.add_argument("--config", help="config file")
+
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "version":
+        print(f"hermes {__version__}")
+        return EXIT_OK
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"hermes: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "config":
+        print(f"config OK (home: {config.home})")
+        return EXIT_OK
+    if args.command == "chat":
+        from hermes_gateway.chat import run_chat
+
+        url = args.url or f"http://{_client_host(config.control.host)}:{config.control.port}"
+        return run_chat(url, config.control.token, args.session, stream=not args.no_stream)
+    return run_gateway(config)
+
+
+def run_gateway(config: Config) -> int:
+    """Run the daemon on uvloop until SIGTERM/SIGINT; return the exit code."""
+    import uvloop
+
+    from hermes_gateway.logs import configure_logging
+    from hermes_gateway.server import Gateway
+
+    try:
+        sink = configure_logging(config)
+    except OSError as exc:
+        print(f"hermes: cannot open the log file under {config.home}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+
+    async def serve() -> int:
+        return await Gateway(config).serve()
+
+    try:
+        return uvloop.run(serve())
+    except (ConfigError, AdapterAuthError) as exc:
+        print(f"hermes: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except StoreError as exc:
+        print(f"hermes: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:  # e.g. the control port is taken
+        print(f"hermes: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        sink.stop()
+
+
+def _client_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

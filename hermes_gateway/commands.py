@@ -1,0 +1,189 @@
+"""Gateway commands (`/stop`, `/new`, `/status`, `/help`, `/model`, `/queue`, `/steer`).
+
+They bypass the session guard: a command is answered at once, whatever the agent is doing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from hermes_gateway.agents import AgentCache
+from hermes_gateway.bus import EventBus
+from hermes_gateway.config import Config
+from hermes_gateway.delivery import Delivery
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.pool import AgentPool
+from hermes_gateway.runner import GatewayRunner
+from hermes_gateway.sessions import Pending
+from hermes_gateway.store import Store
+
+log = structlog.get_logger("hermes.commands")
+
+HELP = """Commands:
+/stop - stop what I'm doing now (the session takes new messages at once)
+/new - start a new conversation (forget this one's history)
+/status - what this session is doing
+/queue <message> - answer this after the current work, as its own turn
+/steer <message> - add guidance to the work in progress
+/model - which model answers
+/help - this list"""
+
+ALIASES = {"reset": "new", "cancel": "stop", "q": "queue"}
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """``("stop", "")`` for ``/stop`` or ``/stop@bot``; None for anything else."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2:
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    name = ALIASES.get(name, name)
+    if name not in Commands.NAMES:
+        return None
+    return name, rest.strip()
+
+
+class Commands:
+    NAMES = frozenset({"stop", "new", "status", "help", "model", "queue", "steer"})
+
+    def __init__(
+        self,
+        config: Config,
+        runner: GatewayRunner,
+        store: Store,
+        delivery: Delivery,
+        bus: EventBus,
+        agents: AgentCache,
+        pool: AgentPool,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.store = store
+        self.delivery = delivery
+        self.bus = bus
+        self.agents = agents
+        self.pool = pool
+        self._handlers: dict[str, Callable[[MessageEvent, int | None, str], Awaitable[None]]] = {
+            "stop": self._stop,
+            "new": self._new,
+            "status": self._status,
+            "help": self._help,
+            "model": self._model,
+            "queue": self._queue,
+            "steer": self._steer,
+        }
+
+    async def handle(self, name: str, args: str, event: MessageEvent, inbox_id: int | None) -> None:
+        log.info("command", command=name, session_key=event.session_key)
+        await self._handlers[name](event, inbox_id, args)
+
+    async def _answer(
+        self, event: MessageEvent, inbox_ids: list[int | None], text: str, extra: tuple[str, ...] = ()
+    ) -> None:
+        out = OutboundMessage.to(event, text, kind="notice")
+        if extra:
+            out = OutboundMessage(
+                out.platform, out.chat_id, text, out.session_key, out.thread_id,
+                (event.message_id, *extra), "notice",
+            )
+        await self.delivery.send(out, inbox_ids, outcome="command", event=event)
+
+    async def _stop(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        run, dropped = self.runner.stop(event.session_key)
+        if run is None:
+            await self._answer(event, [inbox_id], "Nothing is running.")
+            return
+        stopped = run.items + run.carried + run.steered
+        text = "Stopped."
+        if dropped:
+            text += f" Dropped {len(dropped)} waiting message(s)."
+        await self._answer(
+            event,
+            [inbox_id, *(p.inbox_id for p in stopped)],
+            text,
+            tuple(p.event.message_id for p in stopped + dropped),
+        )
+        await self._mark_dropped(dropped)
+
+    async def _new(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        run, dropped = self.runner.stop(event.session_key)
+        if run is not None and run.persist_task is not None:
+            await run.persist_task  # the stopped turn belongs to the old session
+        try:
+            await self.store.reset_session(event.session_key)
+        except StoreError as exc:
+            log.error("session.reset_failed", error=str(exc))
+            await self._answer(event, [inbox_id], "I could not start a new conversation: the "
+                               "database is unavailable. Please try again shortly.")
+            return
+        self.agents.evict(event.session_key)
+        self.bus.emit("session_reset", event)
+        stopped = (run.items + run.carried + run.steered) if run else []
+        await self._answer(
+            event,
+            [inbox_id, *(p.inbox_id for p in stopped)],
+            "Started a new conversation.",
+            tuple(p.event.message_id for p in stopped + dropped),
+        )
+        await self._mark_dropped(dropped)
+
+    async def _mark_dropped(self, dropped: list[Pending]) -> None:
+        ids = [p.inbox_id for p in dropped if p.inbox_id is not None]
+        if ids:
+            try:
+                await self.store.mark(ids, "dropped")
+            except StoreError as exc:
+                log.error("inbox.mark_failed", error=str(exc))
+
+    async def _status(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        key = event.session_key
+        run = self.runner.table.active(key)
+        ctx = self.agents.peek(key)
+        state = "idle"
+        if run is not None:
+            state = f"working for {time.monotonic() - run.started:.0f}s"
+        pool = self.pool.snapshot()
+        lines = [
+            f"Session: {key}",
+            f"State: {state}; {self.runner.table.pending_count(key)} message(s) waiting",
+            f"History: {len(ctx.history) if ctx else 'not loaded'} message(s)",
+            f"Model: {self.config.model.name}",
+            f"Busy policy: {self.config.runner.busy_policy}",
+            f"Workers: {pool['busy']}/{pool['workers']} busy, {pool['waiting']} waiting",
+        ]
+        await self._answer(event, [inbox_id], "\n".join(lines))
+
+    async def _help(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        await self._answer(event, [inbox_id], HELP)
+
+    async def _model(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        await self._answer(
+            event, [inbox_id], f"Model: {self.config.model.name} at {self.config.model.base_url}"
+        )
+
+    async def _queue(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        if not args:
+            await self._answer(event, [inbox_id], "Usage: /queue <message>")
+            return
+        position = self.runner.enqueue(event, inbox_id, args)
+        if position:
+            await self._ack(event, f"Queued ({position} ahead of it).")
+
+    async def _steer(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        if not args:
+            await self._answer(event, [inbox_id], "Usage: /steer <message>")
+            return
+        if self.runner.steer(event, inbox_id, args):
+            await self._ack(event, "Noted; I'll take that into account in the current work.")
+
+    async def _ack(self, event: MessageEvent, text: str) -> None:
+        # an acknowledgement settles nothing: the real answer comes with the run
+        out = OutboundMessage(
+            event.platform, event.chat_id, text, event.session_key, event.thread_id, (), "notice"
+        )
+        await self.delivery.send(out, [], outcome="ack", event=event)

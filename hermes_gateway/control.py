@@ -1,0 +1,104 @@
+"""The control server (aiohttp): health, readiness, status, metrics, and the routes adapters
+mount (the local chat API, webhooks). A bearer token guards it when `control.token` is set."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from hermes_gateway.config import ControlConfig
+from hermes_gateway.errors import RequestError
+
+log = structlog.get_logger("hermes.control")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(status: int, message: str, code: str = "invalid_request_error") -> web.Response:
+    """An OpenAI-style error body, so OpenAI clients show the message."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.json_response(body, status=status)
+
+
+class ControlServer:
+    """Owns the aiohttp application and its listening socket."""
+
+    def __init__(
+        self,
+        config: ControlConfig,
+        *,
+        health: Callable[[], dict[str, Any]],
+        readiness: Callable[[], tuple[bool, list[str]]],
+        status: Callable[[], dict[str, Any]],
+        metrics: Callable[[], bytes],
+    ) -> None:
+        self.config = config
+        self._health = health
+        self._readiness = readiness
+        self._status = status
+        self._metrics = metrics
+        self._public: set[str] = {"/healthz", "/readyz"}
+        self.app = web.Application(middlewares=[self._guard], client_max_size=8 * 1024 * 1024)
+        self.app.router.add_get("/healthz", self._get_health)
+        self.app.router.add_get("/readyz", self._get_ready)
+        self.app.router.add_get("/status", self._get_status)
+        self.app.router.add_get("/metrics", self._get_metrics)
+        self._runner: web.AppRunner | None = None
+        self.port = config.port
+
+    def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
+        """Mount a handler; ``public`` routes authenticate themselves (webhook secrets)."""
+        self.app.router.add_route(method, path, handler)
+        if public:
+            self._public.add(path)
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        log.info("control.listening", host=self.config.host, port=self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        token = self.config.token
+        if token and request.path not in self._public:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return error_response(401, "missing or wrong bearer token", "unauthorized")
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            return error_response(exc.status, str(exc), exc.code)
+        except web.HTTPException:
+            raise
+        except Exception:
+            log.exception("control.handler_failed", path=request.path)
+            return error_response(500, "internal error; see the gateway log", "internal_error")
+
+    async def _get_health(self, request: web.Request) -> web.Response:
+        return web.json_response(self._health())
+
+    async def _get_ready(self, request: web.Request) -> web.Response:
+        ready, reasons = self._readiness()
+        return web.json_response({"ready": ready, "reasons": reasons}, status=200 if ready else 503)
+
+    async def _get_status(self, request: web.Request) -> web.Response:
+        return web.json_response(self._status())
+
+    async def _get_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self._metrics(), headers={"Content-Type": "text/plain; version=0.0.4"}
+        )

@@ -1,0 +1,68 @@
+"""The gateway's exception hierarchy; SDK exceptions are translated into these at the edges.
+
+    HermesError
+    ├── ConfigError            bad config: the CLI exits 78 (systemd must not restart)
+    ├── AdapterError           a platform call failed
+    │   ├── AdapterAuthError       the platform rejected our credentials (exit 78 at start)
+    │   ├── RateLimitedError       the platform asked us to wait `retry_after` seconds
+    │   ├── TransientAdapterError  5xx, resets, timeouts: retried with bounded backoff
+    │   └── PermanentAdapterError  blocked bot, chat not found, bad request: logged once
+    ├── StoreError             the database failed (locked, read-only, full disk)
+    └── RequestError           a control-API request is invalid (carries an HTTP status)
+
+`agent_core` and `tools` sit below this package and never raise out of their public API:
+`AIAgent.run_conversation` returns a failed `RunResult` and a failing tool becomes an error
+observation, so neither needs to import from here.
+"""
+
+from __future__ import annotations
+
+
+class HermesError(Exception):
+    """Root of every error the gateway raises on purpose."""
+
+
+class ConfigError(HermesError):
+    """Invalid configuration; `key` names the offending key path (``runner.busy_policy``)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}" if key else reason)
+        self.key = key
+        self.reason = reason
+
+
+class AdapterError(HermesError):
+    """A platform call failed."""
+
+
+class AdapterAuthError(AdapterError):
+    """The platform rejected our token: a configuration problem, not a network one."""
+
+
+class RateLimitedError(AdapterError):
+    """The platform asked us to wait before the next call."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TransientAdapterError(AdapterError):
+    """A failure worth retrying: 5xx, a reset connection, a timeout."""
+
+
+class PermanentAdapterError(AdapterError):
+    """A failure that retrying cannot fix: the bot is blocked, the chat is gone."""
+
+
+class StoreError(HermesError):
+    """The database failed; the message stays in the inbox if it got that far."""
+
+
+class RequestError(HermesError):
+    """An invalid control-API request, answered with an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code

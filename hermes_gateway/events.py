@@ -1,0 +1,140 @@
+"""The normalized shapes that cross every seam: inbound `MessageEvent`, `OutboundMessage`, and
+the one function that builds a `session_key`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+ChatType = Literal["dm", "group", "channel", "thread"]
+CHAT_TYPES: tuple[str, ...] = ("dm", "group", "channel", "thread")
+
+
+def build_session_key(
+    platform: str,
+    chat_type: str,
+    chat_id: str,
+    thread_id: str | None = None,
+    user_id: str | None = None,
+    *,
+    per_user: bool = True,
+) -> str:
+    """``<platform>:<chat_type>:<chat_id>[:<thread_id>][:<user_id>]``: the unit of routing,
+    caching, concurrency and persistence.
+
+    DMs are keyed by chat; a group or channel gets one session per user when ``per_user``
+    (``runner.group_sessions_per_user``); a thread or topic is one session shared by its
+    participants.
+    """
+    if chat_type not in CHAT_TYPES:
+        raise ValueError(f"unknown chat_type {chat_type!r}")
+    parts = [platform, chat_type, str(chat_id)]
+    if thread_id:
+        parts.append(str(thread_id))
+    if per_user and user_id and chat_type in ("group", "channel") and not thread_id:
+        parts.append(str(user_id))
+    return ":".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that came with a message; `path` is set once it has been downloaded."""
+
+    kind: str  # image | document | audio | voice | video | other
+    file_id: str = ""
+    name: str = ""
+    mime_type: str = ""
+    size: int = 0
+    url: str = ""
+    path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    """One inbound chat message, normalized by an adapter."""
+
+    platform: str
+    chat_type: ChatType
+    chat_id: str
+    user_id: str
+    message_id: str
+    text: str
+    session_key: str
+    thread_id: str | None = None
+    user_name: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    reply_to: str | None = None
+    mentioned: bool = False
+    received_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        platform: str,
+        chat_type: ChatType,
+        chat_id: str,
+        user_id: str,
+        message_id: str,
+        text: str,
+        thread_id: str | None = None,
+        per_user: bool = True,
+        **extra: object,
+    ) -> MessageEvent:
+        """Build an event and its session key in one step, so adapters cannot disagree."""
+        key = build_session_key(
+            platform, chat_type, chat_id, thread_id, user_id, per_user=per_user
+        )
+        return cls(
+            platform=platform,
+            chat_type=chat_type,
+            chat_id=str(chat_id),
+            user_id=str(user_id),
+            message_id=str(message_id),
+            text=text,
+            session_key=key,
+            thread_id=str(thread_id) if thread_id else None,
+            **extra,  # type: ignore[arg-type]
+        )
+
+
+OutboundKind = Literal["reply", "notice", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A reply (or a notice about a message) to deliver where the conversation is.
+
+    `answers` lists the inbound message ids this text settles: one for a plain reply, several
+    for a merged turn; the first is the one a platform quotes.
+    """
+
+    platform: str
+    chat_id: str
+    text: str
+    session_key: str
+    thread_id: str | None = None
+    answers: tuple[str, ...] = ()
+    kind: OutboundKind = "reply"
+    run_id: str = ""
+
+    @property
+    def reply_to(self) -> str | None:
+        return self.answers[0] if self.answers else None
+
+    @classmethod
+    def to(
+        cls, event: MessageEvent, text: str, kind: OutboundKind = "reply", run_id: str = ""
+    ) -> OutboundMessage:
+        """A message back to where `event` came from, settling it."""
+        return cls(
+            platform=event.platform,
+            chat_id=event.chat_id,
+            thread_id=event.thread_id,
+            text=text,
+            session_key=event.session_key,
+            answers=(event.message_id,),
+            kind=kind,
+            run_id=run_id,
+        )

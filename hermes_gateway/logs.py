@@ -1,0 +1,165 @@
+"""Structured logging: structlog events rendered as JSON lines to a rotating file and to stderr.
+
+Formatting and disk writes happen on a listener thread (a `QueueHandler` on the caller's side),
+so the event loop never blocks on a log write; a redactor removes every secret from every line.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import queue
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from hermes_gateway.config import Config
+
+_TOKEN_PATTERNS = re.compile(
+    r"\b\d{6,12}:[A-Za-z0-9_-]{30,}"  # Telegram bot token
+    r"|\bsk-[A-Za-z0-9_-]{16,}"  # OpenAI-style API key
+    r"|\bxox[abprs]-[A-Za-z0-9-]{8,}"  # Slack bot/user token
+    r"|\bxapp-[A-Za-z0-9-]{8,}"  # Slack app token
+    r"|(?<=Bearer )[A-Za-z0-9._~+/=-]{8,}"
+    r"|(?<=Bot )[A-Za-z0-9._-]{24,}"  # Discord Authorization header
+)
+
+
+class Redactor:
+    """Replaces known secrets and anything shaped like a token with ``***``."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # longest first, so a secret that contains another is removed whole
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return _TOKEN_PATTERNS.sub("***", text)
+
+
+class _RedactingFormatter(structlog.stdlib.ProcessorFormatter):
+    def __init__(self, redactor: Redactor, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._redact = redactor
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact(super().format(record))
+
+
+class _CallerQueueHandler(logging.handlers.QueueHandler):
+    """Hands records to the listener thread unformatted, with the caller's bound context."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        # contextvars live on the calling thread: capture them before the thread hop
+        ctx = structlog.contextvars.get_contextvars()
+        if ctx:
+            record.hermes_ctx = ctx
+        return record
+
+
+def _merge_record_context(
+    logger: Any, method: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    record = event_dict.get("_record")
+    ctx = getattr(record, "hermes_ctx", None)
+    if ctx:
+        for key, value in ctx.items():
+            event_dict.setdefault(key, value)
+    return event_dict
+
+
+class LogSink:
+    """The running log pipeline; `stop()` flushes and joins the writer thread."""
+
+    def __init__(self, listener: logging.handlers.QueueListener, path: Path | None) -> None:
+        self._listener = listener
+        self.path = path
+
+    def stop(self) -> None:
+        self._listener.stop()
+
+
+def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
+    """Route structlog and stdlib logging through the redactor to the file and to stderr."""
+    stream = stream or sys.stderr
+    redactor = Redactor(config.secrets())
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    foreign_chain: list[Any] = [
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        timestamper,
+        _merge_record_context,
+    ]
+    json_formatter = _RedactingFormatter(
+        redactor,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(default=str),
+        ],
+        foreign_pre_chain=foreign_chain,
+    )
+    use_console = config.logging.format == "console" or (
+        config.logging.format == "auto" and stream.isatty()
+    )
+    stderr_formatter = (
+        _RedactingFormatter(
+            redactor,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.dev.ConsoleRenderer(colors=stream.isatty()),
+            ],
+            foreign_pre_chain=foreign_chain,
+        )
+        if use_console
+        else json_formatter
+    )
+    handlers: list[logging.Handler] = []
+    stderr_handler = logging.StreamHandler(stream)
+    stderr_handler.setFormatter(stderr_formatter)
+    handlers.append(stderr_handler)
+    path: Path | None = None
+    if config.logging.file:
+        path = config.home_path / "logs" / "gateway.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.handlers.RotatingFileHandler(
+            path,
+            maxBytes=config.logging.max_bytes,
+            backupCount=config.logging.backups,
+            encoding="utf-8",
+        )
+        file_handler.setFormatter(json_formatter)
+        handlers.append(file_handler)
+
+    log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(log_queue, *handlers, respect_handler_level=False)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(_CallerQueueHandler(log_queue))
+    root.setLevel(config.logging.level.upper())
+    # per-request INFO lines from the HTTP stacks would drown the gateway's own events
+    for noisy in ("httpx", "httpcore", "aiohttp.access", "hpack", "websockets"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            timestamper,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    listener.start()
+    return LogSink(listener, path)

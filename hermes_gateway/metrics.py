@@ -1,0 +1,56 @@
+"""Prometheus metrics for one gateway instance, on its own registry (tests run several)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.received = Counter(
+            "hermes_messages_received", "Inbound messages accepted", ["platform"], registry=r
+        )
+        self.answered = Counter(
+            "hermes_messages_answered",
+            "Inbound messages settled with a reply, by outcome",
+            ["platform", "outcome"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "hermes_messages_dropped",
+            "Inbound messages not processed (the sender was told why), by reason",
+            ["platform", "reason"],
+            registry=r,
+        )
+        self.duplicates = Counter(
+            "hermes_messages_duplicate", "Redelivered messages ignored", ["platform"], registry=r
+        )
+        self.delivery_failures = Counter(
+            "hermes_delivery_failures", "Replies that could not be sent", ["platform"], registry=r
+        )
+        self.run_duration = Histogram(
+            "hermes_run_duration_seconds",
+            "Agent run wall time",
+            ["status"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "hermes_loop_lag_seconds", "Event-loop lag samples", buckets=_LAG_BUCKETS, registry=r
+        )
+        self.loop_lag_last = Gauge(
+            "hermes_loop_lag_last_seconds", "The latest event-loop lag sample", registry=r
+        )
+
+    def gauge(self, name: str, doc: str, fn: Callable[[], float]) -> None:
+        """A gauge read at scrape time (active sessions, pool use, ...)."""
+        Gauge(name, doc, registry=self.registry).set_function(fn)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

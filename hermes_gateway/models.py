@@ -1,0 +1,59 @@
+"""The database schema (SQLAlchemy 2 declarative): sessions, their messages, and the inbox."""
+
+from __future__ import annotations
+
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SessionRow(Base):
+    """One conversation; `/new` closes the current row for a key and opens another."""
+
+    __tablename__ = "sessions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(512), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    closed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class MessageRow(Base):
+    """One chat-completions message of a session, stored whole per completed turn."""
+
+    __tablename__ = "messages"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id"), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str | None] = mapped_column(Text, nullable=True)
+    tool_calls: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON
+    tool_call_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    run_id: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class InboxRow(Base):
+    """Every accepted inbound message, written before it is processed.
+
+    status: accepted -> done (reply computed, not yet confirmed sent) -> answered;
+    or dropped (the user was told why) / expired (too old to replay at start).
+    """
+
+    __tablename__ = "inbox"
+    __table_args__ = (
+        UniqueConstraint("platform", "chat_id", "message_id", name="uq_inbox_message"),
+        Index("ix_inbox_status", "status"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    message_id: Mapped[str] = mapped_column(String(128))
+    session_key: Mapped[str] = mapped_column(String(512))
+    payload: Mapped[str] = mapped_column(Text)  # the MessageEvent as JSON
+    status: Mapped[str] = mapped_column(String(16), default="accepted")
+    accepted_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    run_id: Mapped[str] = mapped_column(String(64), default="")
+    reply: Mapped[str | None] = mapped_column(Text, nullable=True)

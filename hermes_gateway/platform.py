@@ -1,0 +1,95 @@
+"""The adapter seam: what a platform adapter implements, what the gateway offers it, and the
+registry that imports an adapter only when its platform is enabled."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from aiohttp import web
+
+from hermes_gateway.events import MessageEvent, OutboundMessage
+
+if TYPE_CHECKING:
+    from hermes_gateway.bus import EventBus
+    from hermes_gateway.config import Config
+    from hermes_gateway.metrics import Metrics
+
+# name -> "module:Class"; imported lazily so a disabled platform costs no import time or memory
+ADAPTERS: dict[str, str] = {
+    "api": "adapters.api:ApiAdapter",
+    "telegram": "adapters.telegram:TelegramAdapter",
+    "discord": "adapters.discord:DiscordAdapter",
+    "slack": "adapters.slack:SlackAdapter",
+}
+
+SubmitOutcome = Literal["accepted", "duplicate", "empty", "too_long", "closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Whether an adapter is connected and taking messages, and if not, why."""
+
+    ready: bool
+    detail: str = ""
+
+
+@runtime_checkable
+class StreamSink(Protocol):
+    """Receives a run's text as the model produces it (API SSE, preview-by-edit)."""
+
+    def push(self, text: str) -> None: ...
+
+
+class AdapterHost(Protocol):
+    """What the gateway gives an adapter."""
+
+    config: Config
+    bus: EventBus
+    metrics: Metrics
+
+    async def submit(self, event: MessageEvent) -> SubmitOutcome:
+        """Hand over a normalized inbound message (persisted before this returns)."""
+        ...
+
+    def add_route(
+        self, method: str, path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> None:
+        """Mount an HTTP handler on the control server (webhooks, the local API)."""
+        ...
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """One platform: SDK updates in as `MessageEvent`s, `OutboundMessage`s out as SDK calls."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Connect and begin intake; network failures are retried in the background."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop intake and close connections."""
+        ...
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Deliver one message (formatting, splitting and retries included); raise an
+        `AdapterError` when it cannot be delivered."""
+        ...
+
+    def health(self) -> Health: ...
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        """A sink for the streamed text of the run answering ``event``, or None."""
+        ...
+
+
+def load_adapter(name: str, host: AdapterHost) -> Adapter:
+    target = ADAPTERS[name]
+    module_name, _, cls_name = target.partition(":")
+    cls: Any = getattr(importlib.import_module(module_name), cls_name)
+    adapter: Adapter = cls(host)
+    return adapter

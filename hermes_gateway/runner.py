@@ -1,0 +1,429 @@
+"""`GatewayRunner`: one active run per session, busy policies, and agents on the shared pool.
+
+Everything here runs on the event-loop thread, so the session guard is a plain check-and-set
+and the step "release the guard or hand it to the next pending message" has no await in it:
+a message can never arrive between a run's end and the drain of its pending slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import structlog
+
+from agent_core import RunControl, RunResult
+from agent_core.agent import INTERRUPTED_MARK
+from hermes_gateway.agents import AgentCache, SessionContext
+from hermes_gateway.bus import EventBus
+from hermes_gateway.config import RunnerConfig
+from hermes_gateway.delivery import Delivery
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.metrics import Metrics
+from hermes_gateway.platform import StreamSink
+from hermes_gateway.pool import AgentPool
+from hermes_gateway.sessions import Pending, SessionTable
+from hermes_gateway.store import Store
+
+log = structlog.get_logger("hermes.runner")
+
+QUEUE_FULL = (
+    "I'm still working on your earlier messages and {n} more are already waiting, so I did "
+    "not take this one. Please send it again when I've answered."
+)
+SUPERSEDED = "Skipped: a newer message of yours arrived while I was busy; I'll answer that one."
+CRASHED = "Something went wrong on my side while answering (run {run_id}). Please try again."
+EMPTY_ANSWER = "(The model returned an empty answer.)"
+
+
+@dataclass(eq=False)
+class Run:
+    """One agent run answering ``items`` (several when messages were merged)."""
+
+    key: str
+    items: list[Pending]
+    carried: list[Pending] = field(default_factory=list)  # interrupted earlier, answered here
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    control: RunControl = field(default_factory=RunControl)
+    started: float = field(default_factory=time.monotonic)
+    steered: list[Pending] = field(default_factory=list)
+    future: asyncio.Future[RunResult] | None = None
+    abandon: asyncio.Future[str] | None = None
+    task: asyncio.Task[None] | None = None
+    stopped: bool = False  # abandoned: its late result is discarded, never delivered
+    shutdown: bool = False  # interrupted by SIGTERM: leave it in the inbox for the next start
+    grace_timer: asyncio.TimerHandle | None = None
+    carry_forward: list[Pending] = field(default_factory=list)
+    recorded: bool = False  # abandon() wrote the stopped turn to the history
+    persist_task: asyncio.Task[None] | None = None
+
+    @property
+    def primary(self) -> MessageEvent:
+        return self.items[-1].event
+
+
+def merge_text(items: list[Pending]) -> str:
+    """One user turn from several messages; names are kept when several people wrote."""
+    if len(items) == 1:
+        return items[0].event.text
+    if len({p.event.user_id for p in items}) == 1:
+        return "\n\n".join(p.event.text for p in items)
+    return "\n\n".join(f"{p.event.user_name or p.event.user_id}: {p.event.text}" for p in items)
+
+
+class GatewayRunner:
+    """Routes accepted messages to runs according to `runner.busy_policy`."""
+
+    def __init__(
+        self,
+        config: RunnerConfig,
+        *,
+        store: Store,
+        bus: EventBus,
+        pool: AgentPool,
+        agents: AgentCache,
+        delivery: Delivery,
+        metrics: Metrics,
+        stream_for: Any = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.bus = bus
+        self.pool = pool
+        self.agents = agents
+        self.delivery = delivery
+        self.metrics = metrics
+        self.table: SessionTable[Run] = SessionTable()
+        self._stream_for = stream_for or (lambda event: None)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.draining = False
+
+    # -- intake -------------------------------------------------------------------------
+
+    async def dispatch(self, event: MessageEvent, inbox_id: int | None) -> None:
+        """Start a run for ``event`` or apply the busy policy; returns without waiting."""
+        item = Pending(event, inbox_id)
+        run = self.table.active(event.session_key)
+        if run is None:
+            self.start([item])
+            return
+        policy = self.config.busy_policy
+        if policy == "steer":
+            run.control.steer(event.text)
+            run.steered.append(item)
+            self.bus.emit("message_pending", event, run_id=run.run_id, policy=policy)
+            return
+        if policy == "latest":
+            for old in self.table.replace_pending(event.session_key, item):
+                await self._tell_dropped(old, SUPERSEDED, "superseded")
+        elif self.table.pending_count(event.session_key) >= self.config.queue_max:
+            await self._tell_dropped(item, QUEUE_FULL.format(n=self.config.queue_max), "queue_full")
+            return
+        else:
+            self.table.push(event.session_key, item)
+        self.bus.emit("message_pending", event, run_id=run.run_id, policy=policy)
+        if policy == "interrupt":
+            self.interrupt(run, grace=self.config.stop_grace_s)
+
+    def enqueue(self, event: MessageEvent, inbox_id: int | None, text: str) -> int:
+        """`/queue`: a separate turn after whatever is pending; returns the queue position."""
+        item = Pending(_with_text(event, text), inbox_id, separate=True)
+        if self.table.active(event.session_key) is None:
+            self.start([item])
+            return 0
+        return self.table.push(event.session_key, item)
+
+    def steer(self, event: MessageEvent, inbox_id: int | None, text: str) -> bool:
+        """`/steer`: inject into the running loop; False when nothing runs (caller starts one)."""
+        run = self.table.active(event.session_key)
+        if run is None:
+            self.start([Pending(_with_text(event, text), inbox_id)])
+            return False
+        run.control.steer(text)
+        run.steered.append(Pending(_with_text(event, text), inbox_id))
+        return True
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
+        run = Run(items[0].event.session_key, items, carried or [])
+        if not self.table.acquire(run.key, run):
+            raise RuntimeError(f"session {run.key} already has an active run")
+        self._spawn(run)
+        return run
+
+    def _spawn(self, run: Run) -> None:
+        run.abandon = asyncio.get_running_loop().create_future()
+        run.task = asyncio.create_task(self._execute(run), name=f"run:{run.key}:{run.run_id}")
+        self._tasks.add(run.task)
+        run.task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, run: Run) -> None:
+        structlog.contextvars.bind_contextvars(
+            session_key=run.key, run_id=run.run_id, platform=run.primary.platform
+        )
+        self.bus.emit("processing_start", run.primary, run_id=run.run_id, merged=len(run.items))
+        status = "crashed"
+        try:
+            ctx = await self.agents.acquire(run.key)
+            try:
+                result = await self._call_agent(run, ctx)
+            finally:
+                self.agents.release(run.key, ctx)
+            if result is not None:
+                # also after a /stop that raced with the answer: it was ready, so it goes out
+                status = result.status
+                await self._settle(run, ctx, result)
+            else:
+                status = "abandoned"
+        except Exception:
+            log.exception("run.crashed")
+            if not run.stopped and not run.shutdown:
+                await self._reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
+        finally:
+            elapsed = time.monotonic() - run.started
+            self.metrics.run_duration.labels(status).observe(elapsed)
+            log.info("run.finished", status=status, seconds=round(elapsed, 3))
+            self.bus.emit("processing_complete", run.primary, run_id=run.run_id, status=status)
+            if not run.stopped:
+                self._next(run)
+
+    async def _call_agent(self, run: Run, ctx: SessionContext) -> RunResult | None:
+        loop = asyncio.get_running_loop()
+        sink: StreamSink | None = self._stream_for(run.primary)
+        on_delta = None
+        if sink is not None:
+            push = sink.push
+
+            def on_delta(text: str) -> None:
+                if not run.stopped:
+                    loop.call_soon_threadsafe(push, text)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(self._tool_event, run, kind, data)
+
+        self.bus.emit("agent_run", run.primary, run_id=run.run_id)
+        run.future = self.pool.submit(
+            ctx.agent.run_conversation,
+            merge_text(run.items),
+            list(ctx.history),
+            control=run.control,
+            on_delta=on_delta,
+            on_event=on_event,
+        )
+        assert run.abandon is not None
+        await asyncio.wait({run.future, run.abandon}, return_when=asyncio.FIRST_COMPLETED)
+        if not run.future.done() or run.recorded:
+            return None  # abandoned: the thread's late result is discarded
+        return run.future.result()
+
+    def _tool_event(self, run: Run, kind: str, data: dict[str, Any]) -> None:
+        if not run.stopped:
+            self.bus.emit("tool_event", run.primary, run_id=run.run_id, kind=kind, **data)
+
+    async def _settle(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
+        """Persist the turn, then deliver its reply (in that order: a crash in between
+        re-sends from the outbox instead of losing the answer)."""
+        consumed = run.steered[: result.steered]
+        unused = run.steered[result.steered :]
+        if unused:
+            self.table.push_front(run.key, [Pending(p.event, p.inbox_id) for p in unused])
+        if result.status == "interrupted" and run.shutdown:
+            return  # left unanswered in the inbox: replayed at the next start
+        answered = run.items + consumed
+        ctx.history.extend(result.new_messages)
+        if result.status == "interrupted":
+            await self._persist(run, result, answered, reply="", status="answered")
+            self.metrics.answered.labels(run.primary.platform, "interrupted").inc(len(answered))
+            run.carry_forward = run.carried + answered
+            return
+        text = result.text or EMPTY_ANSWER
+        await self._persist(run, result, answered, reply=text, status="done")
+        await self._reply(run, text, "reply", result.status, answered=answered + run.carried)
+
+    async def _persist(
+        self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
+    ) -> None:
+        try:
+            await self.store.complete_turn(
+                run.key, result.new_messages, _ids(items), reply, run.run_id, status=status
+            )
+        except StoreError as exc:
+            # the reply still goes out; the inbox keeps the message for a replay
+            log.error("run.persist_failed", error=str(exc))
+
+    async def _reply(
+        self,
+        run: Run,
+        text: str,
+        kind: str,
+        outcome: str,
+        answered: list[Pending] | None = None,
+    ) -> None:
+        items = answered if answered is not None else run.items + run.carried
+        # the newest message is the one a platform quotes; the rest are settled with it
+        ordered = sorted(items, key=lambda p: p.event.received_at, reverse=True)
+        event = run.primary
+        out = OutboundMessage(
+            platform=event.platform,
+            chat_id=event.chat_id,
+            thread_id=event.thread_id,
+            text=text,
+            session_key=run.key,
+            answers=tuple(p.event.message_id for p in ordered),
+            kind=kind,  # type: ignore[arg-type]
+            run_id=run.run_id,
+        )
+        await self.delivery.send(out, _ids(items), outcome=outcome, event=event)
+
+    def _next(self, run: Run) -> None:
+        """Hand the guard to the next pending turn, or release it. No await: atomic."""
+        if run.grace_timer is not None:
+            run.grace_timer.cancel()
+        items = [] if self.draining else self._take_turn(run.key)
+        if items:
+            nxt = Run(run.key, items, run.carry_forward)
+            self.table.hand_over(run.key, run, nxt)
+            self._spawn(nxt)
+            return
+        self.table.release(run.key, run)
+        if run.carry_forward and not self.draining:
+            # interrupted, yet nothing pending took its place (the interrupter was withdrawn)
+            self._background(
+                self._reply(run, "Interrupted.", "notice", "interrupted", run.carry_forward)
+            )
+
+    def _take_turn(self, key: str) -> list[Pending]:
+        first = self.table.pop_one(key)
+        if first is None:
+            return []
+        if first.separate or self.config.busy_policy in ("queue", "latest"):
+            return [first]
+        items = [first]
+        while (nxt := self.table.pop_one(key)) is not None:
+            if nxt.separate:
+                self.table.push_front(key, [nxt])
+                break
+            items.append(nxt)
+        return items
+
+    # -- interrupting, stopping, shutting down ------------------------------------------
+
+    def interrupt(self, run: Run, grace: float) -> None:
+        """Ask the run to stop at its next safe point; abandon it if it has not within
+        ``grace`` seconds (a wedged tool or model call must not hold the session)."""
+        run.control.interrupt()
+        if run.grace_timer is None and not run.stopped:
+            loop = asyncio.get_running_loop()
+            run.grace_timer = loop.call_later(grace, self._grace_expired, run)
+
+    def _grace_expired(self, run: Run) -> None:
+        if run.stopped or run.future is None or run.future.done():
+            return
+        if self.table.active(run.key) is not run:
+            return
+        log.warning("run.abandoned", reason="interrupt_grace", run_id=run.run_id)
+        self.abandon(run)
+        run.carry_forward = run.carried + run.items + run.steered
+        self._next(run)
+
+    def abandon(self, run: Run) -> None:
+        """Give up on ``run`` now: the session is free at once, the stopped message stays in
+        the history, and whatever its thread returns later is logged and discarded."""
+        run.stopped = True
+        run.control.interrupt()
+        if run.grace_timer is not None:
+            run.grace_timer.cancel()
+        if run.abandon is not None and not run.abandon.done():
+            run.abandon.set_result("abandoned")
+        if run.future is not None and run.future.done():
+            return  # the answer is already being settled and delivered: let it finish
+        run.recorded = True
+        record = [{"role": "user", "content": merge_text(run.items)}]
+        record.append({"role": "assistant", "content": INTERRUPTED_MARK})
+        ctx = self.agents.peek(run.key)
+        if ctx is not None:
+            ctx.history.extend(record)
+        self.agents.renew_agent(run.key)
+        run.persist_task = self._background(self._persist_abandoned(run, record))
+        fut = run.future
+        if fut is not None and not fut.done():
+            self.pool.note_abandoned(1)
+            fut.add_done_callback(lambda f: self._late_result(run, f))
+
+    async def _persist_abandoned(self, run: Run, record: list[dict[str, Any]]) -> None:
+        try:
+            await self.store.complete_turn(
+                run.key, record, _ids(run.items + run.steered), "", run.run_id, status="answered"
+            )
+        except StoreError as exc:
+            log.error("run.persist_failed", error=str(exc), run_id=run.run_id)
+
+    def _late_result(self, run: Run, fut: asyncio.Future[RunResult]) -> None:
+        self.pool.note_abandoned(-1)
+        status = "cancelled" if fut.cancelled() else ("error" if fut.exception() else "returned")
+        log.info("run.late_result_discarded", run_id=run.run_id, session_key=run.key, how=status)
+
+    def stop(self, key: str) -> tuple[Run | None, list[Pending]]:
+        """`/stop`: abandon the active run and drop what is pending; the caller tells the user."""
+        run = self.table.active(key)
+        if run is None:
+            return None, []
+        self.abandon(run)
+        dropped = self.table.pop_all(key)
+        self.table.release(key, run)
+        return run, dropped
+
+    async def drain(self, timeout: float) -> bool:
+        """Let active runs finish (no new ones start); True if all did within ``timeout``."""
+        self.draining = True
+        tasks = [t for t in self._tasks if not t.done()]
+        if not tasks:
+            return True
+        _done, pending = await asyncio.wait(tasks, timeout=timeout)
+        return not pending
+
+    async def interrupt_all(self, timeout: float = 1.0) -> None:
+        """Shutdown: interrupt every run, persist nothing half-done, leave them for replay."""
+        for run in list(self.table.active_runs()):
+            run.shutdown = True
+            run.control.interrupt()
+        tasks = [t for t in self._tasks if not t.done()]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    async def _tell_dropped(self, item: Pending, text: str, reason: str) -> None:
+        self.metrics.dropped.labels(item.event.platform, reason).inc()
+        log.info("message.dropped", reason=reason, message_id=item.event.message_id)
+        await self.delivery.send(
+            OutboundMessage.to(item.event, text, kind="notice"),
+            [item.inbox_id],
+            outcome=reason,
+            status="dropped",
+            event=item.event,
+        )
+
+    def _background(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def status(self) -> dict[str, Any]:
+        return {**self.table.stats(), "cached_agents": len(self.agents)}
+
+
+def _ids(items: list[Pending]) -> list[int]:
+    return [p.inbox_id for p in items if p.inbox_id is not None]
+
+
+def _with_text(event: MessageEvent, text: str) -> MessageEvent:
+    return replace(event, text=text)

@@ -1,0 +1,347 @@
+"""`Gateway`: builds every part from the config and runs startup -> main -> shutdown.
+
+Shutdown order: stop intake -> drain with timeout -> interrupt agents -> stop the pool ->
+close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`; a second one forces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from agent_core import AIAgent, LLMClient, LLMSettings
+from agent_core.prompt import build_system_prompt
+from hermes_gateway import __version__
+from hermes_gateway.agents import AgentCache
+from hermes_gateway.bus import EventBus
+from hermes_gateway.commands import Commands, parse_command
+from hermes_gateway.config import Config, systemd_notify_socket
+from hermes_gateway.control import ControlServer, Handler
+from hermes_gateway.delivery import Delivery
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.hooks import collect_hooks, install_hooks
+from hermes_gateway.metrics import Metrics
+from hermes_gateway.platform import Adapter, StreamSink, SubmitOutcome, load_adapter
+from hermes_gateway.pool import AgentPool
+from hermes_gateway.replay import Replayer
+from hermes_gateway.runner import GatewayRunner
+from hermes_gateway.sdnotify import SystemdNotifier
+from hermes_gateway.store import Store
+from hermes_gateway.watchdog import LoopWatchdog
+from tools import default_registry
+
+log = structlog.get_logger("hermes.gateway")
+TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
+
+
+class Gateway:
+    """The daemon. Also the `AdapterHost` every adapter is built with."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.should_exit = asyncio.Event()
+        self.force_exit = False
+        self.exit_code = 0
+        self.closing = False
+        self.started_at = time.time()
+        self.metrics = Metrics()
+        self.bus = EventBus(timeout=config.hook_timeout_s)
+        self.store = Store(config.store_url)
+        self.pool = AgentPool(config.runner.workers)
+        self.llm = LLMClient(_llm_settings(config))
+        self.tools = default_registry(config.tools.enabled)
+        self._system_prompt = build_system_prompt(config.model.system_prompt, self.tools.names)
+        self.agents = AgentCache(
+            self._make_agent,
+            self.store.history,
+            max_size=config.runner.agent_cache_size,
+            idle_ttl_s=config.runner.agent_idle_ttl_s,
+        )
+        self.adapters: dict[str, Adapter] = {}
+        self.delivery = Delivery(self.adapters, self.store, self.bus, self.metrics)
+        self.runner = GatewayRunner(
+            config.runner,
+            store=self.store,
+            bus=self.bus,
+            pool=self.pool,
+            agents=self.agents,
+            delivery=self.delivery,
+            metrics=self.metrics,
+            stream_for=self._stream_for,
+        )
+        self.commands = Commands(
+            config, self.runner, self.store, self.delivery, self.bus, self.agents, self.pool
+        )
+        self.control = ControlServer(
+            config.control,
+            health=self.health,
+            readiness=self.readiness,
+            status=self.status,
+            metrics=self.metrics.render,
+        )
+        self.notifier = SystemdNotifier(systemd_notify_socket())
+        self.watchdog: LoopWatchdog | None = None
+        self._background: list[asyncio.Task[Any]] = []
+        self._register_gauges()
+
+    # -- AdapterHost --------------------------------------------------------------------
+
+    def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
+        self.control.add_route(method, path, handler, public=public)
+
+    async def submit(self, event: MessageEvent) -> SubmitOutcome:
+        """Intake: validate, persist to the inbox (dedupe), announce, route."""
+        if self.closing:
+            return "closed"
+        if not event.text.strip() and not event.attachments:
+            return "empty"
+        limit = self.config.runner.max_input_chars
+        if len(event.text) > limit:
+            self.metrics.dropped.labels(event.platform, "too_long").inc()
+            text = TOO_LONG.format(n=len(event.text), limit=limit)
+            await self.delivery.send(OutboundMessage.to(event, text, "error"), event=event)
+            return "too_long"
+        try:
+            inbox_id = await self.store.accept(event)
+            if inbox_id is None:
+                self.metrics.duplicates.labels(event.platform).inc()
+                log.debug("message.duplicate", message_id=event.message_id)
+                return "duplicate"
+        except StoreError as exc:
+            # a broken store must not cost the user an answer: process it unpersisted
+            log.error("inbox.write_failed", error=str(exc), session_key=event.session_key)
+            inbox_id = None
+        self.metrics.received.labels(event.platform).inc()
+        self.bus.emit("message_received", event)
+        await self.route(event, inbox_id)
+        return "accepted"
+
+    async def route(self, event: MessageEvent, inbox_id: int | None) -> None:
+        command = parse_command(event.text)
+        if command is not None:
+            await self.commands.handle(command[0], command[1], event, inbox_id)
+        else:
+            await self.runner.dispatch(event, inbox_id)
+
+    async def history(self, session_key: str) -> list[dict[str, Any]]:
+        ctx = self.agents.peek(session_key)
+        if ctx is not None:
+            return list(ctx.history)
+        return await self.store.history(session_key)
+
+    def _stream_for(self, event: MessageEvent) -> StreamSink | None:
+        adapter = self.adapters.get(event.platform)
+        return adapter.stream(event) if adapter is not None else None
+
+    def _make_agent(self, session_key: str) -> AIAgent:
+        return AIAgent(
+            self.llm,
+            self.tools,
+            system_prompt=self._system_prompt,
+            workspace=self.config.workspace_path,
+            session_key=session_key,
+            max_iterations=self.config.model.max_iterations,
+            max_output_chars=self.config.tools.max_output_chars,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.handle_exit, sig)
+        try:
+            await self.startup()
+            await self.should_exit.wait()
+        finally:
+            await self.shutdown()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return self.exit_code
+
+    def handle_exit(self, sig: int = signal.SIGTERM) -> None:
+        if self.should_exit.is_set():
+            log.warning("gateway.force_exit", signal=signal.Signals(sig).name)
+            self.force_exit = True
+            return
+        log.info("gateway.stopping", signal=signal.Signals(sig).name)
+        self.should_exit.set()
+
+    async def startup(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
+        self.watchdog.start()
+        await asyncio.to_thread(self._prepare_dirs)
+        hooks = await asyncio.to_thread(
+            collect_hooks, self.config.hooks, self.config.home_path / "hooks"
+        )
+        install_hooks(self.bus, hooks)
+        await self.store.open()
+        for name in self._enabled_platforms():
+            self.adapters[name] = load_adapter(name, self)
+        await self.control.start()
+        for name, adapter in self.adapters.items():
+            await adapter.start()
+            log.info("adapter.started", platform=name)
+        replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
+        self._spawn(replayer.run(), "replay")
+        self._spawn(self._housekeeping(), "housekeeping")
+        self.notifier.notify("READY=1")
+        self.bus.emit("gateway_startup", session_key="", version=__version__)
+        log.info(
+            "gateway.ready",
+            version=__version__,
+            port=self.control.port,
+            platforms=list(self.adapters),
+            model=self.config.model.name,
+            workers=self.config.runner.workers,
+        )
+
+    async def shutdown(self) -> None:
+        self.notifier.notify("STOPPING=1")
+        self.closing = True
+        self.bus.emit("gateway_shutdown", session_key="")
+        for adapter in self.adapters.values():
+            await _quietly(adapter.stop(), "adapter.stop")
+        drain = 0.0 if self.force_exit else self.config.runner.drain_timeout_s
+        drained = await self._drain(drain)
+        if not drained:
+            log.warning("gateway.drain_timeout", seconds=drain)
+        await self.runner.interrupt_all()
+        await asyncio.to_thread(self.pool.shutdown)
+        for task in self._background:
+            task.cancel()
+        for adapter in self.adapters.values():
+            close = getattr(adapter, "close", None)
+            if close is not None:
+                await _quietly(close(), "adapter.close")
+        await self.bus.aclose()
+        await self.store.close()
+        await self.control.stop()
+        self.llm.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        self.notifier.close()
+        log.info("gateway.stopped", exit_code=self.exit_code)
+
+    async def _drain(self, timeout: float) -> bool:
+        drain = asyncio.create_task(self.runner.drain(timeout))
+        while not drain.done():
+            await asyncio.wait({drain}, timeout=0.1)
+            if self.force_exit:
+                drain.cancel()
+                return False
+        return drain.result()
+
+    def _prepare_dirs(self) -> None:
+        for path in (self.config.home_path, self.config.workspace_path):
+            path.mkdir(parents=True, exist_ok=True)
+
+    def _enabled_platforms(self) -> list[str]:
+        p = self.config.platforms
+        flags = {
+            "api": p.api.enabled,
+            "telegram": p.telegram.enabled,
+            "discord": p.discord.enabled,
+            "slack": p.slack.enabled,
+        }
+        return [name for name, on in flags.items() if on]
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._background.append(asyncio.create_task(coro, name=name))
+
+    async def _housekeeping(self) -> None:
+        while True:
+            evicted = self.agents.sweep()
+            if evicted:
+                log.debug("agents.swept", evicted=evicted)
+            with contextlib.suppress(StoreError):
+                await self.store.prune(self.config.store.inbox_retention_days)
+            await asyncio.sleep(60)
+
+    # -- observability ------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        wd = self.watchdog
+        return {
+            "status": "ok",
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "loop_lag_ms": round(wd.last_lag * 1000, 2) if wd else None,
+        }
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        reasons = []
+        if self.closing:
+            reasons.append("shutting down")
+        if not self.store.is_open:
+            reasons.append("store: not open")
+        for name, adapter in self.adapters.items():
+            h = adapter.health()
+            if not h.ready:
+                reasons.append(f"{name}: {h.detail or 'not connected'}")
+        return not reasons, reasons
+
+    def status(self) -> dict[str, Any]:
+        wd = self.watchdog
+        ready, reasons = self.readiness()
+        return {
+            "version": __version__,
+            "ready": ready,
+            "reasons": reasons,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "platforms": {
+                name: {"ready": a.health().ready, "detail": a.health().detail}
+                for name, a in self.adapters.items()
+            },
+            "sessions": self.runner.status(),
+            "pool": self.pool.snapshot(),
+            "loop_lag_ms": {
+                "last": round(wd.last_lag * 1000, 2) if wd else None,
+                "p99": round(wd.lag_percentile(0.99) * 1000, 2) if wd else None,
+                "max": round(wd.max_lag * 1000, 2) if wd else None,
+            },
+            "model": {"name": self.config.model.name, "configured": self.llm.configured},
+            "busy_policy": self.config.runner.busy_policy,
+        }
+
+    def _register_gauges(self) -> None:
+        m = self.metrics
+        m.gauge("hermes_active_sessions", "Sessions with a run", lambda: self._stat("active"))
+        m.gauge("hermes_pending_messages", "Messages waiting", lambda: self._stat("pending"))
+        m.gauge("hermes_pool_busy", "Pool threads running", lambda: self.pool.busy)
+        m.gauge("hermes_pool_waiting", "Runs waiting for a thread", lambda: self.pool.waiting)
+        m.gauge("hermes_pool_abandoned", "Abandoned runs still running", lambda: self.pool.abandoned)
+        m.gauge("hermes_cached_agents", "Agent cache size", lambda: len(self.agents))
+
+    def _stat(self, key: str) -> float:
+        return float(self.runner.table.stats()[key])
+
+
+def _llm_settings(config: Config) -> LLMSettings:
+    m = config.model
+    return LLMSettings(
+        base_url=m.base_url,
+        api_key=m.api_key,
+        model=m.name,
+        timeout_s=m.timeout_s,
+        max_retries=m.max_retries,
+        stream=m.stream,
+        temperature=m.temperature,
+    )
+
+
+async def _quietly(coro: Any, what: str) -> None:
+    try:
+        await asyncio.wait_for(coro, 10)
+    except Exception:
+        log.exception(what)
+
+
+__all__ = ["Gateway", "web"]

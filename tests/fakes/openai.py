@@ -1,0 +1,448 @@
+"""A wire-level fake of an OpenAI-compatible chat API, scripted per request, for offline tests.
+
+Serves ``/v1/chat/completions`` (JSON and SSE) and ``/v1/models``; ``python -m tests.fakes.openai``
+runs it standalone for benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.server import FakeServer
+
+DEFAULT_CHUNK_SIZE = 8
+
+_ERROR_KINDS: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_denied", None),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+# -- response specs -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Text:
+    content: str
+    delay: float = 0.0
+    chunk_size: int | None = None
+    chunk_delay: float = 0.0
+    finish_reason: str = "stop"
+    usage: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    calls: tuple[tuple[str, dict[str, Any] | str, str | None], ...]
+    content: str | None = None
+    delay: float = 0.0
+    chunk_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Error:
+    status: int
+    message: str | None = None
+    retry_after: str | float | None = None
+    body: dict[str, Any] | str | None = None
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Raw:
+    body: bytes | str
+    status: int = 200
+    content_type: str = "application/json"
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hang:
+    seconds: float
+    delay: float = 0.0
+
+
+Response = Text | ToolCalls | Error | Raw | Hang
+Responder = Callable[[dict[str, Any]], Response]
+
+
+def text(
+    content: str,
+    *,
+    delay: float = 0.0,
+    chunk_size: int | None = None,
+    chunk_delay: float = 0.0,
+    finish_reason: str = "stop",
+    usage: dict[str, int] | None = None,
+) -> Text:
+    """An assistant text reply; ``chunk_size``/``chunk_delay`` shape it when streamed."""
+    return Text(content, delay, chunk_size, chunk_delay, finish_reason, usage)
+
+
+def tool_calls(
+    *calls: tuple[Any, ...],
+    content: str | None = None,
+    delay: float = 0.0,
+    chunk_size: int | None = None,
+) -> ToolCalls:
+    """Each call is ``(name, arguments[, call_id])``; str arguments are sent verbatim."""
+    norm = tuple((c[0], c[1], c[2] if len(c) > 2 else None) for c in calls)
+    return ToolCalls(norm, content, delay, chunk_size)
+
+
+def error(
+    status: int,
+    *,
+    message: str | None = None,
+    retry_after: str | float | None = None,
+    body: dict[str, Any] | str | None = None,
+    delay: float = 0.0,
+) -> Error:
+    """An OpenAI-style error; ``body`` replaces the generated JSON entirely."""
+    return Error(status, message, retry_after, body, delay)
+
+
+def raw(
+    body: bytes | str,
+    *,
+    status: int = 200,
+    content_type: str = "application/json",
+    delay: float = 0.0,
+) -> Raw:
+    """Exactly these bytes, for malformed JSON, broken SSE or unexpected shapes."""
+    return Raw(body, status, content_type, delay)
+
+
+def hang(seconds: float) -> Hang:
+    """Accept the request, answer nothing for ``seconds``, then drop the connection."""
+    return Hang(seconds)
+
+
+def error_body(status: int, message: str | None = None) -> dict[str, Any]:
+    kind, code = _ERROR_KINDS.get(status, ("server_error", None))
+    msg = message or f"fake error {status}"
+    return {"error": {"message": msg, "type": kind, "param": None, "code": code}}
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    for msg in reversed(body.get("messages") or []):
+        if msg.get("role") != "user":
+            continue
+        content = msg.get("content")
+        if isinstance(content, list):
+            return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+        return str(content or "")
+    return ""
+
+
+def _chunks(s: str, size: int) -> list[str]:
+    return [s[i : i + size] for i in range(0, len(s), size)] or [""]
+
+
+def _tokens(s: str) -> int:
+    # A rough 4-chars-per-token estimate: tests only need stable, non-zero numbers.
+    return max(1, len(s) // 4)
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+class FakeOpenAI(FakeServer):
+    """Scripted OpenAI-compatible server; see the module docstring and `push`."""
+
+    def __init__(
+        self, api_key: str | None = "sk-fake", models: list[str] | None = None, port: int = 0
+    ) -> None:
+        super().__init__(port)
+        self.api_key = api_key  # None accepts any key
+        self.models = models or ["gpt-4o-mini"]
+        self.responder: Responder | None = None
+        self.delay = 0.0
+        self._lock = threading.Lock()
+        self._script: deque[Response] = deque()
+        self._requests: list[dict[str, Any]] = []
+        self._ids = {"call_": 0, "chatcmpl-": 0}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.cancelled = 0
+        self._closing: asyncio.Event | None = None
+        self.app.on_startup.append(self._on_startup)
+        self.app.router.add_post("/v1/chat/completions", self._chat)
+        self.app.router.add_get("/v1/models", self._models)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """A snapshot of every chat request body so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def start(self) -> FakeOpenAI:
+        super().start()
+        return self
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def push(self, *responses: Response) -> FakeOpenAI:
+        """Queue replies; each request consumes one, first in first out."""
+        with self._lock:
+            self._script.extend(responses)
+        return self
+
+    def reset(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self._requests.clear()
+            self.max_in_flight = self.in_flight
+            self.cancelled = 0
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet consumed."""
+        with self._lock:
+            return len(self._script)
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self._closing = asyncio.Event()  # bound to this run's loop
+
+    async def on_shutdown(self) -> None:
+        # Wake hangs and delays so a graceful shutdown does not wait for them.
+        if self._closing is not None:
+            self._closing.set()
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep unless shutting down; returns False when the fake is closing."""
+        assert self._closing is not None
+        if seconds > 0:
+            try:
+                await asyncio.wait_for(self._closing.wait(), seconds)
+            except TimeoutError:
+                pass
+        return not self._closing.is_set()
+
+    def _next_id(self, prefix: str) -> str:
+        """``call_1``, ``chatcmpl-1``...; never reset, so ids stay unique for the fake's life."""
+        with self._lock:
+            self._ids[prefix] += 1
+            return f"{prefix}{self._ids[prefix]}"
+
+    def _check_auth(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}":
+            return None
+        body = error_body(401, "Incorrect API key provided.")
+        return web.json_response(body, status=401)
+
+    def _choose(self, body: dict[str, Any]) -> Response:
+        with self._lock:
+            scripted = self._script.popleft() if self._script else None
+        if scripted is not None:
+            return scripted
+        if self.responder is not None:
+            try:
+                return self.responder(body)
+            except Exception as exc:  # a broken responder should fail the test, not the server
+                return error(500, message=f"fake responder raised {exc!r}")
+        return text(f"echo: {last_user_text(body)}")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if (denied := self._check_auth(request)) is not None:
+            return denied
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self._check_auth(request)) is not None:
+            return denied
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response(error_body(400, "body is not valid JSON"), status=400)
+        with self._lock:
+            self._requests.append(body)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            spec = self._choose(body)
+            if not await self._sleep(self.delay + spec.delay):
+                return web.Response(status=503)
+            return await self._respond(request, body, spec)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    async def _respond(
+        self, request: web.Request, body: dict[str, Any], spec: Response
+    ) -> web.StreamResponse:
+        if isinstance(spec, Hang):
+            await self._sleep(spec.seconds)
+            # Drop the connection without a response, as a dead upstream would.
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=504)
+        if isinstance(spec, Error):
+            return self._error_response(spec)
+        if isinstance(spec, Raw):
+            data = spec.body.encode() if isinstance(spec.body, str) else spec.body
+            return web.Response(body=data, status=spec.status, content_type=spec.content_type)
+        if body.get("stream"):
+            return await self._stream(request, body, spec)
+        return web.json_response(self._completion(body, spec))
+
+    def _error_response(self, spec: Error) -> web.Response:
+        headers = {} if spec.retry_after is None else {"retry-after": str(spec.retry_after)}
+        if isinstance(spec.body, str):
+            return web.Response(
+                text=spec.body, status=spec.status, headers=headers, content_type="application/json"
+            )
+        payload = spec.body if spec.body is not None else error_body(spec.status, spec.message)
+        return web.json_response(payload, status=spec.status, headers=headers)
+
+    def _envelope(self, body: dict[str, Any], obj: str) -> dict[str, Any]:
+        return {
+            "id": self._next_id("chatcmpl-"),
+            "object": obj,
+            "created": int(time.time()),
+            "model": body.get("model") or self.models[0],
+            "system_fingerprint": "fp_fake",
+        }
+
+    def _usage(self, body: dict[str, Any], spec: Text | ToolCalls, out: str) -> dict[str, int]:
+        if isinstance(spec, Text) and spec.usage is not None:
+            return spec.usage
+        prompt = _tokens(json.dumps(body.get("messages") or []))
+        completion = _tokens(out)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def _rendered_calls(self, spec: ToolCalls) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": call_id or self._next_id("call_"),
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+            for name, args, call_id in spec.calls
+        ]
+
+    def _completion(self, body: dict[str, Any], spec: Text | ToolCalls) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": spec.content, "refusal": None}
+        if isinstance(spec, ToolCalls):
+            message["tool_calls"] = self._rendered_calls(spec)
+            out = json.dumps(message["tool_calls"])
+            finish = "tool_calls"
+        else:
+            out, finish = spec.content, spec.finish_reason
+        choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+        result = self._envelope(body, "chat.completion")
+        result.update(choices=[choice], usage=self._usage(body, spec, out))
+        return result
+
+    def _deltas(self, spec: Text | ToolCalls) -> list[tuple[dict[str, Any], float]]:
+        """The streamed deltas, each with the pause to take before sending it."""
+        size = spec.chunk_size or DEFAULT_CHUNK_SIZE
+        if isinstance(spec, Text):
+            parts = [({"content": p}, spec.chunk_delay) for p in _chunks(spec.content, size)]
+            return [({"role": "assistant", "content": ""}, 0.0), *parts]
+        deltas: list[tuple[dict[str, Any], float]] = [
+            ({"role": "assistant", "content": spec.content}, 0.0)
+        ]
+        for index, call in enumerate(self._rendered_calls(spec)):
+            name, args = call["function"]["name"], call["function"]["arguments"]
+            # Like OpenAI: only the first fragment of a call carries its id and name.
+            head = {**call, "index": index, "function": {"name": name, "arguments": ""}}
+            deltas.append(({"tool_calls": [head]}, 0.0))
+            for part in _chunks(args, size):
+                frag = {"index": index, "function": {"arguments": part}}
+                deltas.append(({"tool_calls": [frag]}, 0.0))
+        return deltas
+
+    def _frames(
+        self, body: dict[str, Any], spec: Text | ToolCalls
+    ) -> list[tuple[dict[str, Any], float]]:
+        """Every SSE payload but ``[DONE]``, each with the pause to take before sending it."""
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        base = self._envelope(body, "chat.completion.chunk")
+        if include_usage:
+            base["usage"] = None  # OpenAI sends an explicit null on every chunk but the last
+        finish = "tool_calls" if isinstance(spec, ToolCalls) else spec.finish_reason
+        deltas = [*self._deltas(spec), ({}, 0.0)]
+        frames = [
+            ({**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}, pause)
+            for d, pause in deltas
+        ]
+        frames[-1][0]["choices"][0]["finish_reason"] = finish
+        if include_usage:
+            out = "".join(str(d.get("content") or "") for d, _ in deltas)
+            frames.append(({**base, "choices": [], "usage": self._usage(body, spec, out)}, 0.0))
+        return frames
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], spec: Text | ToolCalls
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            for frame, pause in self._frames(body, spec):
+                if not await self._sleep(pause):
+                    return resp
+                await resp.write(f"data: {json.dumps(frame)}\n\n".encode())
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except ConnectionError:
+            # The client went away mid-stream (closed the stream, or timed out).
+            with self._lock:
+                self.cancelled += 1
+        return resp
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--api-key", default="sk-fake")
+    parser.add_argument("--model", action="append", dest="models")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    fake = FakeOpenAI(api_key=args.api_key, models=args.models, port=args.port)
+    fake.delay = args.delay
+    fake.start()
+    print(f"READY {fake.base_url}", flush=True)
+    # A timed wait so the main thread gets back to Python often enough to run signal handlers.
+    while not stop.wait(0.2):
+        pass
+    fake.stop()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The tool registry: JSON schemas for the model, argument validation, dispatch, output caps.
+
+A call never raises out of `ToolRegistry.dispatch`: bad JSON, an unknown tool, invalid
+arguments and a failing tool all become error observations the model can read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ValidationError
+
+from tools.errors import ToolError
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool may know about the run it serves."""
+
+    workspace: Path
+    session_key: str = ""
+    max_output_chars: int = 50_000
+    should_stop: Callable[[], bool] = field(default=lambda: False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """One observation for the model; `ok` is False for every kind of failure."""
+
+    content: str
+    ok: bool
+    duration_s: float = 0.0
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A synchronous capability the model can call."""
+
+    name: str
+    description: str
+    parallel_safe: bool
+
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the arguments object."""
+        ...
+
+    def run(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        """Run with validated arguments; raise `ToolError` for a failure the model can fix."""
+        ...
+
+
+class ModelTool:
+    """Base for tools whose arguments are a pydantic model: one source for schema and checks."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    parallel_safe: ClassVar[bool] = True
+    Args: ClassVar[type[BaseModel]]
+
+    def parameters(self) -> dict[str, Any]:
+        return _clean_schema(self.Args.model_json_schema())
+
+    def run(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        return self.call(self.Args.model_validate(arguments), ctx)
+
+    def call(self, args: Any, ctx: ToolContext) -> str:
+        raise NotImplementedError
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's `title` noise; models read descriptions, not titles."""
+    schema = {k: v for k, v in schema.items() if k != "title"}
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        schema["properties"] = {
+            name: {k: v for k, v in prop.items() if k != "title"} for name, prop in props.items()
+        }
+    schema.setdefault("additionalProperties", False)
+    return schema
+
+
+class ToolRegistry:
+    """Holds the enabled tools and turns a model's tool call into an observation."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._specs: list[dict[str, Any]] = []
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+        self._specs.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters(),
+                },
+            }
+        )
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The `tools` array for the chat completions request (built once, reused)."""
+        return self._specs
+
+    def is_parallel_safe(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return bool(tool and tool.parallel_safe)
+
+    def dispatch(self, name: str, raw_arguments: str, ctx: ToolContext) -> ToolOutcome:
+        started = time.monotonic()
+        content, ok = self._dispatch(name, raw_arguments, ctx)
+        limit = ctx.max_output_chars
+        if len(content) > limit:
+            dropped = len(content) - limit
+            content = content[:limit] + f"\n[output truncated: {dropped} more characters]"
+        return ToolOutcome(content, ok, time.monotonic() - started)
+
+    def _dispatch(self, name: str, raw_arguments: str, ctx: ToolContext) -> tuple[str, bool]:
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(self._tools) or "none"
+            return f"Error: unknown tool {name!r}. Available tools: {known}.", False
+        try:
+            arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return f"Error: arguments for {name} are not valid JSON ({exc.msg}).", False
+        if not isinstance(arguments, dict):
+            return f"Error: arguments for {name} must be a JSON object.", False
+        try:
+            return tool.run(arguments, ctx), True
+        except ValidationError as exc:
+            return f"Error: invalid arguments for {name}: {_describe(exc)}", False
+        except ToolError as exc:
+            return f"Error: {exc}", False
+        except Exception as exc:  # a tool bug must not end the conversation
+            return f"Error: {name} failed: {type(exc).__name__}: {exc}", False
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def default_registry(enabled: Iterable[str]) -> ToolRegistry:
+    """The registry of the named built-in tools (unknown names raise `KeyError`)."""
+    from tools.files import ReadFileTool
+
+    builtins: dict[str, Callable[[], Tool]] = {"read_file": ReadFileTool}
+    return ToolRegistry(builtins[name]() for name in enabled)
