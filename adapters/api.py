@@ -182,10 +182,14 @@ def _last_user_text(body: dict[str, Any]) -> str:
         raise RequestError(400, "the last message must have role 'user'", "invalid_messages")
     content = last.get("content")
     if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        parts = [
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        ]
         content = "\n".join(p for p in parts if isinstance(p, str))
     if not isinstance(content, str):
-        raise RequestError(400, "message content must be a string or text parts", "invalid_messages")
+        raise RequestError(
+            400, "message content must be a string or text parts", "invalid_messages"
+        )
     if not content.strip():
         raise RequestError(400, "the message is empty", "empty_message")
     return content

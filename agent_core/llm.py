@@ -240,7 +240,9 @@ def _status_error(exc: openai.APIStatusError) -> ModelError:
         )
     elif status == 429:
         err = ModelError(
-            "The model is rate-limited (HTTP 429); try again shortly.", status=status, retryable=True
+            "The model is rate-limited (HTTP 429); try again shortly.",
+            status=status,
+            retryable=True,
         )
     elif status >= 500:
         err = ModelError(

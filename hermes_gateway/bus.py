@@ -98,7 +98,10 @@ class _Subscription:
         except TimeoutError:
             self.failures += 1
             log.warning(
-                "bus.subscriber_timeout", subscriber=self.name, event=ev.name, timeout_s=self.timeout
+                "bus.subscriber_timeout",
+                subscriber=self.name,
+                event=ev.name,
+                timeout_s=self.timeout,
             )
         except Exception:
             self.failures += 1
@@ -140,7 +143,7 @@ class EventBus:
             self,
             handler,
             wanted,
-            name or getattr(handler, "__qualname__", repr(handler)),
+            name or str(getattr(handler, "__qualname__", repr(handler))),
             timeout or self.timeout,
         )
         self._subs.append(sub)

@@ -34,7 +34,9 @@ def run_chat(
                 file=sys.stderr,
             )
             return 1
-        out.write(f"Connected to {base_url} (session {session}). /help for commands, Ctrl-D quits.\n")
+        out.write(
+            f"Connected to {base_url} (session {session}). /help for commands, Ctrl-D quits.\n"
+        )
         while True:
             try:
                 line = read("you> ")

@@ -7,7 +7,9 @@ The only module that calls `sys.exit` (through `main`'s return value) and picks 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from hermes_gateway import __version__
@@ -83,19 +85,28 @@ def run_gateway(config: Config) -> int:
     async def serve() -> int:
         return await Gateway(config).serve()
 
+    code = EXIT_FAILURE
     try:
-        return uvloop.run(serve())
+        code = uvloop.run(serve())
     except (ConfigError, AdapterAuthError) as exc:
         print(f"hermes: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except StoreError as exc:
+        code = EXIT_CONFIG
+    except (StoreError, OSError) as exc:  # OSError: e.g. the control port is taken
         print(f"hermes: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except OSError as exc:  # e.g. the control port is taken
-        print(f"hermes: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
     finally:
         sink.stop()
+    _exit_past_stuck_threads(code)
+    return code
+
+
+def _exit_past_stuck_threads(code: int) -> None:
+    """An abandoned agent thread (a wedged tool or model call) would hold the interpreter's
+    exit while `concurrent.futures` joins it; everything is flushed by now, so leave."""
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if stuck:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _client_host(host: str) -> str:

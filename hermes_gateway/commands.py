@@ -83,13 +83,22 @@ class Commands:
         await self._handlers[name](event, inbox_id, args)
 
     async def _answer(
-        self, event: MessageEvent, inbox_ids: list[int | None], text: str, extra: tuple[str, ...] = ()
+        self,
+        event: MessageEvent,
+        inbox_ids: list[int | None],
+        text: str,
+        extra: tuple[str, ...] = (),
     ) -> None:
         out = OutboundMessage.to(event, text, kind="notice")
         if extra:
             out = OutboundMessage(
-                out.platform, out.chat_id, text, out.session_key, out.thread_id,
-                (event.message_id, *extra), "notice",
+                out.platform,
+                out.chat_id,
+                text,
+                out.session_key,
+                out.thread_id,
+                (event.message_id, *extra),
+                "notice",
             )
         await self.delivery.send(out, inbox_ids, outcome="command", event=event)
 
@@ -118,8 +127,12 @@ class Commands:
             await self.store.reset_session(event.session_key)
         except StoreError as exc:
             log.error("session.reset_failed", error=str(exc))
-            await self._answer(event, [inbox_id], "I could not start a new conversation: the "
-                               "database is unavailable. Please try again shortly.")
+            await self._answer(
+                event,
+                [inbox_id],
+                "I could not start a new conversation: the "
+                "database is unavailable. Please try again shortly.",
+            )
             return
         self.agents.evict(event.session_key)
         self.bus.emit("session_reset", event)

@@ -61,9 +61,9 @@ class ControlServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
-        server = site._server
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
         log.info("control.listening", host=self.config.host, port=self.port)
 
     async def stop(self) -> None:

@@ -60,8 +60,6 @@ class Delivery:
                 log.error("delivery.failed", platform=out.platform, error=str(exc))
             except Exception:
                 log.exception("delivery.crashed", platform=out.platform)
-        if delivered or permanent:
-            await self._settle(ids, status, out.text)
         if delivered:
             self.metrics.answered.labels(out.platform, outcome).inc(max(1, len(out.answers)))
             self.bus.emit(
@@ -70,6 +68,8 @@ class Delivery:
         else:
             self.metrics.delivery_failures.labels(out.platform).inc()
             self.bus.emit("error", event, run_id=out.run_id, stage="delivery")
+        if delivered or permanent:
+            await self._settle(ids, status, out.text)
         return delivered
 
     async def _settle(self, ids: list[int], status: str, text: str) -> None:

@@ -83,9 +83,7 @@ class MessageEvent:
         **extra: object,
     ) -> MessageEvent:
         """Build an event and its session key in one step, so adapters cannot disagree."""
-        key = build_session_key(
-            platform, chat_type, chat_id, thread_id, user_id, per_user=per_user
-        )
+        key = build_session_key(platform, chat_type, chat_id, thread_id, user_id, per_user=per_user)
         return cls(
             platform=platform,
             chat_type=chat_type,

@@ -55,7 +55,10 @@ class AdapterHost(Protocol):
         ...
 
     def add_route(
-        self, method: str, path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+        self,
+        method: str,
+        path: str,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> None:
         """Mount an HTTP handler on the control server (webhooks, the local API)."""
         ...

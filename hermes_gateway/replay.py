@@ -64,7 +64,8 @@ class Replayer:
             log.warning("replay.platform_disabled", platform=platform)
             return False
         while not adapter.health().ready:
-            await asyncio.sleep(0.1)
+            # readiness is derived from SDK state; this 0.1 s poll only runs at start
+            await asyncio.sleep(0.1)  # noqa: ASYNC110
         return True
 
     async def _resend(self, u: Undelivered) -> None:

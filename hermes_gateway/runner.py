@@ -216,7 +216,8 @@ class GatewayRunner:
             on_event=on_event,
         )
         assert run.abandon is not None
-        await asyncio.wait({run.future, run.abandon}, return_when=asyncio.FIRST_COMPLETED)
+        waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         if not run.future.done() or run.recorded:
             return None  # abandoned: the thread's late result is discarded
         return run.future.result()

@@ -317,7 +317,9 @@ class Gateway:
         m.gauge("hermes_pending_messages", "Messages waiting", lambda: self._stat("pending"))
         m.gauge("hermes_pool_busy", "Pool threads running", lambda: self.pool.busy)
         m.gauge("hermes_pool_waiting", "Runs waiting for a thread", lambda: self.pool.waiting)
-        m.gauge("hermes_pool_abandoned", "Abandoned runs still running", lambda: self.pool.abandoned)
+        m.gauge(
+            "hermes_pool_abandoned", "Abandoned runs still running", lambda: self.pool.abandoned
+        )
         m.gauge("hermes_cached_agents", "Agent cache size", lambda: len(self.agents))
 
     def _stat(self, key: str) -> float:

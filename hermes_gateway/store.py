@@ -138,7 +138,9 @@ class Store:
 
         await self._write(run)
 
-    async def replayable(self, max_age_s: float) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
+    async def replayable(
+        self, max_age_s: float
+    ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
         """Inbox work left over from the last run; entries too old to replay are expired."""
         cutoff = time.time() - max_age_s
 
@@ -175,9 +177,7 @@ class Store:
 
         async def run(db: AsyncSession) -> int:
             res = await db.execute(
-                delete(InboxRow).where(
-                    InboxRow.status.in_(TERMINAL), InboxRow.updated_at < cutoff
-                )
+                delete(InboxRow).where(InboxRow.status.in_(TERMINAL), InboxRow.updated_at < cutoff)
             )
             return int(res.rowcount or 0)  # type: ignore[attr-defined]
 

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import uvloop
 
+from tests.fakes.openai import FakeOpenAI
 
-def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], Any]]:
     return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="session")
+def openai_server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(api_key="sk-fake") as server:
+        yield server
+
+
+@pytest.fixture
+def fake_llm(openai_server: FakeOpenAI) -> Iterator[FakeOpenAI]:
+    """The shared fake LLM, with its script, counters and delays reset for this test."""
+    openai_server.reset()
+    openai_server.responder = None
+    openai_server.delay = 0.0
+    yield openai_server
+    openai_server.reset()
+    openai_server.responder = None
+    openai_server.delay = 0.0

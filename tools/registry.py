@@ -41,9 +41,14 @@ class ToolOutcome:
 class Tool(Protocol):
     """A synchronous capability the model can call."""
 
-    name: str
-    description: str
-    parallel_safe: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parallel_safe(self) -> bool: ...
 
     def parameters(self) -> dict[str, Any]:
         """The JSON schema of the arguments object."""

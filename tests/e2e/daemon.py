@@ -1,0 +1,107 @@
+"""Runs `hermes gateway run` as a real child process for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class GatewayProcess:
+    """A gateway child process with its own home, config and control port."""
+
+    def __init__(self, home: Path, config: dict[str, Any], env: dict[str, str] | None = None):
+        self.home = home
+        self.port = free_port()
+        data = {
+            "home": str(home),
+            "control": {"port": self.port},
+            "logging": {"format": "json"},
+            **config,
+        }
+        data["control"] = {"port": self.port, **config.get("control", {})}
+        self.config_path = home.parent / f"{home.name}-config.yaml"
+        self.config_path.write_text(yaml.safe_dump(data))
+        self.env = {**os.environ, **(env or {})}
+        self.env.pop("NOTIFY_SOCKET", None)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr_path = home.parent / f"{home.name}-stderr.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait: bool = True) -> GatewayProcess:
+        self._stderr = self.stderr_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hermes_gateway", "gateway", "run", "--config", str(self.config_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            env=self.env,
+        )
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def wait_healthy(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"gateway exited {self.proc.returncode}: {self.stderr()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"gateway not healthy within {timeout}s: {self.stderr()}")
+
+    def chat(self, text: str, user: str = "e2e", timeout: float = 30, **kw: Any) -> httpx.Response:
+        body = {"user": user, "messages": [{"role": "user", "content": text}], **kw}
+        return httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=timeout)
+
+    def history(self, user: str = "e2e") -> list[dict[str, Any]]:
+        r = httpx.get(f"{self.url}/v1/history", params={"user": user}, timeout=10)
+        return list(r.json()["messages"])
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 15) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        self._stderr.close()
+        return code
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if hasattr(self, "_stderr"):
+            self._stderr.close()
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def log_events(self) -> list[dict[str, Any]]:
+        path = self.home / "logs" / "gateway.log"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,187 @@
+"""The spine through the local chat API: replies, history, tools, errors, bad input, auth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from tests.fakes.openai import FakeOpenAI, error, raw, text, tool_calls
+from tests.harness import make_config, running_gateway
+
+
+async def test_reply_and_history(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(text("Hi Alice!"), text("You said hello before."))
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        first = await client.chat("hello")
+        second = await client.chat("what did I say?")
+        history = await client.history()
+    assert first["text"] == "Hi Alice!"
+    assert second["text"] == "You said hello before."
+    # the second request carried the first turn: the gateway keeps the history
+    sent = fake_llm.requests[1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[1]["content"] == "hello" and sent[2]["content"] == "Hi Alice!"
+    assert [m["content"] for m in history] == [
+        "hello",
+        "Hi Alice!",
+        "what did I say?",
+        "You said hello before.",
+    ]
+
+
+async def test_streaming_reply_arrives_in_pieces(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(text("one two three four five six", chunk_size=4))
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        result = await client.chat("count", stream=True)
+    assert result["text"] == "one two three four five six"
+    assert len(result["deltas"]) > 3
+    assert result["kind"] == "reply"
+
+
+async def test_system_prompt_is_stable_across_turns(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        await client.chat("one")
+        await client.chat("two")
+    first, second = (r["messages"][0] for r in fake_llm.requests)
+    assert first["role"] == "system" and first == second
+
+
+async def test_sessions_are_isolated(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        await client.chat("alice secret", user="alice")
+        await client.chat("bob here", user="bob")
+        bob = await client.history("bob")
+    assert "alice secret" not in str(fake_llm.requests[1]["messages"])
+    assert [m["content"] for m in bob] == ["bob here", "echo: bob here"]
+
+
+async def test_tool_call_pairs_stay_valid(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    config = make_config(tmp_path, fake_llm.base_url)
+    config.workspace_path.mkdir(parents=True)
+    (config.workspace_path / "notes.txt").write_text("buy milk\n")
+    fake_llm.push(tool_calls(("read_file", {"path": " notes.txt "}), ("read_file", '{"path": 7')))
+    fake_llm.push(text("Your note says: buy milk."))
+    async with running_gateway(config) as (gw, client):
+        result = await client.chat("what is in my notes?")
+        history = await client.history()
+    assert result["text"] == "Your note says: buy milk."
+    followup = fake_llm.requests[1]["messages"]
+    assistant = followup[-3]
+    assert [c["function"]["name"] for c in assistant["tool_calls"]] == ["read_file", "read_file"]
+    results = followup[-2:]
+    assert [r["tool_call_id"] for r in results] == [c["id"] for c in assistant["tool_calls"]]
+    assert "1| buy milk" in results[0]["content"]
+    assert results[1]["content"].startswith("Error: arguments for read_file are not valid JSON")
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+
+
+async def test_workspace_escape_is_an_error_observation(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(tool_calls(("read_file", {"path": "../../etc/passwd"})), text("Not allowed."))
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        result = await client.chat("read /etc/passwd")
+    observation = fake_llm.requests[1]["messages"][-1]["content"]
+    assert "outside the workspace" in observation
+    assert "root:" not in observation
+    assert result["text"] == "Not allowed."
+
+
+async def test_model_errors_are_retried_then_explained(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    config = make_config(tmp_path, fake_llm.base_url, model={"max_retries": 2})
+    fake_llm.push(error(500, retry_after="0.01"), error(503, retry_after="0.01"), text("Back!"))
+    fake_llm.push(*(error(500, retry_after="0.01") for _ in range(3)))
+    async with running_gateway(config) as (gw, client):
+        recovered = await client.chat("first")
+        failed = await client.chat("second")
+        after = await client.chat("third")
+    assert recovered["text"] == "Back!"
+    assert failed["text"] == "The model is unavailable (HTTP 500); try again shortly."
+    assert after["text"] == "echo: third"  # the session still works
+    assert len(fake_llm.requests) == 7
+
+
+async def test_unreadable_model_response_is_explained(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    config = make_config(tmp_path, fake_llm.base_url, model={"stream": False})
+    fake_llm.push(raw("{not json"), raw('{"choices": []}'))
+    async with running_gateway(config) as (gw, client):
+        garbled = await client.chat("one")
+        empty = await client.chat("two")
+        fine = await client.chat("three")
+    assert garbled["text"] == "The model sent a response I could not read."
+    assert empty["text"] == "The model sent an empty response."
+    assert fine["text"] == "echo: three"
+
+
+async def test_no_model_configured_says_what_to_set(tmp_path: Path) -> None:
+    async with running_gateway(make_config(tmp_path, None)) as (gw, client):
+        result = await client.chat("hello?")
+        status, ready = await client.get("/readyz")
+    assert "model.api_key" in result["text"] and "OPENAI_API_KEY" in result["text"]
+    assert status == 200 and ready["ready"] is True
+
+
+async def test_bad_requests_get_openai_style_errors(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    config = make_config(tmp_path, fake_llm.base_url, runner={"max_input_chars": 50})
+    async with running_gateway(config) as (gw, client):
+        url = f"{client.base}/v1/chat/completions"
+        cases = {
+            "{not json": 400,
+            '{"messages": []}': 400,
+            '{"messages": [{"role": "user", "content": "   "}]}': 400,
+            '{"messages": [{"role": "assistant", "content": "x"}]}': 400,
+            '{"user": "a b", "messages": [{"role": "user", "content": "x"}]}': 400,
+            '{"messages": [{"role": "user", "content": "' + "x" * 51 + '"}]}': 413,
+        }
+        for body, expected in cases.items():
+            async with client.http.post(url, data=body) as resp:
+                data = await resp.json()
+                assert resp.status == expected, body
+                assert data["error"]["message"], body
+        ok = await client.chat("still fine")
+        history = await client.history()
+    assert ok["text"] == "echo: still fine"
+    assert [m["content"] for m in history] == ["still fine", "echo: still fine"]
+    assert len(fake_llm.requests) == 1
+
+
+async def test_duplicate_message_id_is_not_processed_twice(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        first = await client.chat("once", key="msg-1")
+        again = await client.chat("once", key="msg-1")
+    assert first["text"] == "echo: once"
+    assert again["status"] == 409
+    assert len(fake_llm.requests) == 1
+
+
+async def test_control_token_is_required(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    config = make_config(tmp_path, fake_llm.base_url, control={"token": "s3cret-token"})
+    async with running_gateway(config) as (gw, client):
+        status, body = await client.get("/status")
+        health, _ = await client.get("/healthz")
+        async with aiohttp.ClientSession(
+            headers={"Authorization": "Bearer s3cret-token"}
+        ) as authed:
+            async with authed.get(f"{client.base}/status") as resp:
+                ok_status = resp.status
+    assert status == 401 and body["error"]["code"] == "unauthorized"
+    assert health == 200
+    assert ok_status == 200
+
+
+async def test_metrics_and_status(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        await client.chat("count me")
+        status, metrics = await client.get("/metrics")
+        _, info = await client.get("/status")
+    assert status == 200
+    assert 'hermes_messages_received_total{platform="api"} 1.0' in metrics
+    assert 'hermes_messages_answered_total{outcome="done",platform="api"} 1.0' in metrics
+    assert "hermes_loop_lag_seconds_bucket" in metrics
+    assert "hermes_pool_busy" in metrics
+    assert info["pool"]["workers"] == 8 and info["platforms"]["api"]["ready"] is True
