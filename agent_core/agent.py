@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import structlog
+
 from agent_core.history import INTERRUPTED_RESULT, repair, synthetic_results
 from agent_core.llm import Completion, LLMClient, ModelError, ToolCall
 from tools.registry import ToolContext, ToolRegistry
@@ -21,6 +23,7 @@ Message = dict[str, Any]
 RunStatus = Literal["done", "interrupted", "failed", "max_iterations"]
 EventSink = Callable[[str, dict[str, Any]], None]
 
+log = structlog.get_logger("hermes.agent")
 NOT_CONFIGURED = (
     "No model is configured. Set model.api_key in config.yaml (or the OPENAI_API_KEY "
     "environment variable), or point model.base_url at a local OpenAI-compatible server."
@@ -216,6 +219,9 @@ class _Turn:
                 return False
             self.on_event("tool_start", {"tool": call.name, "call_id": call.id})
             outcome = self.agent.tools.dispatch(call.name, call.arguments, self.ctx)
+            log.info(
+                "tool.call", tool=call.name, ok=outcome.ok, seconds=round(outcome.duration_s, 4)
+            )
             self.on_event(
                 "tool_end",
                 {

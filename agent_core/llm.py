@@ -12,12 +12,16 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import openai
+if TYPE_CHECKING:
+    import openai
+
+import structlog
 
 Message = dict[str, Any]
+log = structlog.get_logger("hermes.llm")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +84,18 @@ class LLMClient:
         """A hosted API needs a key; a local server (loopback or private address) may not."""
         return bool(self.settings.api_key) or _is_local(self.settings.base_url)
 
+    def warm(self) -> None:
+        """Import the SDK and build the client ahead of the first message (blocking)."""
+        self._sdk()
+
     def _sdk(self) -> openai.OpenAI:
         if self._client is None:
             with self._lock:
                 if self._client is None:
+                    # imported here: it is the biggest import of the daemon (about 0.6 s), and
+                    # /healthz should not wait for it
+                    import openai
+
                     self._client = openai.OpenAI(
                         base_url=self.settings.base_url,
                         api_key=self.settings.api_key or "no-key",
@@ -112,9 +124,15 @@ class LLMClient:
                 return self._complete_once(messages, tools, should_stop, on_delta)
             except ModelError as exc:
                 if not exc.retryable or attempt >= self.settings.max_retries:
+                    log.warning(
+                        "model.failed", status=exc.status, error=str(exc), attempts=attempt + 1
+                    )
                     raise
                 delay = exc.retry_after if exc.retry_after is not None else _backoff(attempt)
                 attempt += 1
+                log.warning(
+                    "model.retry", status=exc.status, attempt=attempt, delay_s=round(delay, 2)
+                )
                 sleeper = wait or self._wait or _sleep
                 if sleeper(delay) or should_stop():
                     return Completion(interrupted=True)
@@ -126,6 +144,8 @@ class LLMClient:
         should_stop: Callable[[], bool],
         on_delta: Callable[[str], None] | None,
     ) -> Completion:
+        import openai
+
         kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages}
         if tools:
             kwargs["tools"] = tools

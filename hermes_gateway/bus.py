@@ -100,12 +100,12 @@ class _Subscription:
             log.warning(
                 "bus.subscriber_timeout",
                 subscriber=self.name,
-                event=ev.name,
+                lifecycle_event=ev.name,
                 timeout_s=self.timeout,
             )
         except Exception:
             self.failures += 1
-            log.exception("bus.subscriber_failed", subscriber=self.name, event=ev.name)
+            log.exception("bus.subscriber_failed", subscriber=self.name, lifecycle_event=ev.name)
         else:
             elapsed = time.monotonic() - started
             if elapsed > self.timeout / 2:

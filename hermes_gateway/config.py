@@ -176,8 +176,11 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     ``HERMES_HOME`` overrides ``home``.
     """
     env = dict(os.environ if environ is None else environ)
-    raw = _read_yaml(path, env)
-    data = _interpolate(raw, env, "")
+    try:
+        raw = _read_yaml(path, env)
+        data = _interpolate(raw, env, "")
+    except RecursionError:
+        raise ConfigError("", "the config nests too deeply or refers to itself") from None
     if not isinstance(data, dict):
         raise ConfigError("", "the config file must be a mapping of keys")
     data.setdefault("model", {})

@@ -6,6 +6,8 @@ so the event loop never blocks on a log write; a redactor removes every secret f
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import logging.handlers
 import queue
@@ -20,7 +22,7 @@ import structlog
 from hermes_gateway.config import Config
 
 _TOKEN_PATTERNS = re.compile(
-    r"\b\d{6,12}:[A-Za-z0-9_-]{30,}"  # Telegram bot token
+    r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}"  # Telegram bot token, also inside /bot<token>/
     r"|\bsk-[A-Za-z0-9_-]{16,}"  # OpenAI-style API key
     r"|\bxox[abprs]-[A-Za-z0-9-]{8,}"  # Slack bot/user token
     r"|\bxapp-[A-Za-z0-9-]{8,}"  # Slack app token
@@ -33,8 +35,15 @@ class Redactor:
     """Replaces known secrets and anything shaped like a token with ``***``."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        # longest first, so a secret that contains another is removed whole
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        # each secret also as it appears inside a JSON string (quotes, backslashes, non-ASCII
+        # escaped); longest first, so a secret that contains another is removed whole
+        forms = set()
+        for secret in secrets:
+            if secret:
+                forms.add(secret)
+                forms.add(json.dumps(secret)[1:-1])
+                forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        self._secrets = sorted(forms, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
@@ -61,6 +70,17 @@ class _CallerQueueHandler(logging.handlers.QueueHandler):
         if ctx:
             record.hermes_ctx = ctx
         return record
+
+
+def _record_time(
+    logger: Any, method: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """Stamp a stdlib record with the time it was logged, not the time it was formatted."""
+    record = event_dict.get("_record")
+    if record is not None and "timestamp" not in event_dict:
+        stamp = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        event_dict["timestamp"] = stamp.isoformat().replace("+00:00", "Z")
+    return event_dict
 
 
 def _merge_record_context(
@@ -93,7 +113,7 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
     foreign_chain: list[Any] = [
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
-        timestamper,
+        _record_time,
         _merge_record_context,
     ]
     json_formatter = _RedactingFormatter(
@@ -101,7 +121,7 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(default=str),
+            structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
         ],
         foreign_pre_chain=foreign_chain,
     )
@@ -155,11 +175,13 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
             timestamper,
+            # render tracebacks here: on the listener thread the exception is gone
+            structlog.processors.format_exc_info,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,  # capture_logs in tests must see every logger
     )
     listener.start()
     return LogSink(listener, path)

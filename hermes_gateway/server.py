@@ -193,6 +193,7 @@ class Gateway:
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
         self._spawn(replayer.run(), "replay")
         self._spawn(self._housekeeping(), "housekeeping")
+        self._spawn(asyncio.to_thread(self.llm.warm), "llm-warmup")
         self.notifier.notify("READY=1")
         self.bus.emit("gateway_startup", session_key="", version=__version__)
         log.info(

@@ -78,15 +78,28 @@ class ModelTool:
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """Drop pydantic's `title` noise; models read descriptions, not titles."""
-    schema = {k: v for k, v in schema.items() if k != "title"}
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        schema["properties"] = {
-            name: {k: v for k, v in prop.items() if k != "title"} for name, prop in props.items()
-        }
-    schema.setdefault("additionalProperties", False)
-    return schema
+    """Drop pydantic's `title` noise at every depth; models read descriptions, not titles."""
+    cleaned = _without_titles(schema)
+    cleaned.setdefault("additionalProperties", False)
+    return cleaned
+
+
+def _without_titles(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            # under "properties" the keys are field names (a field may be called "title")
+            out[key] = (
+                {k: _without_titles(v) for k, v in value.items()}
+                if key in ("properties", "$defs") and isinstance(value, dict)
+                else _without_titles(value)
+            )
+        return out
+    if isinstance(node, list):
+        return [_without_titles(v) for v in node]
+    return node
 
 
 class ToolRegistry:

@@ -37,8 +37,9 @@ class GatewayProcess:
         data["control"] = {"port": self.port, **config.get("control", {})}
         self.config_path = home.parent / f"{home.name}-config.yaml"
         self.config_path.write_text(yaml.safe_dump(data))
-        self.env = {**os.environ, **(env or {})}
+        self.env = dict(os.environ)
         self.env.pop("NOTIFY_SOCKET", None)
+        self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr_path = home.parent / f"{home.name}-stderr.log"
 
@@ -49,7 +50,15 @@ class GatewayProcess:
     def start(self, wait: bool = True) -> GatewayProcess:
         self._stderr = self.stderr_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hermes_gateway", "gateway", "run", "--config", str(self.config_path)],
+            [
+                sys.executable,
+                "-m",
+                "hermes_gateway",
+                "gateway",
+                "run",
+                "--config",
+                str(self.config_path),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
             env=self.env,
@@ -85,7 +94,12 @@ class GatewayProcess:
 
     def wait(self, timeout: float = 15) -> int:
         assert self.proc is not None
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"gateway still running after {timeout}s; stderr tail:\n{self.stderr()}"
+            ) from None
         self._stderr.close()
         return code
 

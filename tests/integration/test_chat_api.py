@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import structlog
 
 from tests.fakes.openai import FakeOpenAI, error, raw, text, tool_calls
 from tests.harness import make_config, running_gateway
@@ -185,3 +186,25 @@ async def test_metrics_and_status(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     assert "hermes_loop_lag_seconds_bucket" in metrics
     assert "hermes_pool_busy" in metrics
     assert info["pool"]["workers"] == 8 and info["platforms"]["api"]["ready"] is True
+
+
+async def test_agent_log_lines_carry_the_run_context(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    config = make_config(tmp_path, fake_llm.base_url)
+    config.workspace_path.mkdir(parents=True)
+    (config.workspace_path / "a.txt").write_text("x\n")
+    fake_llm.push(tool_calls(("read_file", {"path": "a.txt"})), text("done"))
+    capture = structlog.testing.LogCapture()
+    old = structlog.get_config()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
+    try:
+        async with running_gateway(config) as (gw, client):
+            await client.chat("read it")
+    finally:
+        structlog.configure(**old)
+    tool_lines = [e for e in capture.entries if e["event"] == "tool.call"]
+    assert len(tool_lines) == 1  # logged on the worker thread ...
+    line = tool_lines[0]  # ... yet it carries the loop side's bound context
+    assert line["session_key"] == "api:dm:alice"
+    assert line["platform"] == "api"
+    finished = next(e for e in capture.entries if e["event"] == "run.finished")
+    assert line["run_id"] == finished["run_id"] and len(line["run_id"]) == 12

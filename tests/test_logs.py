@@ -1,0 +1,233 @@
+"""The log pipeline: JSON lines on disk and stderr, bound context kept, every secret redacted."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from hermes_gateway.config import Config
+from hermes_gateway.logs import Redactor, configure_logging
+
+MODEL_SECRET = "model-secret-7f3a9c"
+TELEGRAM_SECRET = "tg-config-secret-Q8w2"
+CONTROL_SECRET = "ctl-secret-M4n7"
+# shaped like real tokens but in no config: the pattern redactor must catch them
+LOOSE_TELEGRAM = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+LOOSE_OPENAI = "sk-proj-abcdefghijklmnop1234"
+LOOSE_SLACK = "xoxb-1234-5678-abcdefgh"
+LOOSE_BEARER = "eyJhbGciOi.payload.signature"
+SECRETS = [
+    MODEL_SECRET,
+    TELEGRAM_SECRET,
+    CONTROL_SECRET,
+    LOOSE_TELEGRAM,
+    LOOSE_OPENAI,
+    LOOSE_SLACK,
+    LOOSE_BEARER,
+]
+NOISY = ("httpx", "httpcore", "aiohttp.access", "hpack", "websockets")
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    noisy = {name: logging.getLogger(name).level for name in NOISY}
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    for name, noisy_level in noisy.items():
+        logging.getLogger(name).setLevel(noisy_level)
+    structlog.contextvars.clear_contextvars()
+    structlog.reset_defaults()
+
+
+def _config(home: Path, **overrides: Any) -> Config:
+    data: dict[str, Any] = {
+        "home": str(home),
+        "model": {"api_key": MODEL_SECRET},
+        "platforms": {"telegram": {"token": TELEGRAM_SECRET}},
+        "control": {"token": CONTROL_SECRET},
+        "logging": {"format": "json"},
+    }
+    data.update(overrides)
+    return Config.model_validate(data)
+
+
+def _emit_everything() -> None:
+    log = structlog.get_logger("hermes.test")
+    structlog.contextvars.bind_contextvars(session_key="telegram:dm:42")
+    log.info("model.request", api_key=MODEL_SECRET, url=f"https://x.test/{TELEGRAM_SECRET}")
+    try:
+        raise RuntimeError(f"control auth failed with {CONTROL_SECRET}")
+    except RuntimeError:
+        logging.getLogger("hermes.control").exception("control.failed")
+    log.debug("hidden.debug_line")
+    logging.getLogger("httpx").warning(
+        "HTTP Request failed: %s", f"https://api.example.test/{TELEGRAM_SECRET}/getMe"
+    )
+    logging.getLogger("httpx").info("HTTP Request: GET https://quiet.test")  # below WARNING
+    logging.getLogger("hermes.adapter").warning("token=%s bad", LOOSE_TELEGRAM)
+    log.warning(
+        "loose.tokens",
+        detail=f"openai {LOOSE_OPENAI} slack {LOOSE_SLACK}",
+        header=f"Authorization: Bearer {LOOSE_BEARER}",
+    )
+    structlog.contextvars.clear_contextvars()
+
+    def worker() -> None:
+        structlog.contextvars.bind_contextvars(session_key="slack:dm:D1", run_id="r9")
+        logging.getLogger("slack_sdk").error("socket closed for %s", LOOSE_SLACK)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _by_event(lines: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    matches = [line for line in lines if line["event"].startswith(prefix)]
+    assert len(matches) == 1, (prefix, lines)
+    return matches[0]
+
+
+class TestPipeline:
+    def test_json_lines_with_events_and_context(self, tmp_path: Path) -> None:
+        stream = io.StringIO()
+        sink = configure_logging(_config(tmp_path), stream=stream)
+        _emit_everything()
+        sink.stop()
+        assert sink.path == tmp_path / "logs" / "gateway.log"
+        lines = _read_lines(sink.path)
+        events = [line["event"] for line in lines]
+        assert events == [
+            "model.request",
+            "control.failed",
+            "HTTP Request failed: https://api.example.test/***/getMe",
+            "token=*** bad",
+            "loose.tokens",
+            "socket closed for ***",
+        ]
+        request = _by_event(lines, "model.request")
+        assert request["session_key"] == "telegram:dm:42"
+        assert (request["level"], request["logger"]) == ("info", "hermes.test")
+        assert request["api_key"] == "***"
+        assert "timestamp" in request
+        failed = _by_event(lines, "control.failed")
+        assert failed["exception"].startswith("Traceback (most recent call last):")
+        assert failed["exception"].endswith("RuntimeError: control auth failed with ***")
+        httpx = _by_event(lines, "HTTP Request failed")
+        assert (httpx["level"], httpx["logger"]) == ("warning", "httpx")
+        assert httpx["session_key"] == "telegram:dm:42"  # foreign record, caller's context
+        assert _by_event(lines, "token=")["session_key"] == "telegram:dm:42"
+        threaded = _by_event(lines, "socket closed")
+        assert (threaded["session_key"], threaded["run_id"]) == ("slack:dm:D1", "r9")
+        assert threaded["logger"] == "slack_sdk"
+        # stderr got the same JSON lines, timestamps included (taken when logged)
+        stderr_lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+        assert stderr_lines == lines
+
+    def test_no_secret_reaches_file_or_stderr(self, tmp_path: Path) -> None:
+        stream = io.StringIO()
+        sink = configure_logging(_config(tmp_path), stream=stream)
+        _emit_everything()
+        sink.stop()
+        assert sink.path is not None
+        raw = sink.path.read_text(encoding="utf-8")
+        decoded = json.dumps(_read_lines(sink.path), ensure_ascii=False)
+        for text in (raw, decoded, stream.getvalue()):
+            leaked = [secret for secret in SECRETS if secret in text]
+            assert leaked == []
+        assert raw.count("***") >= len(SECRETS)
+
+    def test_console_format_is_redacted_too(self, tmp_path: Path) -> None:
+        stream = io.StringIO()
+        config = _config(tmp_path, logging={"format": "console", "file": False})
+        sink = configure_logging(config, stream=stream)
+        structlog.get_logger("hermes.test").info("hello", key=MODEL_SECRET, other=LOOSE_OPENAI)
+        sink.stop()
+        out = stream.getvalue()
+        assert sink.path is None
+        assert "hello" in out
+        assert MODEL_SECRET not in out
+        assert LOOSE_OPENAI not in out
+        assert not (tmp_path / "logs").exists()
+
+    def test_level_filter(self, tmp_path: Path) -> None:
+        stream = io.StringIO()
+        sink = configure_logging(_config(tmp_path, logging={"level": "debug"}), stream=stream)
+        structlog.get_logger("hermes.test").debug("visible.debug_line")
+        sink.stop()
+        assert sink.path is not None
+        assert [line["event"] for line in _read_lines(sink.path)] == ["visible.debug_line"]
+
+    def test_stdlib_record_keeps_its_creation_time(self, tmp_path: Path) -> None:
+        sink = configure_logging(_config(tmp_path), io.StringIO())
+        record = logging.makeLogRecord(
+            {"name": "httpx", "levelno": logging.WARNING, "levelname": "WARNING",
+             "msg": "late", "created": 978307200.0}  # 2001-01-01T00:00:00Z
+        )  # fmt: skip
+        logging.getLogger("httpx").handle(record)
+        sink.stop()
+        assert sink.path is not None
+        (line,) = _read_lines(sink.path)
+        assert line["timestamp"].startswith("2001-01-01T00:00:00")
+
+    def test_structlog_exception_keeps_its_traceback(self, tmp_path: Path) -> None:
+        sink = configure_logging(_config(tmp_path), io.StringIO())
+        try:
+            raise RuntimeError(f"auth failed with {CONTROL_SECRET}")
+        except RuntimeError:
+            structlog.get_logger("hermes.test").exception("control.failed")
+        sink.stop()
+        assert sink.path is not None
+        (line,) = _read_lines(sink.path)
+        assert line["exception"].endswith("RuntimeError: auth failed with ***")
+
+    def test_non_ascii_secret_is_redacted(self, tmp_path: Path) -> None:
+        secret = "pässwort-geheim-1"
+        sink = configure_logging(_config(tmp_path, control={"token": secret}), io.StringIO())
+        structlog.get_logger("hermes.test").info("auth", token=secret)
+        sink.stop()
+        assert sink.path is not None
+        decoded = json.dumps(_read_lines(sink.path), ensure_ascii=False)
+        assert secret not in decoded
+
+
+class TestRedactor:
+    def test_known_secrets_longest_first(self) -> None:
+        redact = Redactor(["abcd", "abcdefgh"])
+        assert redact("x abcdefgh y abcd") == "x *** y ***"
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            (f"t {LOOSE_TELEGRAM} x", "t *** x"),
+            (f"k={LOOSE_OPENAI}", "k=***"),
+            (f"{LOOSE_SLACK} and xapp-1-A0-123456789", "*** and ***"),
+            (f"Authorization: Bearer {LOOSE_BEARER}", "Authorization: Bearer ***"),
+            ("Authorization: Bot " + "M" * 24 + ".Gx." + "a" * 27, "Authorization: Bot ***"),
+            ("nothing to hide: 12:34, sk-short", "nothing to hide: 12:34, sk-short"),
+        ],
+    )
+    def test_token_shapes(self, text: str, expected: str) -> None:
+        assert Redactor()(text) == expected
+
+    def test_telegram_token_inside_a_bot_url(self) -> None:
+        url = f"https://api.telegram.org/bot{LOOSE_TELEGRAM}/getMe"
+        assert LOOSE_TELEGRAM not in Redactor()(url)
