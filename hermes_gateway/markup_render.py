@@ -171,7 +171,7 @@ class TelegramRenderer(_BlockRenderer):
             return f'<pre><code class="language-{lang.group()}">{_esc(block.code)}</code></pre>'
         if isinstance(block, Quote):
             inner = _join(block.blocks, TelegramRenderer(in_quote=True))
-            return inner if False else f"<blockquote>{inner}</blockquote>"
+            return inner if self.in_quote else f"<blockquote>{inner}</blockquote>"
         if isinstance(block, Table):
             return f"<pre>{_esc(table_text(block))}</pre>"
         return RULE_TEXT

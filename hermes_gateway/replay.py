@@ -63,9 +63,9 @@ class Replayer:
         if adapter is None:
             log.warning("replay.platform_disabled", platform=platform)
             return False
-        while not adapter.health().ready:
-            # readiness is derived from SDK state; this 0.1 s poll only runs at start
-            await asyncio.sleep(0.1)  # noqa: ASYNC110
+        # readiness is derived from SDK state; this 0.1 s poll only runs at start
+        while not adapter.health().ready:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
         return True
 
     async def _resend(self, u: Undelivered) -> None:
