@@ -79,7 +79,7 @@ class ModelTool:
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Drop pydantic's `title` noise at every depth; models read descriptions, not titles."""
-    cleaned = _without_titles(schema)
+    cleaned: dict[str, Any] = _without_titles(schema)
     cleaned.setdefault("additionalProperties", False)
     return cleaned
 
