@@ -159,7 +159,7 @@ class ApiAdapter:
         key = MessageEvent.create(
             platform="api", chat_type="dm", chat_id=user, user_id=user, message_id="-", text=""
         ).session_key
-        messages = await self.host.history(key)  # type: ignore[attr-defined]
+        messages = await self.host.history(key)
         return web.json_response({"session_key": key, "messages": messages})
 
 

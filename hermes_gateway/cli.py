@@ -39,6 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--url", help="control API base URL (default: from the config)")
     chat.add_argument("--no-stream", action="store_true", help="wait for whole replies")
 
+    pairing = sub.add_parser("pairing", help="approve users who asked to talk to the bot")
+    pairing.add_argument("--config", help="config file (to find the control port and token)")
+    pairing.add_argument("--url", help="control API base URL (default: from the config)")
+    psub = pairing.add_subparsers(dest="action", required=True)
+    psub.add_parser("list", help="pending codes and approved users")
+    approve = psub.add_parser("approve", help="approve a pairing code")
+    approve.add_argument("platform")
+    approve.add_argument("code")
+    revoke = psub.add_parser("revoke", help="remove an approved user")
+    revoke.add_argument("platform")
+    revoke.add_argument("user_id")
+
     config = sub.add_parser("config", help="configuration tools")
     csub = config.add_subparsers(dest="action", required=True)
     check = csub.add_parser("check", help="validate the config and exit (78 if invalid)")
@@ -61,12 +73,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         print(f"config OK (home: {config.home})")
         return EXIT_OK
+    url = getattr(args, "url", None) or (
+        f"http://{_client_host(config.control.host)}:{config.control.port}"
+    )
     if args.command == "chat":
         from hermes_gateway.chat import run_chat
 
-        url = args.url or f"http://{_client_host(config.control.host)}:{config.control.port}"
         return run_chat(url, config.control.token, args.session, stream=not args.no_stream)
+    if args.command == "pairing":
+        return run_pairing(args, url, config.control.token)
     return run_gateway(config)
+
+
+def run_pairing(args: argparse.Namespace, url: str, token: str | None) -> int:
+    """`hermes pairing list|approve|revoke` through the running gateway's control API."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+            if args.action == "list":
+                response = client.get("/pairing")
+            elif args.action == "approve":
+                body = {"platform": args.platform, "code": args.code}
+                response = client.post("/pairing/approve", json=body)
+            else:
+                body = {"platform": args.platform, "user_id": args.user_id}
+                response = client.post("/pairing/revoke", json=body)
+    except httpx.HTTPError as exc:
+        print(f"hermes: the gateway is not answering at {url}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    data = response.json()
+    if response.status_code != 200:
+        print(f"hermes: {data.get('error', {}).get('message', response.text)}", file=sys.stderr)
+        return EXIT_FAILURE
+    if args.action == "list":
+        _print_pairing(data["entries"])
+    elif args.action == "approve":
+        who = data["approved"]
+        print(f"approved {who['platform']} user {who['user_id']} ({who['user_name']})")
+    else:
+        print(f"revoked {args.platform} user {args.user_id}")
+    return EXIT_OK
+
+
+def _print_pairing(entries: list[dict[str, object]]) -> None:
+    if not entries:
+        print("no pairing requests and no paired users")
+        return
+    print(f"{'PLATFORM':<10} {'STATUS':<9} {'CODE':<9} {'USER ID':<20} NAME")
+    for e in entries:
+        print(
+            f"{e['platform']!s:<10} {e['status']!s:<9} {e['code']!s:<9} {e['user_id']!s:<20} "
+            f"{e['user_name']}"
+        )
 
 
 def run_gateway(config: Config) -> int:

@@ -67,6 +67,9 @@ class _PlatformBase(_Section):
     allowed_users: tuple[str, ...] = ()
     allow_all: bool = False
     require_mention: bool = True
+    pairing: bool = False  # unknown DM users get a code an operator approves
+    typing: bool = True  # show "typing..." (or the platform's equivalent) while working
+    stream: bool = False  # live preview of the answer by message edits
 
     @field_validator("allowed_users", mode="before")
     @classmethod
@@ -81,12 +84,19 @@ class TelegramConfig(_PlatformBase):
     token: str = ""
     base_url: str = "https://api.telegram.org/bot"
     base_file_url: str = "https://api.telegram.org/file/bot"
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str = ""  # public URL Telegram posts to (webhook mode)
+    webhook_secret: str = ""  # checked against X-Telegram-Bot-Api-Secret-Token
+    webhook_path: str = "/telegram/webhook"  # route on the control server
+    media_max_bytes: int = Field(20 * 1024 * 1024, ge=0)
 
 
 class DiscordConfig(_PlatformBase):
     token: str = ""
     api_base: str = "https://discord.com/api/v10"
     gateway_url: str = "wss://gateway.discord.gg"
+    allow_bots: bool = False
+    sync_commands: bool = True  # register the gateway commands as slash commands at start
 
 
 class SlackConfig(_PlatformBase):
@@ -96,6 +106,9 @@ class SlackConfig(_PlatformBase):
     signing_secret: str = ""
     events_path: str = "/slack/events"
     api_base: str = "https://slack.com/api/"
+    message_limit: int = Field(3900, ge=100, le=39000)
+    progress: Literal["reaction", "status", "none"] = "reaction"
+    progress_reaction: str = "eyes"
 
 
 class ApiPlatformConfig(_Section):
@@ -165,6 +178,7 @@ class Config(_Section):
             p.slack.bot_token,
             p.slack.app_token,
             p.slack.signing_secret,
+            p.telegram.webhook_secret,
         ]
         return [v for v in values if v and len(v) >= 4]
 
@@ -315,6 +329,12 @@ def _check_semantics(config: Config) -> None:
         raise ConfigError(
             "control.token", "must be set when control.host is not a loopback address"
         )
+    tg = p.telegram
+    if tg.enabled and tg.mode == "webhook":
+        if not tg.webhook_url:
+            raise ConfigError("platforms.telegram.webhook_url", "must be set in webhook mode")
+        if not tg.webhook_secret:
+            raise ConfigError("platforms.telegram.webhook_secret", "must be set in webhook mode")
     if config.watchdog.fatal_s * 1000 <= config.watchdog.warn_ms:
         raise ConfigError("watchdog.fatal_s", "must be longer than watchdog.warn_ms")
 

@@ -57,3 +57,19 @@ class InboxRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     run_id: Mapped[str] = mapped_column(String(64), default="")
     reply: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class PairingRow(Base):
+    """A DM pairing request (status pending) or an approved user (status approved)."""
+
+    __tablename__ = "pairing"
+    __table_args__ = (UniqueConstraint("platform", "user_id", name="uq_pairing_user"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str] = mapped_column(String(128))
+    user_name: Mapped[str] = mapped_column(String(256), default="")
+    chat_id: Mapped[str] = mapped_column(String(128), default="")
+    code: Mapped[str] = mapped_column(String(16), default="")
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+    approved_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -13,6 +13,7 @@ from aiohttp import web
 from hermes_gateway.events import MessageEvent, OutboundMessage
 
 if TYPE_CHECKING:
+    from hermes_gateway.access import AccessPolicy
     from hermes_gateway.bus import EventBus
     from hermes_gateway.config import Config
     from hermes_gateway.metrics import Metrics
@@ -59,8 +60,19 @@ class AdapterHost(Protocol):
         method: str,
         path: str,
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        *,
+        public: bool = False,
     ) -> None:
-        """Mount an HTTP handler on the control server (webhooks, the local API)."""
+        """Mount an HTTP handler on the control server (webhooks, the local API); ``public``
+        routes skip the control token because they authenticate themselves."""
+        ...
+
+    def access_for(self, platform: str) -> AccessPolicy:
+        """The shared access rules (allowlist, mention gating, pairing) for a platform."""
+        ...
+
+    async def history(self, session_key: str) -> list[dict[str, Any]]:
+        """The session's conversation so far."""
         ...
 
 

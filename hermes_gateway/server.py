@@ -18,6 +18,8 @@ from aiohttp import web
 from agent_core import AIAgent, LLMClient, LLMSettings
 from agent_core.prompt import build_system_prompt
 from hermes_gateway import __version__
+from hermes_gateway.access import AccessPolicy
+from hermes_gateway.admin import AdminRoutes
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
@@ -28,6 +30,7 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.hooks import collect_hooks, install_hooks
 from hermes_gateway.metrics import Metrics
+from hermes_gateway.pairing import PairingBook
 from hermes_gateway.platform import Adapter, StreamSink, SubmitOutcome, load_adapter
 from hermes_gateway.pool import AgentPool
 from hermes_gateway.replay import Replayer
@@ -54,6 +57,8 @@ class Gateway:
         self.metrics = Metrics()
         self.bus = EventBus(timeout=config.hook_timeout_s)
         self.store = Store(config.store_url)
+        self.pairing = PairingBook(self.store)
+        self._access: dict[str, AccessPolicy] = {}
         self.pool = AgentPool(config.runner.workers)
         self.llm = LLMClient(_llm_settings(config))
         self.tools = default_registry(config.tools.enabled)
@@ -86,6 +91,7 @@ class Gateway:
             status=self.status,
             metrics=self.metrics.render,
         )
+        AdminRoutes(self.pairing, self.adapters, self.delivery).mount(self.control.add_route)
         self.notifier = SystemdNotifier(systemd_notify_socket())
         self.watchdog: LoopWatchdog | None = None
         self._background: list[asyncio.Task[Any]] = []
@@ -129,6 +135,13 @@ class Gateway:
             await self.commands.handle(command[0], command[1], event, inbox_id)
         else:
             await self.runner.dispatch(event, inbox_id)
+
+    def access_for(self, platform: str) -> AccessPolicy:
+        policy = self._access.get(platform)
+        if policy is None:
+            section = getattr(self.config.platforms, platform)
+            policy = self._access[platform] = AccessPolicy(platform, section, self.pairing)
+        return policy
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         ctx = self.agents.peek(session_key)
@@ -184,6 +197,7 @@ class Gateway:
         )
         install_hooks(self.bus, hooks)
         await self.store.open()
+        await self.pairing.load()
         for name in self._enabled_platforms():
             self.adapters[name] = load_adapter(name, self)
         await self.control.start()

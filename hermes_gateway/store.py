@@ -88,6 +88,18 @@ class Store:
             raise StoreError("the store is not open")
         return self._sessions()
 
+    async def read(self, fn: Any, *args: Any) -> Any:
+        """Run ``await fn(db, *args)`` in a read session (for modules with tables of their own)."""
+        try:
+            async with self._session() as db:
+                return await fn(db, *args)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+
+    async def write(self, fn: Any, *args: Any) -> Any:
+        """Run ``await fn(db, *args)`` in one serialized write transaction."""
+        return await self._write(fn, *args)
+
     async def _write(self, fn: Any, *args: Any) -> Any:
         async with self._write_lock:
             try:
