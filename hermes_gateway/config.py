@@ -69,7 +69,7 @@ class _PlatformBase(_Section):
     require_mention: bool = True
     pairing: bool = False  # unknown DM users get a code an operator approves
     typing: bool = True  # show "typing..." (or the platform's equivalent) while working
-    stream: bool = False  # live preview of the answer by message edits
+    streaming: bool = False  # live preview of the answer by message edits
 
     @field_validator("allowed_users", mode="before")
     @classmethod
