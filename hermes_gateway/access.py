@@ -43,8 +43,13 @@ class AccessPolicy:
 
     def __init__(self, platform: str, config: _PlatformBase, pairing: PairingBook | None) -> None:
         self.platform = platform
+        self._book = pairing
+        self.reconfigure(config)
+
+    def reconfigure(self, config: _PlatformBase) -> None:
+        """Take new rules (SIGHUP) without dropping anything in flight."""
         self.config = config
-        self.pairing = pairing if config.pairing else None
+        self.pairing = self._book if config.pairing else None
         self._allowed = frozenset(config.allowed_users)
 
     def is_allowed_user(self, user_id: str) -> bool:

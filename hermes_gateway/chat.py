@@ -1,18 +1,111 @@
 """`hermes chat`: a thin terminal client to the running gateway's local chat API.
 
-State lives in the gateway, so quitting and reconnecting with the same `--session` continues
-the conversation. Ctrl-C during a reply sends `/stop`; Ctrl-D quits.
+State lives in the gateway, so the client can drop and reconnect without losing the
+conversation: a message is sent with an idempotency key and, after a reconnect, its answer is
+picked up from the session history. Ctrl-C during a reply sends `/stop`; Ctrl-D quits.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 import uuid
 from collections.abc import Callable
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 import httpx
+
+RETRY_DELAYS = (0.5, 1, 2, 4, 8)
+
+
+class ChatClient:
+    def __init__(
+        self, base_url: str, token: str | None, session: str, *, stream: bool, out: TextIO
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=None)
+        self.base_url = base_url
+        self.session = session
+        self.stream = stream
+        self.out = out
+
+    def healthy(self) -> bool:
+        try:
+            return self.http.get("/healthz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def send(self, text: str) -> None:
+        """One turn; survives the gateway restarting underneath it."""
+        key = uuid.uuid4().hex
+        seen = len(self._history())
+        for delay in (0, *RETRY_DELAYS):
+            if delay:
+                self.out.write(f"[gateway unreachable; retrying in {delay}s]\n")
+                time.sleep(delay)
+                if not self.healthy():
+                    continue
+            try:
+                status = self._turn(text, key)
+            except httpx.TransportError:
+                continue
+            if status == 409:  # it got there before the connection dropped
+                self._await_answer(seen)
+            return
+        self.out.write("[the gateway did not come back; your message is kept if it got there]\n")
+
+    def _turn(self, text: str, key: str) -> int:
+        body = {
+            "model": "hermes",
+            "user": self.session,
+            "stream": self.stream,
+            "messages": [{"role": "user", "content": text}],
+        }
+        headers = {"Idempotency-Key": key}
+        if not self.stream:
+            response = self.http.post("/v1/chat/completions", json=body, headers=headers)
+            if response.status_code != 409:
+                self.out.write(f"hermes> {_text_of(response)}\n")
+            return response.status_code
+        with self.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+            if r.status_code != 200:
+                r.read()
+                if r.status_code != 409:
+                    self.out.write(f"hermes> {_text_of(r)}\n")
+                return r.status_code
+            self.out.write("hermes> ")
+            for line in r.iter_lines():
+                self._write_chunk(line)
+            self.out.write("\n")
+            return 200
+
+    def _write_chunk(self, line: str) -> None:
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            return
+        for choice in json.loads(line[6:]).get("choices", ()):
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                self.out.write(piece)
+                self.out.flush()
+
+    def _history(self) -> list[dict[str, Any]]:
+        try:
+            r = self.http.get("/v1/history", params={"user": self.session}, timeout=10)
+            return list(r.json().get("messages", [])) if r.status_code == 200 else []
+        except httpx.HTTPError:
+            return []
+
+    def _await_answer(self, seen: int, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            new = self._history()[seen:]
+            answers = [m for m in new if m.get("role") == "assistant" and m.get("content")]
+            if answers:
+                self.out.write(f"hermes> {answers[-1]['content']}\n")
+                return
+            time.sleep(0.5)
 
 
 def run_chat(
@@ -23,68 +116,51 @@ def run_chat(
     stream: bool = True,
     read: Callable[[str], str] = input,
     out: TextIO = sys.stdout,
+    history_file: Path | None = None,
 ) -> int:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=None) as client:
-        try:
-            client.get("/healthz", timeout=5).raise_for_status()
-        except httpx.HTTPError:
-            print(
-                f"The gateway is not answering at {base_url}. Start it with `hermes gateway run`.",
-                file=sys.stderr,
-            )
-            return 1
-        out.write(
-            f"Connected to {base_url} (session {session}). /help for commands, Ctrl-D quits.\n"
+    client = ChatClient(base_url, token, session, stream=stream, out=out)
+    if not client.healthy():
+        print(
+            f"The gateway is not answering at {base_url}. Start it with `hermes gateway run`.",
+            file=sys.stderr,
         )
-        while True:
-            try:
-                line = read("you> ")
-            except EOFError:
-                out.write("\n")
-                return 0
-            except KeyboardInterrupt:
-                out.write("\n")
-                continue
-            if not line.strip():
-                continue
-            try:
-                _turn(client, session, line, stream, out)
-            except KeyboardInterrupt:
-                out.write("\n[stopping]\n")
-                _turn(client, session, "/stop", False, out)
-            except httpx.HTTPError as exc:
-                out.write(f"[connection error: {exc}]\n")
+        return 1
+    _enable_line_editing(history_file)
+    out.write(f"Connected to {base_url} (session {session}). /help for commands, Ctrl-D quits.\n")
+    while True:
+        try:
+            line = read("you> ")
+        except EOFError:
+            out.write("\n")
+            return 0
+        except KeyboardInterrupt:
+            out.write("\n")
+            continue
+        if not line.strip():
+            continue
+        try:
+            client.send(line)
+        except KeyboardInterrupt:
+            out.write("\n[stopping]\n")
+            client.send("/stop")
 
 
-def _turn(client: httpx.Client, session: str, text: str, stream: bool, out: TextIO) -> None:
-    body = {
-        "model": "hermes",
-        "user": session,
-        "stream": stream,
-        "messages": [{"role": "user", "content": text}],
-    }
-    headers = {"Idempotency-Key": uuid.uuid4().hex}
-    if not stream:
-        response = client.post("/v1/chat/completions", json=body, headers=headers)
-        out.write(f"hermes> {_text_of(response)}\n")
+def _enable_line_editing(history_file: Path | None) -> None:
+    """Arrow keys and input history on a terminal (readline), kept across runs."""
+    if not sys.stdin.isatty():
         return
-    with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
-        if response.status_code != 200:
-            response.read()
-            out.write(f"hermes> {_text_of(response)}\n")
-            return
-        out.write("hermes> ")
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices", ()):
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    out.write(piece)
-                    out.flush()
-        out.write("\n")
+    try:
+        import atexit
+        import readline
+    except ImportError:
+        return
+    if history_file is not None:
+        try:
+            readline.read_history_file(history_file)
+        except OSError:
+            pass
+        readline.set_history_length(1000)
+        atexit.register(readline.write_history_file, history_file)
 
 
 def _text_of(response: httpx.Response) -> str:

@@ -1,7 +1,7 @@
-"""The `hermes` command line: `gateway run`, `chat`, `config check`, `version`.
+"""The `hermes` command line: run, install and inspect the gateway; chat; pairing; doctor.
 
-The only module that calls `sys.exit` (through `main`'s return value) and picks exit codes:
-0 clean stop, 75 restart wanted, 78 configuration error (systemd must not restart).
+The only module that picks exit codes (returned by `main`): 0 clean stop, 75 restart wanted,
+78 configuration error (systemd must not restart).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from hermes_gateway.errors import AdapterAuthError, ConfigError, StoreError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
-EXIT_USAGE = 2
 EXIT_RESTART = 75
 EXIT_CONFIG = 78
 
@@ -27,20 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hermes", description="Hermes Gateway")
     parser.add_argument("--version", action="version", version=f"hermes {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _gateway_parser(sub)
 
-    gateway = sub.add_parser("gateway", help="run and manage the gateway daemon")
-    gsub = gateway.add_subparsers(dest="action", required=True)
-    run = gsub.add_parser("run", help="run the gateway in the foreground")
-    run.add_argument("--config", help="config file (default: $HERMES_HOME/config.yaml)")
-
-    chat = sub.add_parser("chat", help="chat with the running gateway from the terminal")
-    chat.add_argument("--config", help="config file (to find the control port and token)")
+    chat = _with_config(sub.add_parser("chat", help="chat with the running gateway"))
     chat.add_argument("--session", default="terminal", help="session name (default: terminal)")
     chat.add_argument("--url", help="control API base URL (default: from the config)")
     chat.add_argument("--no-stream", action="store_true", help="wait for whole replies")
 
-    pairing = sub.add_parser("pairing", help="approve users who asked to talk to the bot")
-    pairing.add_argument("--config", help="config file (to find the control port and token)")
+    pairing = _with_config(sub.add_parser("pairing", help="approve users who asked for access"))
     pairing.add_argument("--url", help="control API base URL (default: from the config)")
     psub = pairing.add_subparsers(dest="action", required=True)
     psub.add_parser("list", help="pending codes and approved users")
@@ -51,13 +44,47 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("platform")
     revoke.add_argument("user_id")
 
+    _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
     config = sub.add_parser("config", help="configuration tools")
     csub = config.add_subparsers(dest="action", required=True)
-    check = csub.add_parser("check", help="validate the config and exit (78 if invalid)")
-    check.add_argument("--config", help="config file")
-
+    _with_config(csub.add_parser("check", help="validate the config (exit 78 if invalid)"))
     sub.add_parser("version", help="print the version")
     return parser
+
+
+def _gateway_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    gateway = sub.add_parser("gateway", help="run and manage the gateway daemon")
+    gsub = gateway.add_subparsers(dest="action", required=True)
+    _with_config(gsub.add_parser("run", help="run the gateway in the foreground"))
+    for name, text in (
+        ("install", "install as a systemd service and start it"),
+        ("uninstall", "stop and remove the systemd service"),
+    ):
+        p = _with_config(gsub.add_parser(name, help=text))
+        _scope(p)
+        p.add_argument("--dry-run", action="store_true", help="print, change nothing")
+    for name in ("start", "stop", "restart"):
+        _scope(_with_config(gsub.add_parser(name, help=f"{name} the installed service")))
+    status = _with_config(gsub.add_parser("status", help="service, process and /status"))
+    status.add_argument("--url", help="control API base URL (default: from the config)")
+    logs = _with_config(gsub.add_parser("logs", help="show the gateway's logs readably"))
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument("--since", help="only lines newer than this (10m, 2h, 1d, ISO time)")
+    logs.add_argument("--level", choices=["debug", "info", "warning", "error", "critical"])
+    logs.add_argument("--session", help="only lines of this session key (substring)")
+    logs.add_argument("--platform", help="only lines of this platform")
+    logs.add_argument("--json", action="store_true", help="print the JSON lines as they are")
+
+
+def _with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--config", help="config file (default: $HERMES_HOME/config.yaml)")
+    return p
+
+
+def _scope(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--user", dest="user_unit", action="store_true", default=None)
+    group.add_argument("--system", dest="user_unit", action="store_false")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,66 +97,108 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"hermes: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.command == "config":
-        print(f"config OK (home: {config.home})")
-        return EXIT_OK
     url = getattr(args, "url", None) or (
         f"http://{_client_host(config.control.host)}:{config.control.port}"
     )
+    if args.command == "config":
+        print(f"config OK (home: {config.home})")
+        return EXIT_OK
     if args.command == "chat":
         from hermes_gateway.chat import run_chat
 
-        return run_chat(url, config.control.token, args.session, stream=not args.no_stream)
+        return run_chat(
+            url,
+            config.control.token,
+            args.session,
+            stream=not args.no_stream,
+            history_file=config.home_path / "chat_history",
+        )
     if args.command == "pairing":
+        from hermes_gateway.control_client import run_pairing
+
         return run_pairing(args, url, config.control.token)
-    return run_gateway(config)
+    if args.command == "doctor":
+        return run_doctor(config)
+    if args.action == "run":
+        return run_gateway(config, args.config)
+    return _manage(args, config, url)
 
 
-def run_pairing(args: argparse.Namespace, url: str, token: str | None) -> int:
-    """`hermes pairing list|approve|revoke` through the running gateway's control API."""
-    import httpx
+def _manage(args: argparse.Namespace, config: Config, url: str) -> int:
+    if args.action == "logs":
+        return run_logs(args, config)
+    from hermes_gateway.service import ServiceManager, UnitParams
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    user_unit = getattr(args, "user_unit", None)
+    if user_unit is None:
+        user_unit = os.geteuid() != 0
+    config_path = args.config or str(config.home_path / "config.yaml")
+    manager = ServiceManager(
+        UnitParams.from_config(config, config_path),
+        user_unit=user_unit,
+        dry_run=getattr(args, "dry_run", False),
+    )
+    if args.action == "status":
+        from hermes_gateway.status_report import gateway_status
+
+        return gateway_status(url, config.control.token, manager.state(), sys.stdout)
+    if args.action == "install":
+        return manager.install()
+    if args.action == "uninstall":
+        return manager.uninstall()
+    if not manager.installed():
+        print(
+            "hermes: the service is not installed; run `hermes gateway install`, "
+            "or `hermes gateway run` in the foreground",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    return manager.control(args.action)
+
+
+def run_doctor(config: Config) -> int:
+    from hermes_gateway.doctor import Doctor, render
+
+    checks = Doctor(config).run()
+    render(checks, sys.stdout, color=sys.stdout.isatty())
+    return EXIT_FAILURE if any(c.status == "FAIL" for c in checks) else EXIT_OK
+
+
+def run_logs(args: argparse.Namespace, config: Config) -> int:
+    from hermes_gateway import tail
+
     try:
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
-            if args.action == "list":
-                response = client.get("/pairing")
-            elif args.action == "approve":
-                body = {"platform": args.platform, "code": args.code}
-                response = client.post("/pairing/approve", json=body)
-            else:
-                body = {"platform": args.platform, "user_id": args.user_id}
-                response = client.post("/pairing/revoke", json=body)
-    except httpx.HTTPError as exc:
-        print(f"hermes: the gateway is not answering at {url}: {exc}", file=sys.stderr)
+        since = tail.parse_since(args.since) if args.since else None
+    except ValueError as exc:
+        print(f"hermes: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    data = response.json()
-    if response.status_code != 200:
-        print(f"hermes: {data.get('error', {}).get('message', response.text)}", file=sys.stderr)
-        return EXIT_FAILURE
-    if args.action == "list":
-        _print_pairing(data["entries"])
-    elif args.action == "approve":
-        who = data["approved"]
-        print(f"approved {who['platform']} user {who['user_id']} ({who['user_name']})")
-    else:
-        print(f"revoked {args.platform} user {args.user_id}")
+    flt = tail.LogFilter(
+        since=since,
+        level=tail.LEVELS[args.level] if args.level else 0,
+        session=args.session,
+        platform=args.platform,
+    )
+    path = config.home_path / "logs" / "gateway.log"
+    color = sys.stdout.isatty() and not args.json
+    try:
+        if path.exists():
+            tail.show(
+                tail.read_lines(path, bool(since)), flt, sys.stdout, as_json=args.json, color=color
+            )
+            if args.follow:
+                tail.show(tail.follow(path), flt, sys.stdout, as_json=args.json, color=color)
+        elif tail.journal_available():
+            lines = tail.journal_lines(args.follow, args.since)
+            tail.show(lines, flt, sys.stdout, as_json=args.json, color=color)
+        else:
+            print(f"hermes: no log file at {path} and no journald", file=sys.stderr)
+            return EXIT_FAILURE
+    except KeyboardInterrupt:
+        pass
     return EXIT_OK
 
 
-def _print_pairing(entries: list[dict[str, object]]) -> None:
-    if not entries:
-        print("no pairing requests and no paired users")
-        return
-    print(f"{'PLATFORM':<10} {'STATUS':<9} {'CODE':<9} {'USER ID':<20} NAME")
-    for e in entries:
-        print(
-            f"{e['platform']!s:<10} {e['status']!s:<9} {e['code']!s:<9} {e['user_id']!s:<20} "
-            f"{e['user_name']}"
-        )
-
-
-def run_gateway(config: Config) -> int:
+def run_gateway(config: Config, config_path: str | None = None) -> int:
     """Run the daemon on uvloop until SIGTERM/SIGINT; return the exit code."""
     import uvloop
 
@@ -143,7 +212,7 @@ def run_gateway(config: Config) -> int:
         return EXIT_FAILURE
 
     async def serve() -> int:
-        return await Gateway(config).serve()
+        return await Gateway(config, config_path=config_path).serve()
 
     code = EXIT_FAILURE
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import time
 from typing import Any
@@ -23,10 +24,10 @@ from hermes_gateway.admin import AdminRoutes
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
-from hermes_gateway.config import Config, systemd_notify_socket
+from hermes_gateway.config import Config, load_config, systemd_notify_socket
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
-from hermes_gateway.errors import StoreError
+from hermes_gateway.errors import ConfigError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.hooks import collect_hooks, install_hooks
 from hermes_gateway.metrics import Metrics
@@ -47,8 +48,9 @@ TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Ple
 class Gateway:
     """The daemon. Also the `AdapterHost` every adapter is built with."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, config_path: str | None = None) -> None:
         self.config = config
+        self.config_path = config_path
         self.should_exit = asyncio.Event()
         self.force_exit = False
         self.exit_code = 0
@@ -170,12 +172,13 @@ class Gateway:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.handle_exit, sig)
+        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
         try:
             await self.startup()
             await self.should_exit.wait()
         finally:
             await self.shutdown()
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return self.exit_code
 
@@ -186,6 +189,22 @@ class Gateway:
             return
         log.info("gateway.stopping", signal=signal.Signals(sig).name)
         self.should_exit.set()
+
+    async def reload(self) -> None:
+        """SIGHUP: take new access lists and log level from the config file; sessions,
+        runs and connections are untouched (other keys need a restart)."""
+        try:
+            new = await asyncio.to_thread(load_config, self.config_path)
+        except ConfigError as exc:
+            log.error("config.reload_failed", error=str(exc))
+            return
+        self.config = self.config.model_copy(
+            update={"platforms": new.platforms, "logging": new.logging}
+        )
+        for name, policy in self._access.items():
+            policy.reconfigure(getattr(new.platforms, name))
+        logging.getLogger().setLevel(new.logging.level.upper())
+        log.info("config.reloaded", level=new.logging.level)
 
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()

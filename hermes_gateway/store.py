@@ -74,7 +74,7 @@ class Store:
                 await conn.run_sync(Base.metadata.create_all)
         except (SQLAlchemyError, OSError) as exc:
             await engine.dispose()
-            raise StoreError(f"cannot open the store at {_safe_url(self.url)}: {exc}") from exc
+            raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
@@ -308,7 +308,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
+    """The store URL without its password, for logs and reports."""
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         return f"{scheme}://***@{rest.split('@', 1)[1]}"

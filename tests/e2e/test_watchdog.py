@@ -3,6 +3,7 @@ systemd notifications."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import socket
 import threading
@@ -64,15 +65,19 @@ def test_systemd_notifications(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     sock.bind(path)
     sock.settimeout(0.2)
     got: list[str] = []
+    beats: list[float] = []
 
     def listen() -> None:
         while "STOPPING=1" not in got:
             try:
-                got.append(sock.recv(256).decode())
+                state = sock.recv(256).decode()
             except TimeoutError:
                 continue
             except OSError:
                 return
+            got.append(state)
+            if state == "WATCHDOG=1":
+                beats.append(time.monotonic())
 
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
@@ -80,6 +85,8 @@ def test_systemd_notifications(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     try:
         gw.start()
         wait_until(lambda: "READY=1" in got and "WATCHDOG=1" in got, timeout=10)
+        frozen_at = time.monotonic()
+        assert gw.chat("freeze 1.2").status_code == 200  # a hook blocks the loop for 1.2 s
         gw.signal(signal.SIGTERM)
         assert gw.wait(10) == 0
         wait_until(lambda: "STOPPING=1" in got, timeout=5)
@@ -87,6 +94,10 @@ def test_systemd_notifications(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
         gw.kill()
         sock.close()
     assert got.index("READY=1") < got.index("STOPPING=1")
+    # while the loop was blocked, systemd was not told all is well
+    gaps = [b - a for a, b in itertools.pairwise(beats) if b > frozen_at]
+    assert max(gaps) >= 1.0
+    assert sorted(gaps)[len(gaps) // 2] < 0.5  # otherwise it beats every interval
 
 
 def _quiet(gw: GatewayProcess, text: str) -> None:

@@ -1,0 +1,82 @@
+"""`hermes chat` driven in a real terminal (pexpect) against a running daemon."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from tests.e2e.daemon import GatewayProcess
+from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.server import wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(
+        tmp_path / "home", {"model": {"base_url": fake_llm.base_url, "api_key": "sk-fake"}}
+    )
+    yield gw.start()
+    gw.kill()
+
+
+def spawn_chat(gw: GatewayProcess) -> pexpect.spawn:
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "hermes_gateway", "chat", "--config", str(gw.config_path), "--session", "tty"],
+        encoding="utf-8",
+        timeout=20,
+        env={"HOME": str(gw.home.parent), "PATH": "/usr/bin:/bin", "TERM": "dumb"},
+    )
+    child.expect("Connected to")
+    return child
+
+
+def test_streams_replies_and_runs_commands(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(text("Hello from the model, streamed in pieces.", chunk_size=5))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.sendline("hi there")
+    child.expect("Hello from the model, streamed in pieces.")
+    child.expect("you> ")
+    child.sendline("/status")
+    child.expect("Session: api:dm:tty")
+    child.expect("you> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+
+
+def test_ctrl_c_during_a_reply_stops_the_run(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(text("slow " * 200, chunk_size=5, chunk_delay=0.05))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.sendline("write a lot")
+    child.expect("slow slow")
+    child.sendintr()
+    child.expect(r"\[stopping\]")
+    child.expect("Stopped.")
+    child.expect("you> ")
+    child.sendline("still there?")
+    child.expect("echo: still there\\?")
+    child.sendeof()
+
+
+def test_reconnects_across_a_gateway_restart(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.sendline("first")
+    child.expect("echo: first")
+    child.expect("you> ")
+    gateway.kill()
+    child.sendline("second")
+    child.expect(r"gateway unreachable; retrying")
+    gateway.start()
+    child.expect("echo: second", timeout=30)
+    history = wait_until(lambda: len(gateway.history("tty")) >= 4 and gateway.history("tty"))
+    assert [m["content"] for m in history] == ["first", "echo: first", "second", "echo: second"]
+    child.sendeof()
