@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, text
@@ -159,3 +160,24 @@ def _ignore_errors(fn: object) -> None:
         fn()  # type: ignore[operator]
     except httpx.HTTPError:
         pass
+
+
+def test_sighup_reloads_without_dropping_the_session(
+    gateway: GatewayProcess, fake_llm: FakeOpenAI
+) -> None:
+    gateway.start()
+    assert gateway.chat("before reload").status_code == 200
+    data = yaml.safe_load(gateway.config_path.read_text())
+    data["logging"]["level"] = "debug"
+    gateway.config_path.write_text(yaml.safe_dump(data))
+    gateway.signal(signal.SIGHUP)
+    wait_until(lambda: any(e["event"] == "config.reloaded" for e in gateway.log_events()))
+    assert gateway.chat("after reload").status_code == 200
+    assert [m["content"] for m in gateway.history()] == [
+        "before reload",
+        "echo: before reload",
+        "after reload",
+        "echo: after reload",
+    ]
+    reloaded = next(e for e in gateway.log_events() if e["event"] == "config.reloaded")
+    assert reloaded["level"] == "debug"
