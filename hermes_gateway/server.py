@@ -204,7 +204,7 @@ class Gateway:
         for name, policy in self._access.items():
             policy.reconfigure(getattr(new.platforms, name))
         logging.getLogger().setLevel(new.logging.level.upper())
-        log.info("config.reloaded", level=new.logging.level)
+        log.info("config.reloaded", log_level=new.logging.level)
 
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()

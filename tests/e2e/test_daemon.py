@@ -180,4 +180,4 @@ def test_sighup_reloads_without_dropping_the_session(
         "echo: after reload",
     ]
     reloaded = next(e for e in gateway.log_events() if e["event"] == "config.reloaded")
-    assert reloaded["level"] == "debug"
+    assert reloaded["log_level"] == "debug"
