@@ -1,13 +1,16 @@
-"""The parsed-Markdown model and its renderers: Telegram HTML, Slack mrkdwn, plain text and
-monospace tables. `markup` parses into these nodes; nothing here parses Markdown."""
+"""The parsed-Markdown model, its renderers (Telegram HTML, Slack mrkdwn, plain text, monospace
+tables) and the fitting of rendered parts to a size limit. `markup` parses into these nodes."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from html.parser import HTMLParser
+
+from hermes_gateway.splitter import iter_chunks, split_message, utf16_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +89,13 @@ def _esc(text: str) -> str:
     return escape(text, quote=False)
 
 
-def _join(blocks: tuple[Block, ...] | list[Block], render_one: _BlockRenderer) -> str:
+def _join(blocks: tuple[Block, ...] | list[Block], render_one: Callable[[Block], str]) -> str:
     out: list[str] = []
     for block in blocks:
         if out:
             out.append("\n\n" if block.gap else "\n")
         out.append(render_one(block))
     return "".join(out)
-
-
-class _BlockRenderer:
-    def __call__(self, block: Block) -> str:
-        raise NotImplementedError
 
 
 def plain(nodes: tuple[Inline, ...]) -> str:
@@ -153,7 +151,7 @@ def telegram_inline(nodes: tuple[Inline, ...], in_link: bool = False) -> str:
     return "".join(out)
 
 
-class TelegramRenderer(_BlockRenderer):
+class TelegramRenderer:
     """Blocks to Telegram Bot API HTML; blockquotes are flattened since they cannot nest."""
 
     def __init__(self, in_quote: bool = False) -> None:
@@ -211,7 +209,7 @@ def slack_inline(nodes: tuple[Inline, ...], in_bold: bool = False) -> str:
     return "".join(out)
 
 
-class SlackRenderer(_BlockRenderer):
+class SlackRenderer:
     """Blocks to Slack mrkdwn: code blocks lose their language, tables become code blocks,
     nested quotes are flattened (Slack has one quote level)."""
 
@@ -266,3 +264,65 @@ def telegram_html_to_plain(html: str) -> str:
     parser.feed(html)
     parser.close()
     return "".join(parser.out)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One platform's output: its renderer, plain-text escaping, and what its users see."""
+
+    render: Callable[[str], str]
+    escape: Callable[[str], str]  # a piece as plain text, when no markup of it fits
+    visible: Callable[[str], str]  # to drop parts that would show blank
+
+
+MIN_LIMIT = 16
+
+
+def split_rendered(md: str, limit: int, target: Target) -> list[str]:
+    """Split Markdown first (fence-aware), then render each part; every part is at most
+    `limit` UTF-16 units as rendered. Blank parts are dropped."""
+    if limit < MIN_LIMIT:
+        raise ValueError(f"limit must be at least {MIN_LIMIT}, got {limit}")
+    parts: list[str] = []
+    pending, md_limit = md, limit
+    while pending:
+        pending, md_limit = _render_some(pending, md_limit, limit, target, parts)
+    return parts
+
+
+def _render_some(
+    md: str, md_limit: int, limit: int, target: Target, parts: list[str]
+) -> tuple[str, int]:
+    """Split `md` at `md_limit` units and render part after part into `parts`, until the
+    Markdown budget needs changing; then return the rest of `md` and the new budget."""
+    chunks = iter_chunks(md, md_limit, measure=utf16_len)
+    chunk = next(chunks, None)
+    while chunk is not None:
+        following = next(chunks, None)
+        rest = following.head + md[following.start :] if following else ""
+        piece = chunk.render(md)
+        rendered = target.render(piece)
+        size = utf16_len(rendered)
+        # Markup changes the size (tags, escapes, table padding; stripped markers): aim the
+        # Markdown budget at what this piece's ratio predicts would fill a part.
+        budget = utf16_len(piece) * limit * 19 // (max(size, 1) * 20)
+        if size > limit:
+            if budget >= MIN_LIMIT:
+                return chunk.head + md[chunk.start :], budget
+            parts.extend(_fallback(piece, limit, target))
+            return rest, limit
+        if target.visible(rendered).strip():
+            parts.append(rendered)
+        if rest and md_limit < limit and budget > md_limit * 5 // 4:
+            return rest, min(limit, budget)  # markup-heavy text is over: fill parts again
+        chunk = following
+    return "", md_limit
+
+
+def _fallback(piece: str, limit: int, target: Target) -> list[str]:
+    """A piece whose markup cannot fit even when small: send its text, escaped, unformatted."""
+
+    def measure(text: str) -> int:
+        return utf16_len(target.escape(text))
+
+    return [target.escape(p) for p in split_message(piece, limit, measure=measure)]
