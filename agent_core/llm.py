@@ -154,8 +154,7 @@ class LLMClient:
         try:
             if self.settings.stream:
                 return self._stream(kwargs, should_stop, on_delta)
-            response = self._sdk().chat.completions.create(**kwargs)
-            return _from_response(response)
+            return _from_response(self._post(kwargs, stream=False))
         except openai.APIStatusError as exc:
             raise _status_error(exc) from exc
         except openai.APITimeoutError as exc:
@@ -171,6 +170,22 @@ class LLMClient:
         except (openai.APIResponseValidationError, json.JSONDecodeError, KeyError) as exc:
             raise ModelError("The model sent a response I could not read.") from exc
 
+    def _post(self, body: dict[str, Any], *, stream: bool) -> Any:
+        """POST the body as built: `chat.completions.create` would first run the SDK's
+        request transform over every history message, about 0.1 ms each per call (75 ms at
+        400 messages), for nothing: our messages are already plain JSON. Transport, auth,
+        errors and response parsing are still the SDK's."""
+        from openai import Stream
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        return self._sdk().post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletion,
+            stream=stream,
+            stream_cls=Stream[ChatCompletionChunk],
+        )
+
     def _stream(
         self,
         kwargs: dict[str, Any],
@@ -180,9 +195,9 @@ class LLMClient:
         out = Completion()
         parts: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        stream = self._sdk().chat.completions.create(
-            **kwargs, stream=True, stream_options={"include_usage": True}
-        )
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+        stream = self._post(kwargs, stream=True)
         with stream:
             for chunk in stream:
                 if should_stop():
