@@ -4,6 +4,7 @@ send break the session (the reply stays in the outbox for the next start)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 import structlog
 
@@ -15,6 +16,7 @@ from hermes_gateway.platform import Adapter
 from hermes_gateway.store import Store
 
 log = structlog.get_logger("hermes.delivery")
+DeliveryResult = Literal["delivered", "permanent", "failed"]
 
 
 class Delivery:
@@ -43,24 +45,36 @@ class Delivery:
         blocked) settles the entries anyway, since retrying cannot help; a transient one leaves
         them for the outbox replay at the next start.
         """
+        result = await self.deliver(out, outcome=outcome, event=event)
         ids = [i for i in inbox_ids if i is not None]
+        if result != "failed" and ids:
+            final = status if result == "delivered" else "undeliverable"
+            try:
+                await self.store.mark(ids, final, reply=out.text)
+            except StoreError as exc:
+                log.error("delivery.settle_failed", error=str(exc), inbox_ids=ids)
+        return result == "delivered"
+
+    async def deliver(
+        self, out: OutboundMessage, *, outcome: str = "done", event: MessageEvent | None = None
+    ) -> DeliveryResult:
+        """Hand ``out`` to its adapter and record the outcome; touches no inbox entry."""
         adapter = self.adapters.get(out.platform)
-        delivered = False
-        permanent = False
+        result: DeliveryResult = "failed"
         if adapter is None:
             log.error("delivery.no_adapter", platform=out.platform)
         else:
             try:
                 await adapter.send(out)
-                delivered = True
+                result = "delivered"
             except PermanentAdapterError as exc:
-                permanent = True
+                result = "permanent"
                 log.warning("delivery.permanent_failure", platform=out.platform, error=str(exc))
             except AdapterError as exc:
                 log.error("delivery.failed", platform=out.platform, error=str(exc))
             except Exception:
                 log.exception("delivery.crashed", platform=out.platform)
-        if delivered:
+        if result == "delivered":
             self.metrics.answered.labels(out.platform, outcome).inc(max(1, len(out.answers)))
             self.bus.emit(
                 "response_sent", event, run_id=out.run_id, kind=out.kind, chars=len(out.text)
@@ -68,14 +82,4 @@ class Delivery:
         else:
             self.metrics.delivery_failures.labels(out.platform).inc()
             self.bus.emit("error", event, run_id=out.run_id, stage="delivery")
-        if delivered or permanent:
-            await self._settle(ids, status, out.text)
-        return delivered
-
-    async def _settle(self, ids: list[int], status: str, text: str) -> None:
-        if not ids:
-            return
-        try:
-            await self.store.mark(ids, status, reply=text)
-        except StoreError as exc:
-            log.error("delivery.settle_failed", error=str(exc), inbox_ids=ids)
+        return result

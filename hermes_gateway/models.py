@@ -37,8 +37,10 @@ class MessageRow(Base):
 class InboxRow(Base):
     """Every accepted inbound message, written before it is processed.
 
-    status: accepted -> done (reply computed, not yet confirmed sent) -> answered;
-    or dropped (the user was told why) / expired (too old to replay at start).
+    status: accepted -> answered (the reply was delivered and the turn stored, together);
+    done (turn stored, delivery failed: re-sent at the next start); dropped (the user was
+    told why not); undeliverable (the platform refuses us: blocked, chat gone); expired (too
+    old to replay at start).
     """
 
     __tablename__ = "inbox"

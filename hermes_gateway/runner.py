@@ -20,7 +20,7 @@ from agent_core.agent import INTERRUPTED_MARK
 from hermes_gateway.agents import AgentCache, SessionContext
 from hermes_gateway.bus import EventBus
 from hermes_gateway.config import RunnerConfig
-from hermes_gateway.delivery import Delivery
+from hermes_gateway.delivery import Delivery, DeliveryResult
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
@@ -227,8 +227,12 @@ class GatewayRunner:
             self.bus.emit("tool_event", run.primary, run_id=run.run_id, kind=kind, **data)
 
     async def _settle(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
-        """Persist the turn, then deliver its reply (in that order: a crash in between
-        re-sends from the outbox instead of losing the answer)."""
+        """Deliver the reply, then store the turn and settle the inbox in one write.
+
+        A crash before the write replays the message (the only window for a doubled reply is
+        between the platform's OK and the commit); a failed delivery stores the turn as
+        "done" with its reply, which the next start sends again without a new model call.
+        """
         consumed = run.steered[: result.steered]
         unused = run.steered[result.steered :]
         if unused:
@@ -243,8 +247,11 @@ class GatewayRunner:
             run.carry_forward = run.carried + answered
             return
         text = result.text or EMPTY_ANSWER
-        await self._persist(run, result, answered, reply=text, status="done")
-        await self._reply(run, text, "reply", result.status, answered=answered + run.carried)
+        sent = await self._reply(
+            run, text, "reply", result.status, answered=answered + run.carried, settle=False
+        )
+        status = {"delivered": "answered", "permanent": "undeliverable"}.get(sent, "done")
+        await self._persist(run, result, answered, reply=text, status=status)
 
     async def _persist(
         self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
@@ -264,7 +271,9 @@ class GatewayRunner:
         kind: str,
         outcome: str,
         answered: list[Pending] | None = None,
-    ) -> None:
+        *,
+        settle: bool = True,
+    ) -> DeliveryResult:
         items = answered if answered is not None else run.items + run.carried
         # the newest message is the one a platform quotes; the rest are settled with it
         ordered = sorted(items, key=lambda p: p.event.received_at, reverse=True)
@@ -279,7 +288,10 @@ class GatewayRunner:
             kind=kind,  # type: ignore[arg-type]
             run_id=run.run_id,
         )
-        await self.delivery.send(out, _ids(items), outcome=outcome, event=event)
+        if not settle:
+            return await self.delivery.deliver(out, outcome=outcome, event=event)
+        sent = await self.delivery.send(out, _ids(items), outcome=outcome, event=event)
+        return "delivered" if sent else "failed"
 
     def _next(self, run: Run) -> None:
         """Hand the guard to the next pending turn, or release it. No await: atomic."""

@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
-from sqlalchemy import delete, event, select, update
+from sqlalchemy import Table, bindparam, delete, event, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -30,7 +32,38 @@ from hermes_gateway.models import Base, InboxRow, MessageRow, SessionRow
 
 log = structlog.get_logger("hermes.store")
 Message = dict[str, Any]
-TERMINAL = ("answered", "dropped", "expired")
+TERMINAL = ("answered", "dropped", "expired", "undeliverable")
+_INBOX = cast(Table, InboxRow.__table__)
+_MSG = cast(Table, MessageRow.__table__)
+_SESSIONS = cast(Table, SessionRow.__table__)
+_SID_CACHE = 4096
+# Statements built once with bound parameters: SQLAlchemy caches their compiled form, while a
+# statement with values baked in is keyed and compiled again on every call.
+_ACCEPT = insert(_INBOX)
+_ADD_MESSAGES = insert(_MSG)
+_IDS: Any = bindparam("ids", expanding=True)
+_MARK = (
+    update(_INBOX)
+    .where(_INBOX.c.id.in_(_IDS))
+    .values(status=bindparam("new_status"), updated_at=bindparam("now"))
+)
+_MARK_REPLY = (
+    update(_INBOX)
+    .where(_INBOX.c.id.in_(_IDS))
+    .values(
+        status=bindparam("new_status"), reply=bindparam("new_reply"), updated_at=bindparam("now")
+    )
+)
+_SETTLE = (
+    update(_INBOX)
+    .where(_INBOX.c.id.in_(_IDS))
+    .values(
+        status=bindparam("new_status"),
+        reply=bindparam("new_reply"),
+        run_id=bindparam("new_run_id"),
+        updated_at=bindparam("now"),
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +86,7 @@ class Store:
         self._is_sqlite = url.startswith("sqlite")
         # SQLite has one writer; serializing writes here avoids "database is locked" retries
         self._write_lock = asyncio.Lock()
+        self._sids: OrderedDict[str, int] = OrderedDict()
 
     @property
     def is_open(self) -> bool:
@@ -110,110 +144,130 @@ class Store:
             except SQLAlchemyError as exc:
                 raise StoreError(f"store write failed: {exc.__class__.__name__}: {exc}") from exc
 
+    async def _tx(self, fn: Any) -> Any:
+        """One serialized write transaction on a bare connection (Core, no ORM unit of work:
+        the hot path writes three times per message, so the ORM's overhead would dominate)."""
+        if self._engine is None:
+            raise StoreError("the store is not open")
+        async with self._write_lock:
+            try:
+                async with self._engine.begin() as conn:
+                    return await fn(conn)
+            except IntegrityError:
+                raise
+            except SQLAlchemyError as exc:
+                raise StoreError(f"store write failed: {exc.__class__.__name__}: {exc}") from exc
+
+    async def _query(self, fn: Any) -> Any:
+        if self._engine is None:
+            raise StoreError("the store is not open")
+        try:
+            async with self._engine.connect() as conn:
+                return await fn(conn)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+
     # -- inbox ----------------------------------------------------------------------------
 
     async def accept(self, ev: MessageEvent) -> int | None:
         """Write an inbound message to the inbox; None if it was already there (a redelivery)."""
         now = time.time()
-        row = InboxRow(
-            platform=ev.platform,
-            chat_id=ev.chat_id,
-            message_id=ev.message_id,
-            session_key=ev.session_key,
-            payload=json.dumps(asdict(ev)),
-            status="accepted",
-            accepted_at=now,
-            updated_at=now,
-        )
+        row = {
+            "platform": ev.platform,
+            "chat_id": ev.chat_id,
+            "message_id": ev.message_id,
+            "session_key": ev.session_key,
+            "payload": json.dumps(asdict(ev)),
+            "status": "accepted",
+            "accepted_at": now,
+            "updated_at": now,
+            "run_id": "",
+        }
 
-        async def insert(db: AsyncSession) -> int:
-            db.add(row)
-            await db.flush()
-            return row.id
+        async def run(conn: AsyncConnection) -> int:
+            result = await conn.execute(_ACCEPT, row)
+            return int(result.inserted_primary_key[0])  # type: ignore[index]
 
         try:
-            result: int = await self._write(insert)
+            inbox_id: int = await self._tx(run)
         except IntegrityError:
             return None
-        return result
+        return inbox_id
 
     async def mark(self, inbox_ids: Iterable[int], status: str, reply: str | None = None) -> None:
         ids = list(inbox_ids)
         if not ids:
             return
-        values: dict[str, Any] = {"status": status, "updated_at": time.time()}
+        params: dict[str, Any] = {"ids": ids, "new_status": status, "now": time.time()}
+        stmt = _MARK
         if reply is not None:
-            values["reply"] = reply
-
-        async def run(db: AsyncSession) -> None:
-            await db.execute(update(InboxRow).where(InboxRow.id.in_(ids)).values(**values))
-
-        await self._write(run)
+            params["new_reply"] = reply
+            stmt = _MARK_REPLY
+        await self._tx(lambda conn: conn.execute(stmt, params))
 
     async def replayable(
         self, max_age_s: float
     ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
         """Inbox work left over from the last run; entries too old to replay are expired."""
         cutoff = time.time() - max_age_s
+        open_states = ("accepted", "done")
 
-        async def run(db: AsyncSession) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
-            expired = await db.execute(
-                update(InboxRow)
-                .where(InboxRow.status.in_(("accepted", "done")), InboxRow.accepted_at < cutoff)
+        async def run(
+            conn: AsyncConnection,
+        ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
+            expired = await conn.execute(
+                update(_INBOX)
+                .where(_INBOX.c.status.in_(open_states), _INBOX.c.accepted_at < cutoff)
                 .values(status="expired", updated_at=time.time())
             )
-            if expired.rowcount:  # type: ignore[attr-defined]
-                log.warning("inbox.expired", count=expired.rowcount, max_age_s=max_age_s)  # type: ignore[attr-defined]
-            rows = (
-                await db.execute(
-                    select(InboxRow)
-                    .where(InboxRow.status.in_(("accepted", "done")))
-                    .order_by(InboxRow.id)
+            if expired.rowcount:
+                log.warning("inbox.expired", count=expired.rowcount, max_age_s=max_age_s)
+            rows = await conn.execute(
+                select(
+                    _INBOX.c.id, _INBOX.c.status, _INBOX.c.payload, _INBOX.c.reply, _INBOX.c.run_id
                 )
-            ).scalars()
+                .where(_INBOX.c.status.in_(open_states))
+                .order_by(_INBOX.c.id)
+            )
             to_run: list[tuple[int, MessageEvent]] = []
             to_send: list[Undelivered] = []
-            for row in rows:
-                ev = event_from_json(row.payload)
-                if row.status == "done" and row.reply is not None:
-                    to_send.append(Undelivered(row.id, ev, row.reply, row.run_id))
+            for inbox_id, status, payload, reply, run_id in rows:
+                ev = event_from_json(payload)
+                if status == "done" and reply is not None:
+                    to_send.append(Undelivered(inbox_id, ev, reply, run_id))
                 else:
-                    to_run.append((row.id, ev))
+                    to_run.append((inbox_id, ev))
             return to_run, to_send
 
-        result: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] = await self._write(run)
+        result: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] = await self._tx(run)
         return result
 
     async def prune(self, retention_days: float) -> int:
         cutoff = time.time() - retention_days * 86400
+        stmt = delete(_INBOX).where(_INBOX.c.status.in_(TERMINAL), _INBOX.c.updated_at < cutoff)
 
-        async def run(db: AsyncSession) -> int:
-            res = await db.execute(
-                delete(InboxRow).where(InboxRow.status.in_(TERMINAL), InboxRow.updated_at < cutoff)
-            )
-            return int(res.rowcount or 0)  # type: ignore[attr-defined]
+        async def run(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).rowcount or 0)
 
-        result: int = await self._write(run)
-        return result
+        removed: int = await self._tx(run)
+        return removed
 
     # -- sessions and history -------------------------------------------------------------
 
     async def history(self, session_key: str) -> list[Message]:
-        try:
-            async with self._session() as db:
-                sid = await _current_session(db, session_key, create=False)
-                if sid is None:
-                    return []
-                rows = (
-                    await db.execute(
-                        select(MessageRow)
-                        .where(MessageRow.session_id == sid)
-                        .order_by(MessageRow.id)
-                    )
-                ).scalars()
-                return [_row_to_message(r) for r in rows]
-        except SQLAlchemyError as exc:
-            raise StoreError(f"store read failed: {exc}") from exc
+        async def run(conn: AsyncConnection) -> list[Message]:
+            sid = await self._session_id(conn, session_key, create=False)
+            if sid is None:
+                return []
+            rows = await conn.execute(
+                select(_MSG.c.role, _MSG.c.content, _MSG.c.tool_calls, _MSG.c.tool_call_id)
+                .where(_MSG.c.session_id == sid)
+                .order_by(_MSG.c.id)
+            )
+            return [_to_message(*row) for row in rows]
+
+        result: list[Message] = await self._query(run)
+        return result
 
     async def complete_turn(
         self,
@@ -228,69 +282,80 @@ class Store:
         ids = list(inbox_ids)
         now = time.time()
 
-        async def run(db: AsyncSession) -> None:
-            sid = await _current_session(db, session_key, create=True)
+        async def run(conn: AsyncConnection) -> None:
+            sid = await self._session_id(conn, session_key, create=True)
             assert sid is not None
-            db.add_all(_message_row(sid, m, run_id, now) for m in messages)
+            if messages:
+                rows = [_message_row(sid, m, run_id, now) for m in messages]
+                await conn.execute(_ADD_MESSAGES, rows)
             if ids:
-                await db.execute(
-                    update(InboxRow)
-                    .where(InboxRow.id.in_(ids))
-                    .values(status=status, reply=reply, run_id=run_id, updated_at=now)
-                )
+                params = {
+                    "ids": ids,
+                    "new_status": status,
+                    "new_reply": reply,
+                    "new_run_id": run_id,
+                    "now": now,
+                }
+                await conn.execute(_SETTLE, params)
 
-        await self._write(run)
+        await self._tx(run)
 
     async def reset_session(self, session_key: str) -> None:
         """Close the current session of this key; the next message starts a fresh one."""
-
-        async def run(db: AsyncSession) -> None:
-            await db.execute(
-                update(SessionRow)
-                .where(SessionRow.key == session_key, SessionRow.closed_at.is_(None))
-                .values(closed_at=time.time())
-            )
-
-        await self._write(run)
-
-
-async def _current_session(db: AsyncSession, key: str, *, create: bool) -> int | None:
-    sid = (
-        await db.execute(
-            select(SessionRow.id)
-            .where(SessionRow.key == key, SessionRow.closed_at.is_(None))
-            .order_by(SessionRow.id.desc())
-            .limit(1)
+        stmt = (
+            update(_SESSIONS)
+            .where(_SESSIONS.c.key == session_key, _SESSIONS.c.closed_at.is_(None))
+            .values(closed_at=time.time())
         )
-    ).scalar()
-    if sid is None and create:
-        row = SessionRow(key=key, created_at=time.time())
-        db.add(row)
-        await db.flush()
-        sid = row.id
-    return sid
+        self._sids.pop(session_key, None)
+        await self._tx(lambda conn: conn.execute(stmt))
+
+    async def _session_id(self, conn: AsyncConnection, key: str, *, create: bool) -> int | None:
+        """The current session row of ``key``; remembered, since it changes only on /new."""
+        sid = self._sids.get(key)
+        if sid is not None:
+            self._sids.move_to_end(key)
+            return sid
+        sid = (
+            await conn.execute(
+                select(_SESSIONS.c.id)
+                .where(_SESSIONS.c.key == key, _SESSIONS.c.closed_at.is_(None))
+                .order_by(_SESSIONS.c.id.desc())
+                .limit(1)
+            )
+        ).scalar()
+        if sid is None and create:
+            result = await conn.execute(insert(_SESSIONS).values(key=key, created_at=time.time()))
+            sid = int(result.inserted_primary_key[0])  # type: ignore[index]
+        if sid is not None:
+            self._sids[key] = sid
+            if len(self._sids) > _SID_CACHE:
+                self._sids.popitem(last=False)
+        return sid
 
 
-def _message_row(session_id: int, msg: Message, run_id: str, now: float) -> MessageRow:
+def _message_row(session_id: int, msg: Message, run_id: str, now: float) -> dict[str, Any]:
     calls = msg.get("tool_calls")
     content = msg.get("content")
-    return MessageRow(
-        session_id=session_id,
-        role=msg["role"],
-        content=content if isinstance(content, str) or content is None else json.dumps(content),
-        tool_calls=json.dumps(calls) if calls else None,
-        tool_call_id=msg.get("tool_call_id"),
-        run_id=run_id,
-        created_at=now,
-    )
+    return {
+        "session_id": session_id,
+        "role": msg["role"],
+        "content": content if isinstance(content, str) or content is None else json.dumps(content),
+        "tool_calls": json.dumps(calls) if calls else None,
+        "tool_call_id": msg.get("tool_call_id"),
+        "run_id": run_id,
+        "created_at": now,
+    }
 
 
-def _row_to_message(row: MessageRow) -> Message:
-    msg: Message = {"role": row.role, "content": row.content}
-    if row.tool_calls:
-        msg["tool_calls"] = json.loads(row.tool_calls)
-    if row.tool_call_id:
-        msg["tool_call_id"] = row.tool_call_id
+def _to_message(
+    role: str, content: str | None, tool_calls: str | None, tool_call_id: str | None
+) -> Message:
+    msg: Message = {"role": role, "content": content}
+    if tool_calls:
+        msg["tool_calls"] = json.loads(tool_calls)
+    if tool_call_id:
+        msg["tool_call_id"] = tool_call_id
     return msg
 
 

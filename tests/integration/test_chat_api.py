@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
+import pytest
 import structlog
 
+from hermes_gateway.errors import TransientAdapterError
+from hermes_gateway.events import OutboundMessage
 from tests.fakes.openai import FakeOpenAI, error, raw, text, tool_calls
-from tests.harness import make_config, running_gateway
+from tests.harness import eventually, make_config, running_gateway
 
 
 async def test_reply_and_history(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
@@ -208,3 +212,37 @@ async def test_agent_log_lines_carry_the_run_context(tmp_path: Path, fake_llm: F
     assert line["platform"] == "api"
     finished = next(e for e in capture.entries if e["event"] == "run.finished")
     assert line["run_id"] == finished["run_id"] and len(line["run_id"]) == 12
+
+
+async def test_a_reply_that_could_not_be_sent_is_resent_at_start_without_a_model_call(
+    tmp_path: Path, fake_llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(tmp_path, fake_llm.base_url)
+    fake_llm.push(text("the answer"))
+    async with running_gateway(config) as (gw, client):
+        api = gw.adapters["api"]
+        real_send = api.send
+
+        async def broken(message: OutboundMessage) -> None:
+            raise TransientAdapterError("network down")
+
+        monkeypatch.setattr(api, "send", broken)
+        task = asyncio.create_task(client.chat("question"))
+        await eventually(lambda: gw.metrics.delivery_failures.labels("api")._value.get() == 1)
+        task.cancel()
+        monkeypatch.setattr(api, "send", real_send)
+    async with running_gateway(config) as (gw, client):
+        sent: list[OutboundMessage] = []
+        monkeypatch.setattr(gw.adapters["api"], "send", _recorder(sent))
+        await eventually(lambda: sent)
+        history = await client.history()
+    assert [m.text for m in sent] == ["the answer"]
+    assert len(fake_llm.requests) == 1  # re-sent from the store, not asked again
+    assert [m["content"] for m in history] == ["question", "the answer"]
+
+
+def _recorder(sent: list[OutboundMessage]) -> object:
+    async def send(message: OutboundMessage) -> None:
+        sent.append(message)
+
+    return send
