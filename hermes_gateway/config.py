@@ -97,6 +97,8 @@ class DiscordConfig(_PlatformBase):
     gateway_url: str = "wss://gateway.discord.gg"
     allow_bots: bool = False
     sync_commands: bool = True  # register the gateway commands as slash commands at start
+    guild_ready_timeout_s: float = Field(2, ge=0)  # wait for guild data before READY counts
+    identify_delay_s: float = Field(5, ge=0)  # pause before a re-IDENTIFY (Discord: 1 per 5 s)
 
 
 class SlackConfig(_PlatformBase):
@@ -109,6 +111,7 @@ class SlackConfig(_PlatformBase):
     message_limit: int = Field(3900, ge=100, le=39000)
     progress: Literal["reaction", "status", "none"] = "reaction"
     progress_reaction: str = "eyes"
+    ping_interval_s: float = Field(10, gt=0)  # Socket Mode ping; a dead socket is noticed after it
 
 
 class ApiPlatformConfig(_Section):

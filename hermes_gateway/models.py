@@ -37,10 +37,9 @@ class MessageRow(Base):
 class InboxRow(Base):
     """Every accepted inbound message, written before it is processed.
 
-    status: accepted -> answered (the reply was delivered and the turn stored, together);
-    done (turn stored, delivery failed: re-sent at the next start); dropped (the user was
-    told why not); undeliverable (the platform refuses us: blocked, chat gone); expired (too
-    old to replay at start).
+    status: accepted -> done (turn and reply stored, not yet confirmed sent: re-sent at the
+    next start) -> answered; or dropped (the user was told why not), undeliverable (the
+    platform refuses us: blocked, chat gone), expired (too old to replay at start).
     """
 
     __tablename__ = "inbox"

@@ -20,7 +20,7 @@ from agent_core.agent import INTERRUPTED_MARK
 from hermes_gateway.agents import AgentCache, SessionContext
 from hermes_gateway.bus import EventBus
 from hermes_gateway.config import RunnerConfig
-from hermes_gateway.delivery import Delivery, DeliveryResult
+from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
@@ -227,11 +227,11 @@ class GatewayRunner:
             self.bus.emit("tool_event", run.primary, run_id=run.run_id, kind=kind, **data)
 
     async def _settle(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
-        """Deliver the reply, then store the turn and settle the inbox in one write.
+        """Store the turn with its reply ("done"), deliver it, then mark it answered.
 
-        A crash before the write replays the message (the only window for a doubled reply is
-        between the platform's OK and the commit); a failed delivery stores the turn as
-        "done" with its reply, which the next start sends again without a new model call.
+        The history is never lost or run twice: a crash before the send leaves the reply in
+        the store, and the next start sends it without a new model call. The one window for a
+        doubled reply is between the platform's OK and the "answered" commit (~1 ms).
         """
         consumed = run.steered[: result.steered]
         unused = run.steered[result.steered :]
@@ -247,11 +247,8 @@ class GatewayRunner:
             run.carry_forward = run.carried + answered
             return
         text = result.text or EMPTY_ANSWER
-        sent = await self._reply(
-            run, text, "reply", result.status, answered=answered + run.carried, settle=False
-        )
-        status = {"delivered": "answered", "permanent": "undeliverable"}.get(sent, "done")
-        await self._persist(run, result, answered, reply=text, status=status)
+        await self._persist(run, result, answered, reply=text, status="done")
+        await self._reply(run, text, "reply", result.status, answered=answered + run.carried)
 
     async def _persist(
         self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
@@ -271,9 +268,7 @@ class GatewayRunner:
         kind: str,
         outcome: str,
         answered: list[Pending] | None = None,
-        *,
-        settle: bool = True,
-    ) -> DeliveryResult:
+    ) -> None:
         items = answered if answered is not None else run.items + run.carried
         # the newest message is the one a platform quotes; the rest are settled with it
         ordered = sorted(items, key=lambda p: p.event.received_at, reverse=True)
@@ -288,10 +283,7 @@ class GatewayRunner:
             kind=kind,  # type: ignore[arg-type]
             run_id=run.run_id,
         )
-        if not settle:
-            return await self.delivery.deliver(out, outcome=outcome, event=event)
-        sent = await self.delivery.send(out, _ids(items), outcome=outcome, event=event)
-        return "delivered" if sent else "failed"
+        await self.delivery.send(out, _ids(items), outcome=outcome, event=event)
 
     def _next(self, run: Run) -> None:
         """Hand the guard to the next pending turn, or release it. No await: atomic."""

@@ -240,10 +240,11 @@ class Gateway:
 
     async def shutdown(self) -> None:
         self.notifier.notify("STOPPING=1")
-        self.closing = True
         self.bus.emit("gateway_shutdown", session_key="")
+        # stop intake first: anything an adapter fetched meanwhile still lands in the inbox
         for adapter in self.adapters.values():
             await _quietly(adapter.stop(), "adapter.stop")
+        self.closing = True
         drain = 0.0 if self.force_exit else self.config.runner.drain_timeout_s
         drained = await self._drain(drain)
         if not drained:

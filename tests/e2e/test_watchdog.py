@@ -84,9 +84,11 @@ def test_systemd_notifications(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     gw = GatewayProcess(tmp_path / "home", _config(fake_llm, 30), env={"NOTIFY_SOCKET": path})
     try:
         gw.start()
-        wait_until(lambda: "READY=1" in got and "WATCHDOG=1" in got, timeout=10)
+        wait_until(lambda: "READY=1" in got and len(beats) >= 5, timeout=10)
         frozen_at = time.monotonic()
         assert gw.chat("freeze 1.2").status_code == 200  # a hook blocks the loop for 1.2 s
+        thawed_at = time.monotonic()
+        wait_until(lambda: sum(b > thawed_at for b in beats) >= 3, timeout=10)  # it resumes
         gw.signal(signal.SIGTERM)
         assert gw.wait(10) == 0
         wait_until(lambda: "STOPPING=1" in got, timeout=5)
@@ -97,7 +99,6 @@ def test_systemd_notifications(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     # while the loop was blocked, systemd was not told all is well
     gaps = [b - a for a, b in itertools.pairwise(beats) if b > frozen_at]
     assert max(gaps) >= 1.0
-    assert sorted(gaps)[len(gaps) // 2] < 0.5  # otherwise it beats every interval
 
 
 def _quiet(gw: GatewayProcess, text: str) -> None:

@@ -1,0 +1,253 @@
+"""Replies to Discord: fence-safe parts of at most 2000 characters (the first one references the
+user's message), slash-command answers through their interaction, live previews by message
+edit, and discord.py's errors translated into the gateway's `AdapterError`s."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+import discord
+import structlog
+
+from adapters.discord_preview import Preview
+from hermes_gateway.errors import (
+    AdapterAuthError,
+    AdapterError,
+    PermanentAdapterError,
+    RateLimitedError,
+    TransientAdapterError,
+)
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.markup import split_rendered_discord
+from hermes_gateway.retry import with_retry
+
+log = structlog.get_logger("hermes.adapters.discord")
+T = TypeVar("T")
+
+LIMIT = 2000
+INTERACTION_TTL_S = 14 * 60.0  # interaction tokens live 15 minutes
+_REMEMBERED = 1024  # interaction id -> the message that answered it, for later references
+_MAX_PREVIEWS = 256
+
+
+def translate(exc: BaseException, what: str) -> AdapterError | None:
+    """The gateway's error for a discord.py (or network) failure; None if it is neither."""
+    if isinstance(exc, AdapterError):
+        return exc
+    if isinstance(exc, discord.RateLimited):
+        return RateLimitedError(f"discord {what}: rate limited", exc.retry_after)
+    if isinstance(exc, discord.LoginFailure):
+        return AdapterAuthError(f"discord {what}: the bot token was rejected")
+    if isinstance(exc, discord.HTTPException):
+        detail = f"discord {what}: HTTP {exc.status} (code {exc.code}) {exc.text}".strip()
+        if exc.status == 401:
+            return AdapterAuthError(detail)
+        if exc.status == 429:  # only when discord.py gave up waiting itself
+            return RateLimitedError(detail, _retry_after(exc))
+        if exc.status >= 500:
+            return TransientAdapterError(detail)
+        return PermanentAdapterError(detail)
+    if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError | discord.ConnectionClosed):
+        return TransientAdapterError(f"discord {what}: {exc!r}")
+    return None
+
+
+def _retry_after(exc: discord.HTTPException) -> float:
+    try:
+        return float(exc.response.headers.get("Retry-After", "1"))
+    except (AttributeError, ValueError):
+        return 1.0
+
+
+async def guarded(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """Run one discord.py call, raising the gateway's errors instead of the SDK's."""
+    try:
+        return await call()
+    except Exception as exc:
+        err = translate(exc, what)
+        if err is None or err is exc:
+            raise
+        raise err from exc
+
+
+def snowflake(value: str | None, what: str) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise PermanentAdapterError(f"not a Discord {what} id: {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    interaction: discord.Interaction[Any]
+    session_key: str
+    expires: float
+
+
+class DiscordOutbox:
+    """Everything the adapter sends; `client` returns the logged-in client or raises
+    `TransientAdapterError` while there is none (a restart in progress)."""
+
+    retry_attempts = 3  # discord.py itself retries 429s and most 5xx before we see them
+    retry_base_delay = 0.5
+    edit_interval = 1.0  # seconds between preview edits (Discord allows ~5 edits per 5 s)
+
+    def __init__(self, client: Callable[[], discord.Client]) -> None:
+        self._client = client
+        self._deferred: dict[str, _Deferred] = {}
+        self._answered: OrderedDict[str, int] = OrderedDict()
+        self._previews: OrderedDict[str, Preview] = OrderedDict()
+
+    # -- single calls -------------------------------------------------------------------------
+
+    async def post(
+        self, channel_id: int, text: str, reply_to: int | None = None, *, retry: bool = True
+    ) -> discord.Message:
+        async def call() -> discord.Message:
+            channel = self._client().get_partial_messageable(channel_id)
+            if reply_to is None:
+                return await channel.send(text)
+            ref = discord.MessageReference(
+                message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
+            )
+            return await channel.send(text, reference=ref)
+
+        return await self._call(call, "send", retry)
+
+    async def edit(
+        self, channel_id: int, message_id: int, text: str, *, retry: bool = True
+    ) -> None:
+        async def call() -> None:
+            channel = self._client().get_partial_messageable(channel_id)
+            await channel.get_partial_message(message_id).edit(content=text)
+
+        await self._call(call, "edit", retry)
+
+    async def typing(self, channel_id: int) -> None:
+        async def call() -> None:
+            await self._client().get_partial_messageable(channel_id).typing()
+
+        await guarded(call, "typing")
+
+    async def _call(self, call: Callable[[], Awaitable[T]], what: str, retry: bool) -> T:
+        if not retry:
+            return await guarded(call, what)
+        return await with_retry(
+            lambda: guarded(call, what),
+            what=f"discord.{what}",
+            attempts=self.retry_attempts,
+            base_delay=self.retry_base_delay,
+        )
+
+    def reference(self, message_id: str | None) -> int | None:
+        """The message a reply should quote: the user's message, or for a slash command the
+        message that answered it (an interaction id is not a message)."""
+        if message_id is None:
+            return None
+        if message_id in self._answered:
+            return self._answered[message_id]
+        return int(message_id) if message_id.isdigit() else None
+
+    # -- slash commands -----------------------------------------------------------------------
+
+    async def defer(self, interaction: discord.Interaction[Any], session_key: str) -> None:
+        """Acknowledge within Discord's 3 s ("thinking..."); the answer follows up."""
+        self._expire()
+        try:
+            await guarded(lambda: interaction.response.defer(thinking=True), "defer")
+        except AdapterError as exc:
+            log.warning("discord.defer_failed", error=str(exc), interaction_id=interaction.id)
+            return  # the answer then goes to the channel
+        expires = time.monotonic() + INTERACTION_TTL_S
+        self._deferred[str(interaction.id)] = _Deferred(interaction, session_key, expires)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, d in self._deferred.items() if d.expires <= now]:
+            del self._deferred[key]
+
+    def _take_deferred(self, out: OutboundMessage) -> tuple[str, _Deferred] | None:
+        self._expire()
+        for message_id in out.answers:
+            if (found := self._deferred.pop(message_id, None)) is not None:
+                return message_id, found
+        if not out.answers:  # an acknowledgement (/queue, /steer) for an open command
+            for key, found in self._deferred.items():
+                if found.session_key == out.session_key:
+                    del self._deferred[key]
+                    return key, found
+        return None
+
+    async def _via_interaction(self, key: str, deferred: _Deferred, parts: list[str]) -> bool:
+        followup = deferred.interaction.followup
+        for i, part in enumerate(parts):
+
+            async def call(part: str = part) -> discord.WebhookMessage:
+                return await followup.send(part, wait=True)
+
+            try:
+                message = await self._call(call, "followup", True)
+            except PermanentAdapterError as exc:
+                if i > 0:
+                    raise
+                log.warning("discord.followup_failed", error=str(exc), interaction_id=key)
+                return False
+            if i == 0:
+                self._answered[key] = message.id
+                while len(self._answered) > _REMEMBERED:
+                    self._answered.popitem(last=False)
+        return True
+
+    # -- replies ------------------------------------------------------------------------------
+
+    async def send(self, out: OutboundMessage) -> None:
+        parts = split_rendered_discord(out.text, LIMIT) or ["…"]
+        channel_id = snowflake(out.thread_id or out.chat_id, "channel")
+        previews = [p for m in out.answers if (p := self._previews.pop(m, None)) is not None]
+        deferred = self._take_deferred(out)
+        if deferred is not None:
+            await _close_all(previews, interrupted=True)
+            if await self._via_interaction(*deferred, parts):
+                return
+            previews = []
+        primary = previews[0] if previews and previews[0].key == out.reply_to else None
+        await _close_all([p for p in previews if p is not primary], interrupted=True)
+        rest = parts
+        if primary is not None and (shown := await primary.close()) is not None:
+            try:
+                await self.edit(channel_id, shown, parts[0])
+                rest = parts[1:]
+            except PermanentAdapterError as exc:  # the preview was deleted: send afresh
+                log.info("discord.preview_lost", error=str(exc))
+        for i, part in enumerate(rest):
+            first = i == 0 and rest is parts
+            await self.post(channel_id, part, self.reference(out.reply_to) if first else None)
+
+    def preview(self, event: MessageEvent) -> Preview | None:
+        """A live preview for the run answering ``event`` (not for slash commands, whose
+        "thinking..." message is the preview)."""
+        if event.message_id in self._deferred:
+            return None
+        while len(self._previews) >= _MAX_PREVIEWS:
+            _key, old = self._previews.popitem(last=False)
+            old.abandon()
+        preview = Preview(self, event, self.edit_interval)
+        self._previews[event.message_id] = preview
+        return preview
+
+    async def close(self) -> None:
+        """Mark unfinished previews as interrupted; forget open interactions."""
+        previews = list(self._previews.values())
+        self._previews.clear()
+        self._deferred.clear()
+        await _close_all(previews, interrupted=True)
+
+
+async def _close_all(previews: list[Preview], *, interrupted: bool) -> None:
+    for preview in previews:
+        await preview.close(interrupted=interrupted)

@@ -1,0 +1,375 @@
+"""The Telegram platform: python-telegram-bot 22 driven on the gateway's loop, long polling
+(or a webhook on the control server), access rules, delivery, typing and live preview.
+
+Startup never hangs: `start` waits briefly for the first connection attempt, then keeps
+retrying in the background while `/readyz` says why (a rejected token is a config error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+from telegram import BotCommand, Update
+from telegram.constants import ChatAction
+from telegram.error import Conflict, InvalidToken, TelegramError
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.request import HTTPXRequest
+
+from adapters.telegram_delivery import Outbox, Sender, call, chat_ref
+from adapters.telegram_normalize import BotIdentity, normalize
+from adapters.telegram_transport import PollMonitor, PollRequest, TokenLock, download_media
+from hermes_gateway.errors import (
+    AdapterAuthError,
+    AdapterError,
+    PermanentAdapterError,
+    TransientAdapterError,
+)
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.indicator import TypingIndicator
+from hermes_gateway.platform import AdapterHost, Health, StreamSink
+
+log = structlog.get_logger("hermes.adapters.telegram")
+App = Application[Any, Any, Any, Any, Any, Any]
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+ALLOWED_UPDATES = ["message"]  # ask only for what we handle; the rest is ignored anyway
+COMMANDS = [
+    ("stop", "Stop what I'm doing now"),
+    ("new", "Start a new conversation"),
+    ("status", "What this session is doing"),
+    ("help", "List the commands"),
+    ("queue", "Answer this after the current work"),
+    ("steer", "Add guidance to the work in progress"),
+    ("model", "Which model answers"),
+]
+
+
+class TelegramAdapter:
+    """One bot: intake from polling or the webhook, replies through `Outbox`."""
+
+    name = "telegram"
+    # Timings (seconds); tests shorten them on the class.
+    poll_timeout = 25.0  # getUpdates long-poll wait
+    request_timeout = 10.0  # connect/read/write for each Bot API call
+    stall_grace = 5.0  # polling unanswered this long past its timeouts is reported stalled
+    startup_wait = 5.0  # how long `start` waits for the first connection attempt
+    retry_first, retry_max = 1.0, 60.0  # connection backoff
+    lock_retry = 10.0  # how often a gateway without the token lock tries again
+    watch_interval = 1.0
+    typing_interval = 5.0
+    edit_interval = 1.0  # live preview: at most one edit per this
+
+    def __init__(self, host: AdapterHost) -> None:
+        self.host = host
+        self.config = host.config.platforms.telegram
+        self.monitor = PollMonitor()
+        self.lock = TokenLock(host.config.home_path, self.config.token)
+        self.app = self._build_app()
+        self.outbox = Outbox(Sender(self.app.bot), self.edit_interval)
+        self.me: BotIdentity | None = None
+        self._state = "not started"
+        self._attempts = 0
+        self._live = False  # polling started or webhook set
+        self._accepting = False
+        self._first_attempt = asyncio.Event()
+        self._lock_warned = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.typing = (
+            TypingIndicator(host.bus, self.name, self.send_typing, interval=self.typing_interval)
+            if self.config.typing
+            else None
+        )
+        if self.config.mode == "webhook":
+            host.add_route("POST", self.config.webhook_path, self.webhook, public=True)
+
+    def _build_app(self) -> App:
+        t = self.request_timeout
+        builder = (
+            ApplicationBuilder()
+            .token(self.config.token)
+            .base_url(self.config.base_url)
+            .base_file_url(self.config.base_file_url)
+            .request(HTTPXRequest(read_timeout=t, write_timeout=t, connect_timeout=t))
+        )
+        if self.config.mode == "webhook":
+            builder = builder.updater(None)
+        else:
+            poll = PollRequest(
+                self.monitor,
+                connection_pool_size=2,
+                read_timeout=t,
+                write_timeout=t,
+                connect_timeout=t,
+                pool_timeout=t,
+            )
+            builder = builder.get_updates_request(poll)
+        app: App = builder.build()
+        app.add_handler(TypeHandler(Update, self._on_update))
+        app.add_error_handler(self._on_error)
+        return app
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect in the background; wait up to `startup_wait` for the first attempt so a
+        rejected token fails the start (exit 78) while a network problem does not."""
+        self._accepting = True
+        task = self._spawn(self._connect(), "connect")
+        waiter = asyncio.create_task(self._first_attempt.wait())
+        await asyncio.wait(
+            {task, waiter}, timeout=self.startup_wait, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiter.cancel()
+        if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+            raise exc
+
+    async def stop(self) -> None:
+        """Stop intake: no more polling or webhook updates; sending still works."""
+        self._accepting = False
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        updater = self.app.updater
+        if updater is not None and updater.running:
+            await _bounded(updater.stop(), 5, "telegram.updater_stop")
+        if self.app.running:
+            await _bounded(self.app.stop(), 5, "telegram.app_stop")
+        self._live = False
+        self._state = "stopped"
+
+    async def close(self) -> None:
+        if self.typing is not None:
+            self.typing.stop_all()
+        await self.outbox.close()
+        if self.app.running:
+            await self.stop()
+        await _bounded(self.app.shutdown(), 5, "telegram.shutdown")
+        await asyncio.to_thread(self.lock.release)
+
+    def health(self) -> Health:
+        if not self._live:
+            return Health(False, self._state)
+        if self.app.updater is not None:
+            problem = self.monitor.problem(self._stall_after)
+            if problem is not None:
+                return Health(False, problem)
+        return Health(True, self._state)
+
+    @property
+    def _stall_after(self) -> float:
+        # a healthy long poll answers within poll_timeout (getUpdates' read timeout adds the
+        # request timeout to it)
+        return self.poll_timeout + self.request_timeout + self.stall_grace
+
+    async def _connect(self) -> None:
+        delay = self.retry_first
+        while True:
+            try:
+                if await self._connect_once():
+                    self._first_attempt.set()
+                    return
+                wait = self.lock_retry
+            except AdapterAuthError as exc:
+                self._state = f"token rejected: {exc}"
+                log.error("telegram.token_rejected", error=str(exc))
+                self._first_attempt.set()
+                raise
+            except Exception as exc:  # network trouble, 5xx, timeouts: retried
+                self._attempts += 1
+                wait, delay = delay, min(delay * 2, self.retry_max)
+                self._state = (
+                    f"connecting to Telegram (attempt {self._attempts} failed: "
+                    f"{type(exc).__name__}: {exc}; next in {wait:.1f} s)"
+                )
+                log.warning("telegram.connect_failed", attempt=self._attempts, error=str(exc))
+            self._first_attempt.set()
+            await asyncio.sleep(wait)
+
+    async def _connect_once(self) -> bool:
+        if not await asyncio.to_thread(self.lock.acquire):
+            self._state = (
+                f"another gateway on this host uses this bot token (lock {self.lock.path}); "
+                "not polling"
+            )
+            (log.debug if self._lock_warned else log.error)(
+                "telegram.token_in_use", lock=str(self.lock.path)
+            )
+            self._lock_warned = True
+            return False
+        self._state = "connecting to Telegram"
+        try:
+            await self.app.initialize()  # getMe
+            self.me = BotIdentity(self.app.bot.id, self.app.bot.username)
+            await self._register_commands()
+            if not self.app.running:
+                await self.app.start()
+            await self._go_live()
+        except InvalidToken as exc:  # its text quotes the token: keep that out of logs
+            raise AdapterAuthError(
+                "platforms.telegram.token: Telegram rejected the bot token (401 Unauthorized)"
+            ) from exc
+        self._live = True
+        self._state = f"@{self.me.username} {self.config.mode} live"
+        log.info("telegram.connected", bot=self.me.username, mode=self.config.mode)
+        if self.app.updater is not None:
+            self._spawn(self._watch(), "watch")
+        return True
+
+    async def _go_live(self) -> None:
+        if self.app.updater is None:
+            ok = await call(
+                lambda: self.app.bot.set_webhook(
+                    self.config.webhook_url,
+                    secret_token=self.config.webhook_secret,
+                    allowed_updates=ALLOWED_UPDATES,
+                )
+            )
+            if not ok:
+                raise PermanentAdapterError("setWebhook returned false")
+            return
+        self.monitor.reset()
+        await self.app.updater.start_polling(
+            poll_interval=0,
+            timeout=int(self.poll_timeout),
+            bootstrap_retries=0,
+            allowed_updates=ALLOWED_UPDATES,
+            error_callback=self._on_poll_error,
+        )
+
+    async def _register_commands(self) -> None:
+        commands = [BotCommand(name, text) for name, text in COMMANDS]
+        try:
+            await call(lambda: self.app.bot.set_my_commands(commands))
+        except AdapterError as exc:  # the commands still work, they are just not suggested
+            log.warning("telegram.set_commands_failed", error=str(exc))
+
+    async def _watch(self) -> None:
+        """Polling's watchdog: restarts polling whose loop has died (PTB gives up only on an
+        invalid token); stalls and errors show in `health()` meanwhile."""
+        updater = self.app.updater
+        assert updater is not None
+        while True:
+            await asyncio.sleep(self.watch_interval)
+            idle = self.monitor.idle()
+            if idle < self._stall_after + self.retry_max:  # PTB backs off 30 s at most
+                continue
+            log.error("telegram.polling_restart", idle_s=round(idle))
+            await _bounded(updater.stop(), 5, "telegram.updater_stop")
+            await _bounded(self._go_live(), self.request_timeout * 2, "telegram.polling_restart")
+
+    def _on_poll_error(self, exc: TelegramError) -> None:
+        failures = self.monitor.failures
+        if isinstance(exc, Conflict):
+            event = "telegram.conflict"
+            hint = "another process is polling this bot token; stop it (or use one gateway)"
+            if failures <= 1 or failures % 20 == 0:
+                log.error(event, error=str(exc), failures=failures, hint=hint)
+            return
+        if failures <= 1 or failures % 20 == 0:
+            log.warning("telegram.poll_error", error=f"{type(exc).__name__}: {exc}")
+
+    # -- intake ------------------------------------------------------------------------
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.config.webhook_secret.encode()):
+            log.warning("telegram.webhook_forbidden", remote=request.remote)
+            return web.Response(status=403, text="forbidden")
+        if not self._accepting or not self.app.running:
+            return web.Response(status=503, text="not ready")  # Telegram delivers it later
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="not JSON")
+        try:
+            update = Update.de_json(body, self.app.bot)
+        except Exception as exc:  # junk must not make Telegram redeliver it forever
+            log.warning("telegram.update_unparseable", error=repr(exc)[:200])
+            return web.Response(text="ignored")
+        await self.app.update_queue.put(update)
+        return web.Response(text="ok")
+
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        try:
+            await self._handle(update)
+        except Exception:  # one bad update must never stop the next
+            log.exception("telegram.update_failed", update_id=update.update_id)
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram.handler_error", error=repr(context.error))
+
+    async def _handle(self, update: Update) -> None:
+        if self.me is None:
+            return
+        per_user = self.host.config.runner.group_sessions_per_user
+        inbound = normalize(update, self.me, per_user=per_user)
+        if inbound is None:
+            return
+        event = inbound.event
+        admission = await self.host.access_for(self.name).admit(
+            event, from_self=inbound.from_self, from_bot=inbound.from_bot
+        )
+        if admission.reply:
+            try:
+                await self.send(OutboundMessage.to(event, admission.reply, "notice"))
+            except AdapterError as exc:
+                log.warning("telegram.access_reply_failed", error=str(exc))
+        if not admission.allowed:
+            log.debug("telegram.not_admitted", verdict=admission.verdict, user_id=event.user_id)
+            return
+        outcome = await self.host.submit(event)
+        if outcome != "accepted":
+            log.debug("telegram.not_accepted", outcome=outcome, message_id=event.message_id)
+
+    # -- delivery ----------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> None:
+        if self.me is None:
+            raise TransientAdapterError(f"Telegram is not connected yet ({self._state})")
+        if self.typing is not None and message.run_id:
+            self.typing.stop(message.run_id)  # no "typing..." after the answer
+        await self.outbox.send(message)
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        if not self.config.streaming or event.platform != self.name:
+            return None
+        return self.outbox.preview(event)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=f"adapter:telegram:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None and not isinstance(exc, AdapterAuthError):  # start() reports that
+            log.error("telegram.task_failed", task=task.get_name(), error=repr(exc))
+
+    async def send_typing(self, event: MessageEvent) -> None:
+        thread = int(event.thread_id) if event.thread_id and event.thread_id.isdigit() else None
+        await call(
+            lambda: self.app.bot.send_chat_action(
+                chat_ref(event.chat_id), ChatAction.TYPING, message_thread_id=thread
+            )
+        )
+
+    async def download(self, attachment: Attachment) -> Path:
+        """Fetch an attachment into ``<home>/media`` (never at intake); files over
+        `media_max_bytes` raise `PermanentAdapterError`."""
+        media = self.host.config.home_path / "media"
+        return await download_media(self.app.bot, attachment, self.config.media_max_bytes, media)
+
+
+async def _bounded(coro: Any, seconds: float, what: str) -> None:
+    try:
+        await asyncio.wait_for(coro, seconds)
+    except Exception as exc:
+        log.warning(what, error=repr(exc))
