@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
 
-from agent_core import RunControl, RunResult
+from agent_core import RunResult
 from agent_core.agent import INTERRUPTED_MARK
 from hermes_gateway.agents import AgentCache, SessionContext
 from hermes_gateway.bus import EventBus
@@ -26,53 +24,20 @@ from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platform import StreamSink
 from hermes_gateway.pool import AgentPool
+from hermes_gateway.run import (
+    CRASHED,
+    EMPTY_ANSWER,
+    QUEUE_FULL,
+    SUPERSEDED,
+    Run,
+    inbox_ids,
+    merge_text,
+    with_text,
+)
 from hermes_gateway.sessions import Pending, SessionTable
 from hermes_gateway.store import Store
 
 log = structlog.get_logger("hermes.runner")
-
-QUEUE_FULL = (
-    "I'm still working on your earlier messages and {n} more are already waiting, so I did "
-    "not take this one. Please send it again when I've answered."
-)
-SUPERSEDED = "Skipped: a newer message of yours arrived while I was busy; I'll answer that one."
-CRASHED = "Something went wrong on my side while answering (run {run_id}). Please try again."
-EMPTY_ANSWER = "(The model returned an empty answer.)"
-
-
-@dataclass(eq=False)
-class Run:
-    """One agent run answering ``items`` (several when messages were merged)."""
-
-    key: str
-    items: list[Pending]
-    carried: list[Pending] = field(default_factory=list)  # interrupted earlier, answered here
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    control: RunControl = field(default_factory=RunControl)
-    started: float = field(default_factory=time.monotonic)
-    steered: list[Pending] = field(default_factory=list)
-    future: asyncio.Future[RunResult] | None = None
-    abandon: asyncio.Future[str] | None = None
-    task: asyncio.Task[None] | None = None
-    stopped: bool = False  # abandoned: its late result is discarded, never delivered
-    shutdown: bool = False  # interrupted by SIGTERM: leave it in the inbox for the next start
-    grace_timer: asyncio.TimerHandle | None = None
-    carry_forward: list[Pending] = field(default_factory=list)
-    recorded: bool = False  # abandon() wrote the stopped turn to the history
-    persist_task: asyncio.Task[None] | None = None
-
-    @property
-    def primary(self) -> MessageEvent:
-        return self.items[-1].event
-
-
-def merge_text(items: list[Pending]) -> str:
-    """One user turn from several messages; names are kept when several people wrote."""
-    if len(items) == 1:
-        return items[0].event.text
-    if len({p.event.user_id for p in items}) == 1:
-        return "\n\n".join(p.event.text for p in items)
-    return "\n\n".join(f"{p.event.user_name or p.event.user_id}: {p.event.text}" for p in items)
 
 
 class GatewayRunner:
@@ -131,7 +96,7 @@ class GatewayRunner:
 
     def enqueue(self, event: MessageEvent, inbox_id: int | None, text: str) -> int:
         """`/queue`: a separate turn after whatever is pending; returns the queue position."""
-        item = Pending(_with_text(event, text), inbox_id, separate=True)
+        item = Pending(with_text(event, text), inbox_id, separate=True)
         if self.table.active(event.session_key) is None:
             self.start([item])
             return 0
@@ -141,10 +106,10 @@ class GatewayRunner:
         """`/steer`: inject into the running loop; False when nothing runs (caller starts one)."""
         run = self.table.active(event.session_key)
         if run is None:
-            self.start([Pending(_with_text(event, text), inbox_id)])
+            self.start([Pending(with_text(event, text), inbox_id)])
             return False
         run.control.steer(text)
-        run.steered.append(Pending(_with_text(event, text), inbox_id))
+        run.steered.append(Pending(with_text(event, text), inbox_id))
         return True
 
     # -- runs ---------------------------------------------------------------------------
@@ -255,7 +220,7 @@ class GatewayRunner:
     ) -> None:
         try:
             await self.store.complete_turn(
-                run.key, result.new_messages, _ids(items), reply, run.run_id, status=status
+                run.key, result.new_messages, inbox_ids(items), reply, run.run_id, status=status
             )
         except StoreError as exc:
             # the reply still goes out; the inbox keeps the message for a replay
@@ -283,7 +248,7 @@ class GatewayRunner:
             kind=kind,  # type: ignore[arg-type]
             run_id=run.run_id,
         )
-        await self.delivery.send(out, _ids(items), outcome=outcome, event=event)
+        await self.delivery.send(out, inbox_ids(items), outcome=outcome, event=event)
 
     def _next(self, run: Run) -> None:
         """Hand the guard to the next pending turn, or release it. No await: atomic."""
@@ -363,7 +328,12 @@ class GatewayRunner:
     async def _persist_abandoned(self, run: Run, record: list[dict[str, Any]]) -> None:
         try:
             await self.store.complete_turn(
-                run.key, record, _ids(run.items + run.steered), "", run.run_id, status="answered"
+                run.key,
+                record,
+                inbox_ids(run.items + run.steered),
+                "",
+                run.run_id,
+                status="answered",
             )
         except StoreError as exc:
             log.error("run.persist_failed", error=str(exc), run_id=run.run_id)
@@ -424,11 +394,3 @@ class GatewayRunner:
 
     def status(self) -> dict[str, Any]:
         return {**self.table.stats(), "cached_agents": len(self.agents)}
-
-
-def _ids(items: list[Pending]) -> list[int]:
-    return [p.inbox_id for p in items if p.inbox_id is not None]
-
-
-def _with_text(event: MessageEvent, text: str) -> MessageEvent:
-    return replace(event, text=text)
