@@ -1,8 +1,8 @@
 """The typing indicator: refreshed while a run works, always stopped when it ends.
 
-Driven by the bus (`processing_start` starts it, `response_sent` / `processing_complete` stop
-it), so adapters only supply the platform call; a hard cap stops it even if an end event is
-ever missed.
+Driven by the bus (`processing_start` starts it after a short grace, `response_sent` /
+`processing_complete` stop it), so adapters only supply the platform call; a hard cap stops it
+even if an end event is ever missed.
 """
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ class TypingIndicator:
         *,
         interval: float = 5.0,
         max_duration: float = 600.0,
+        first_after: float = 0.4,
     ) -> None:
         self.platform = platform
         self._send = send_typing
         self.interval = interval
+        # a reply faster than this is its own feedback: no indicator, no extra platform call
+        self.first_after = first_after
         self.max_duration = max_duration
         self._tasks: dict[str, asyncio.Task[None]] = {}
         bus.subscribe(
@@ -75,6 +78,7 @@ class TypingIndicator:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_duration
         try:
+            await asyncio.sleep(self.first_after)
             while loop.time() < deadline:
                 try:
                     await self._send(message)

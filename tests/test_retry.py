@@ -70,7 +70,7 @@ async def test_typing_runs_from_start_to_response_and_survives_failures() -> Non
         if len(sent) == 2:
             raise RuntimeError("network blip")  # must not stop the indicator
 
-    indicator = TypingIndicator(bus, "telegram", send_typing, interval=0.05)
+    indicator = TypingIndicator(bus, "telegram", send_typing, interval=0.05, first_after=0)
     event = MessageEvent.create(
         platform="telegram", chat_type="dm", chat_id="1", user_id="1", message_id="1", text="x"
     )
@@ -98,11 +98,36 @@ async def test_typing_has_a_hard_cap() -> None:
     async def send_typing(message: MessageEvent) -> None:
         sent.append(1)
 
-    indicator = TypingIndicator(bus, "telegram", send_typing, interval=0.02, max_duration=0.1)
+    indicator = TypingIndicator(
+        bus, "telegram", send_typing, interval=0.02, max_duration=0.1, first_after=0
+    )
     event = MessageEvent.create(
         platform="telegram", chat_type="dm", chat_id="1", user_id="1", message_id="1", text="x"
     )
     bus.publish(LifecycleEvent("processing_start", event.session_key, "r", event))
     await asyncio.sleep(0.3)
     assert indicator.active == 0 and 3 <= len(sent) <= 7
+    await bus.aclose()
+
+
+async def test_a_fast_reply_sends_no_typing_at_all() -> None:
+    bus = EventBus()
+    sent: list[int] = []
+
+    async def send_typing(message: MessageEvent) -> None:
+        sent.append(1)
+
+    TypingIndicator(bus, "telegram", send_typing, interval=0.05, first_after=0.2)
+    event = MessageEvent.create(
+        platform="telegram", chat_type="dm", chat_id="1", user_id="1", message_id="1", text="x"
+    )
+    bus.publish(LifecycleEvent("processing_start", event.session_key, "fast", event))
+    await asyncio.sleep(0.05)
+    bus.publish(LifecycleEvent("response_sent", event.session_key, "fast", event))
+    await asyncio.sleep(0.3)
+    assert sent == []  # answered within the grace: no indicator at all
+    bus.publish(LifecycleEvent("processing_start", event.session_key, "slow", event))
+    await asyncio.sleep(0.3)
+    bus.publish(LifecycleEvent("response_sent", event.session_key, "slow", event))
+    assert len(sent) >= 1  # a slow run still shows it
     await bus.aclose()
