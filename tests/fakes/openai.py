@@ -184,6 +184,9 @@ class FakeOpenAI(FakeServer):
         self.app.on_startup.append(self._on_startup)
         self.app.router.add_post("/v1/chat/completions", self._chat)
         self.app.router.add_get("/v1/models", self._models)
+        # Control API for other processes (benchmarks): counters, and a reset between phases.
+        self.app.router.add_get("/_fake/stats", self._ctl_stats)
+        self.app.router.add_post("/_fake/reset", self._ctl_reset)
 
     @property
     def base_url(self) -> str:
@@ -262,6 +265,33 @@ class FakeOpenAI(FakeServer):
             except Exception as exc:  # a broken responder should fail the test, not the server
                 return error(500, message=f"fake responder raised {exc!r}")
         return text(f"echo: {last_user_text(body)}")
+
+    def stats(self) -> dict[str, Any]:
+        """Since the last `reset`: chat requests, calls in flight now and at most, and how many
+        messages the latest request carried."""
+        with self._lock:
+            last = self._requests[-1] if self._requests else {}
+            return {
+                "requests": len(self._requests),
+                "last_messages": len(last.get("messages") or []),  # history sent, by turns
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+                "cancelled": self.cancelled,
+                "delay": self.delay,
+            }
+
+    async def _ctl_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    async def _ctl_reset(self, request: web.Request) -> web.Response:
+        """`reset`; a JSON body ``{"delay": s}`` also sets the delay of every reply."""
+        options = await request.json() if request.can_read_body else {}
+        if not isinstance(options, dict):
+            return web.json_response({"error": "body must be a JSON object"}, status=400)
+        if "delay" in options:
+            self.delay = float(options["delay"])
+        self.reset()
+        return web.json_response(self.stats())
 
     async def _models(self, request: web.Request) -> web.Response:
         if (denied := self._check_auth(request)) is not None:

@@ -1,0 +1,47 @@
+"""``python -m bench [--quick | --tiny] [--json PATH] [--profile DIR]``: run the bench, print
+the Markdown table, write the JSON (default ``bench/results/bench.json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import uvloop
+
+from bench import report, suite
+from bench.plan import Plan
+from bench.procs import ROOT, BenchError
+
+DEFAULT_JSON = ROOT / "bench" / "results" / "bench.json"  # git-ignored
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer runs, smaller counts (< 90 s)")
+    size.add_argument("--tiny", action="store_true", help="smoke test: figures mean nothing")
+    parser.add_argument(
+        "--json", type=Path, default=DEFAULT_JSON, help="default bench/results/bench.json"
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy both sides (perturbs the figures); raw files go here"
+    )
+    parser.add_argument("--workdir", type=Path, help="keep configs, homes and logs here")
+    args = parser.parse_args(argv)
+    plan = Plan.named("tiny" if args.tiny else "quick" if args.quick else "full")
+    try:
+        data = uvloop.run(suite.run(plan, workdir=args.workdir, profile_dir=args.profile))
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(data, indent=2) + "\n")
+    print(report.markdown(data))
+    print(f"\nJSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
