@@ -102,9 +102,13 @@ class Adapter(Protocol):
         ...
 
 
-def load_adapter(name: str, host: AdapterHost) -> Adapter:
-    target = ADAPTERS[name]
-    module_name, _, cls_name = target.partition(":")
-    cls: Any = getattr(importlib.import_module(module_name), cls_name)
-    adapter: Adapter = cls(host)
+def adapter_class(name: str) -> Any:
+    """Import an adapter's class (blocking: an SDK import takes a few hundred ms, so the
+    gateway calls this on a worker thread)."""
+    module_name, _, cls_name = ADAPTERS[name].partition(":")
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def load_adapter(name: str, host: AdapterHost, cls: Any = None) -> Adapter:
+    adapter: Adapter = (cls or adapter_class(name))(host)
     return adapter
