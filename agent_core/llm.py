@@ -10,12 +10,14 @@ import ipaddress
 import json
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
+    import httpx
     import openai
 
 import structlog
@@ -144,6 +146,7 @@ class LLMClient:
         should_stop: Callable[[], bool],
         on_delta: Callable[[str], None] | None,
     ) -> Completion:
+        import httpx
         import openai
 
         kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages}
@@ -154,37 +157,57 @@ class LLMClient:
         try:
             if self.settings.stream:
                 return self._stream(kwargs, should_stop, on_delta)
-            return _from_response(self._post(kwargs, stream=False))
+            return self._plain(kwargs)
         except openai.APIStatusError as exc:
             raise _status_error(exc) from exc
-        except openai.APITimeoutError as exc:
-            raise ModelError(
-                f"The model did not answer within {self.settings.timeout_s:g} s; "
-                "try again shortly.",
-                retryable=True,
-            ) from exc
-        except openai.APIConnectionError as exc:
+        # httpx errors: raised while reading a stream, where the SDK no longer wraps them
+        except (openai.APITimeoutError, httpx.TimeoutException) as exc:
+            raise self._timed_out() from exc
+        except (openai.APIConnectionError, httpx.TransportError) as exc:
             raise ModelError(
                 "The model endpoint could not be reached; try again shortly.", retryable=True
             ) from exc
-        except (openai.APIResponseValidationError, json.JSONDecodeError, KeyError) as exc:
+        # a body of the wrong shape ({"choices": 7}) fails wherever it is first read
+        except (
+            openai.APIResponseValidationError,
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            IndexError,
+        ) as exc:
             raise ModelError("The model sent a response I could not read.") from exc
 
-    def _post(self, body: dict[str, Any], *, stream: bool) -> Any:
-        """POST the body as built: `chat.completions.create` would first run the SDK's
-        request transform over every history message, about 0.1 ms each per call (75 ms at
-        400 messages), for nothing: our messages are already plain JSON. Transport, auth,
-        errors and response parsing are still the SDK's."""
-        from openai import Stream
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
-
-        return self._sdk().post(
-            "/chat/completions",
-            body=body,
-            cast_to=ChatCompletion,
-            stream=stream,
-            stream_cls=Stream[ChatCompletionChunk],
+    def _timed_out(self) -> ModelError:
+        return ModelError(
+            f"The model did not answer within {self.settings.timeout_s:g} s; try again shortly.",
+            retryable=True,
         )
+
+    def _post(self, body: dict[str, Any]) -> httpx.Response:
+        """POST the body as built and hand back the raw streaming response.
+
+        `chat.completions.create` would first run the SDK's request transform over every
+        history message, about 0.1 ms each per call (75 ms at 400 messages), for nothing: our
+        messages are already plain JSON. And the SDK's `Stream` stops reading at ``[DONE]``
+        and closes the response, so no connection is ever reused (on a real endpoint, a TLS
+        handshake per call). The SDK still does the transport, auth, retries-off and the
+        mapping of HTTP errors to its exceptions; we only parse the body.
+        """
+        import httpx
+
+        response: httpx.Response = self._sdk().post(
+            "/chat/completions", body=body, cast_to=httpx.Response, stream=True
+        )
+        return response
+
+    def _plain(self, kwargs: dict[str, Any]) -> Completion:
+        response = self._post(kwargs)
+        try:
+            body = json.loads(response.read())
+        finally:
+            response.close()
+        return _from_body(body)
 
     def _stream(
         self,
@@ -192,71 +215,96 @@ class LLMClient:
         should_stop: Callable[[], bool],
         on_delta: Callable[[str], None] | None,
     ) -> Completion:
-        out = Completion()
-        parts: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
         kwargs["stream"] = True
         kwargs["stream_options"] = {"include_usage": True}
-        stream = self._post(kwargs, stream=True)
-        with stream:
-            for chunk in stream:
+        # the SDK's timeout bounds each read, not the request: a trickle would never end
+        deadline = time.monotonic() + self.settings.timeout_s
+        acc = _Accumulator(on_delta)
+        response = self._post(kwargs)
+        try:
+            for line in response.iter_lines():
+                # read on past [DONE] to the end of the body, so the connection is reused
+                if not line.startswith("data:") or line.endswith("[DONE]"):
+                    continue
                 if should_stop():
-                    out.interrupted = True
+                    acc.out.interrupted = True
                     break
-                usage = getattr(chunk, "usage", None)
-                if usage is not None:
-                    out.usage = _usage(usage)
-                for choice in chunk.choices or ():
-                    delta = choice.delta
-                    if delta is not None and delta.content:
-                        parts.append(delta.content)
-                        if on_delta is not None:
-                            on_delta(delta.content)
-                    for tc in (delta.tool_calls if delta is not None else None) or ():
-                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "args": []})
-                        if tc.id:
-                            slot["id"] = tc.id
-                        if tc.function is not None:
-                            slot["name"] += tc.function.name or ""
-                            slot["args"].append(tc.function.arguments or "")
-                    if choice.finish_reason:
-                        out.finish_reason = choice.finish_reason
-        out.content = "".join(parts)
+                if time.monotonic() > deadline:
+                    raise self._timed_out()
+                acc.add(json.loads(line[5:]))
+        finally:
+            response.close()
+        return acc.finish()
+
+
+class _Accumulator:
+    """Folds SSE chunks (plain dicts) into one `Completion`."""
+
+    def __init__(self, on_delta: Callable[[str], None] | None) -> None:
+        self.out = Completion()
+        self.parts: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.on_delta = on_delta
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        if chunk.get("error"):
+            detail = str((chunk["error"] or {}).get("message", ""))[:200]
+            raise ModelError(f"The model reported an error: {detail}", retryable=True)
+        if chunk.get("usage"):
+            self.out.usage = _usage(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if content:
+                self.parts.append(content)
+                if self.on_delta is not None:
+                    self.on_delta(content)
+            for tc in delta.get("tool_calls") or ():
+                slot = self.calls.setdefault(tc.get("index", 0), {"id": "", "name": "", "args": []})
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                function = tc.get("function") or {}
+                slot["name"] += function.get("name") or ""
+                slot["args"].append(function.get("arguments") or "")
+            if choice.get("finish_reason"):
+                self.out.finish_reason = choice["finish_reason"]
+
+    def finish(self) -> Completion:
+        out = self.out
+        out.content = "".join(self.parts)
         out.tool_calls = [
             ToolCall(c["id"] or f"call_{i}", c["name"], "".join(c["args"]))
-            for i, c in sorted(calls.items())
+            for i, c in sorted(self.calls.items())
         ]
-        if not out.interrupted and not out.finish_reason and not out.content and not calls:
+        if not out.interrupted and not out.finish_reason and not out.content and not self.calls:
             raise ModelError("The model sent an empty response.", retryable=True)
         return out
 
 
-def _from_response(response: Any) -> Completion:
-    choices = getattr(response, "choices", None)
+def _from_body(body: Any) -> Completion:
+    choices = body.get("choices") if isinstance(body, dict) else None
     if not choices:
         raise ModelError("The model sent an empty response.", retryable=True)
-    choice = choices[0]
-    message = getattr(choice, "message", None)
-    if message is None:
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
         raise ModelError("The model sent a response I could not read.")
     calls = [
-        ToolCall(tc.id, tc.function.name, tc.function.arguments or "")
-        for tc in (getattr(message, "tool_calls", None) or ())
-        if getattr(tc, "function", None) is not None
+        ToolCall(tc["id"], tc["function"]["name"], tc["function"].get("arguments") or "")
+        for tc in message.get("tool_calls") or ()
+        if tc.get("function")
     ]
-    usage = getattr(response, "usage", None)
     return Completion(
-        content=message.content or "",
+        content=message.get("content") or "",
         tool_calls=calls,
-        finish_reason=choice.finish_reason or "",
-        usage=_usage(usage) if usage is not None else {},
+        finish_reason=choices[0].get("finish_reason") or "",
+        usage=_usage(body["usage"]) if body.get("usage") else {},
     )
 
 
-def _usage(usage: Any) -> dict[str, int]:
+def _usage(usage: dict[str, Any]) -> dict[str, int]:
     return {
-        "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-        "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+        "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+        "completion_tokens": int(usage.get("completion_tokens") or 0),
     }
 
 

@@ -1,0 +1,59 @@
+"""The LLM client against the fake server: body parsing, connection reuse, stream errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_core.llm import LLMClient, LLMSettings, ModelError
+from tests.fakes.openai import FakeOpenAI, raw, text, tool_calls
+
+
+def client(fake: FakeOpenAI, stream: bool = True) -> LLMClient:
+    return LLMClient(
+        LLMSettings(base_url=fake.base_url, api_key="sk-fake", model="m", stream=stream)
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_one_connection_serves_every_call(fake_llm: FakeOpenAI, stream: bool) -> None:
+    llm = client(fake_llm, stream)
+    pool = llm._sdk()._client._transport._pool  # type: ignore[attr-defined]
+    seen = set()
+    for i in range(5):
+        assert llm.complete([{"role": "user", "content": f"hi {i}"}]).content == f"echo: hi {i}"
+        seen.update(id(c) for c in pool.connections)
+    assert len(seen) == 1  # the stream was read to its end, so the connection went back
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_tool_calls_and_usage_are_parsed(fake_llm: FakeOpenAI, stream: bool) -> None:
+    fake_llm.push(tool_calls(("read_file", {"path": "a.txt"}), ("read_file", '{"path": "b"}')))
+    out = client(fake_llm, stream).complete([{"role": "user", "content": "read"}])
+    assert [(c.name, c.arguments) for c in out.tool_calls] == [
+        ("read_file", '{"path": "a.txt"}'),
+        ("read_file", '{"path": "b"}'),
+    ]
+    assert all(c.id for c in out.tool_calls)
+    assert out.finish_reason == "tool_calls"
+    assert out.usage["prompt_tokens"] > 0
+
+
+def test_stream_deltas_and_interrupt(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(text("one two three four", chunk_size=4), text("a b c d e f g h", chunk_size=2))
+    deltas: list[str] = []
+    out = client(fake_llm).complete([{"role": "user", "content": "x"}], on_delta=deltas.append)
+    assert "".join(deltas) == out.content == "one two three four"
+    stopped = client(fake_llm).complete(
+        [{"role": "user", "content": "x"}], should_stop=lambda: True
+    )
+    assert stopped.interrupted
+
+
+def test_an_error_inside_the_stream_is_a_model_error(fake_llm: FakeOpenAI) -> None:
+    body = 'data: {"error": {"message": "overloaded"}}\n\ndata: [DONE]\n\n'
+    fake_llm.push(raw(body, content_type="text/event-stream"))
+    llm = LLMClient(
+        LLMSettings(base_url=fake_llm.base_url, api_key="sk-fake", model="m", max_retries=0)
+    )
+    with pytest.raises(ModelError, match="overloaded"):
+        llm.complete([{"role": "user", "content": "x"}])
