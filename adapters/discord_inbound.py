@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import discord
+import structlog
 
 from hermes_gateway.commands import parse_command
 from hermes_gateway.events import Attachment, ChatType, MessageEvent
 
+log = structlog.get_logger("hermes.adapters.discord")
 PLATFORM = "discord"
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _USER_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
@@ -30,7 +32,20 @@ class Inbound:
 
 def message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbound | None:
     """The event for a user's message, or None for what is not a conversation message (system
-    messages such as pins and joins, group DMs)."""
+    messages such as pins and joins, group DMs).
+
+    Never raises: discord.py builds a `Message` from a payload missing fields Discord always
+    sends (``mentions``...) without those attributes; such a message is logged and ignored
+    (issue 9, fuzzing)."""
+    try:
+        return _message_event(message, bot_id, per_user)
+    except (AttributeError, TypeError, ValueError, LookupError) as exc:
+        message_id = getattr(message, "id", None)
+        log.warning("discord.message_malformed", message_id=message_id, error=repr(exc)[:200])
+        return None
+
+
+def _message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbound | None:
     if message.type not in _USER_TYPES:
         return None
     where = _where(message.channel, message.channel.id, message.guild is not None)

@@ -23,7 +23,13 @@ from telegram.request import HTTPXRequest
 
 from adapters.telegram_delivery import Outbox, Sender, call, chat_ref
 from adapters.telegram_normalize import BotIdentity, normalize
-from adapters.telegram_transport import PollMonitor, PollRequest, TokenLock, download_media
+from adapters.telegram_transport import (
+    Intake,
+    PollMonitor,
+    PollRequest,
+    TokenLock,
+    download_media,
+)
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -68,6 +74,7 @@ class TelegramAdapter:
         self.host = host
         self.config = host.config.platforms.telegram
         self.monitor = PollMonitor()
+        self.intake = Intake()
         self.lock = TokenLock(host.config.home_path, self.config.token)
         self.app = self._build_app()
         self.outbox = Outbox(Sender(self.app.bot), self.edit_interval)
@@ -101,6 +108,7 @@ class TelegramAdapter:
         else:
             poll = PollRequest(
                 self.monitor,
+                self.intake,
                 connection_pool_size=2,
                 read_timeout=t,
                 write_timeout=t,
@@ -234,6 +242,7 @@ class TelegramAdapter:
                 raise PermanentAdapterError("setWebhook returned false")
             return
         self.monitor.reset()
+        self.intake.reset()
         await self.app.updater.start_polling(
             poll_interval=0,
             timeout=int(self.poll_timeout),
@@ -292,14 +301,19 @@ class TelegramAdapter:
         except Exception as exc:  # junk must not make Telegram redeliver it forever
             log.warning("telegram.update_unparseable", error=repr(exc)[:200])
             return web.Response(text="ignored")
-        await self.app.update_queue.put(update)
+        await self._take(update)  # answer 200 (Telegram forgets it) only once it is stored
         return web.Response(text="ok")
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        await self._take(update)
+
+    async def _take(self, update: Update) -> None:
         try:
             await self._handle(update)
         except Exception:  # one bad update must never stop the next
             log.exception("telegram.update_failed", update_id=update.update_id)
+        finally:
+            self.intake.taken(update.update_id)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram.handler_error", error=repr(context.error))

@@ -48,7 +48,19 @@ def update_kind(update: Update) -> str:
 def normalize(update: Update, me: BotIdentity, *, per_user: bool = True) -> Inbound | None:
     """The message in ``update`` as an `Inbound`, or None (logged at debug) when it is not a
     new message from a person with some content: edits, channel posts, callback queries,
-    stickers, service messages and unknown kinds are ignored."""
+    stickers, service messages and unknown kinds are ignored.
+
+    Never raises: PTB does not check field types, so a shape Telegram does not send (a list
+    for a text, a message without a chat) is logged and ignored too (issue 9, fuzzing)."""
+    try:
+        return _normalize(update, me, per_user)
+    except (AttributeError, TypeError, ValueError, LookupError) as exc:
+        update_id = getattr(update, "update_id", None)
+        log.warning("telegram.update_malformed", update_id=update_id, error=repr(exc)[:200])
+        return None
+
+
+def _normalize(update: Update, me: BotIdentity, per_user: bool) -> Inbound | None:
     msg = update.message
     if msg is None:
         log.debug("telegram.update_ignored", kind=update_kind(update), update_id=update.update_id)

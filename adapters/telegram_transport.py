@@ -78,17 +78,58 @@ class PollMonitor:
         return time.monotonic() - self.last_started
 
 
+class Intake:
+    """Update ids PTB fetched and the gateway has not taken yet (persisted to its inbox).
+
+    PTB confirms a batch to Telegram (the next getUpdates offset) as soon as it has queued it,
+    before any handler ran: a crash in between lost those messages for good (issue 9, crash
+    chaos). So the next getUpdates with an offset waits until the whole batch was taken.
+    """
+
+    warn_after = 10.0
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+        self._settled = asyncio.Event()
+        self._settled.set()
+
+    def fetched(self, update_ids: list[int]) -> None:
+        self._open.update(update_ids)
+        if self._open:
+            self._settled.clear()
+
+    def taken(self, update_id: int) -> None:
+        self._open.discard(update_id)
+        if not self._open:
+            self._settled.set()
+
+    def reset(self) -> None:
+        """Polling restarts: PTB fetches again whatever it had not queued."""
+        self._open.clear()
+        self._settled.set()
+
+    async def settled(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._settled.wait(), self.warn_after)
+                return
+            except TimeoutError:
+                log.warning("telegram.intake_waiting", updates=sorted(self._open)[:10])
+
+
 class PollRequest(HTTPXRequest):
     """The request object PTB's Updater uses for getUpdates only.
 
-    It records each call in a `PollMonitor`, and replaces any update PTB cannot parse with a
+    It records each call in a `PollMonitor`, holds a getUpdates that would confirm updates the
+    gateway has not taken yet (`Intake`), and replaces any update PTB cannot parse with a
     bare ``{"update_id": N}``: otherwise `Update.de_list` fails for the whole batch, PTB logs
     it, never advances its offset and re-polls the same batch in a tight loop.
     """
 
-    def __init__(self, monitor: PollMonitor, **kwargs: Any) -> None:
+    def __init__(self, monitor: PollMonitor, intake: Intake, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.monitor = monitor
+        self.intake = intake
 
     async def do_request(
         self,
@@ -100,6 +141,8 @@ class PollRequest(HTTPXRequest):
         connect_timeout: Any = HTTPXRequest.DEFAULT_NONE,
         pool_timeout: Any = HTTPXRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
+        if request_data is not None and request_data.parameters.get("offset"):
+            await self.intake.settled()
         self.monitor.begin()
         try:
             code, payload = await super().do_request(
@@ -119,22 +162,24 @@ class PollRequest(HTTPXRequest):
         if code != 200:
             self.monitor.failed(_describe_error(code, payload))
             return code, payload
-        code, payload = sanitize_updates(payload)
+        code, payload, update_ids = sanitize_updates(payload)
         if code == 200:
             self.monitor.ok()
+            self.intake.fetched(update_ids)
         else:
             self.monitor.failed(_describe_error(code, payload))
         return code, payload
 
 
-def sanitize_updates(payload: bytes) -> tuple[int, bytes]:
-    """A getUpdates answer with every update PTB can parse, and placeholders for the rest."""
+def sanitize_updates(payload: bytes) -> tuple[int, bytes, list[int]]:
+    """A getUpdates answer with every update PTB can parse, and placeholders for the rest;
+    with the ids of the updates PTB will queue."""
     try:
         body = json.loads(payload)
     except ValueError:
-        return 200, payload  # PTB reports invalid JSON as an error and backs off
+        return 200, payload, []  # PTB reports invalid JSON as an error and backs off
     if not isinstance(body, dict) or not body.get("ok"):
-        return 200, payload
+        return 200, payload, []
     result = body.get("result")
     items = result if isinstance(result, list) else [result]
     clean: list[Any] = []
@@ -152,10 +197,11 @@ def sanitize_updates(payload: bytes) -> tuple[int, bytes]:
     if items and not clean:
         # nothing to confirm: answering [] would make PTB re-poll at once, in a tight loop
         error = {"ok": False, "error_code": 502, "description": "unusable getUpdates answer"}
-        return 502, json.dumps(error).encode()
+        return 502, json.dumps(error).encode(), []
+    update_ids = [item["update_id"] for item in clean]
     if clean == result:
-        return 200, payload
-    return 200, json.dumps({"ok": True, "result": clean}).encode()
+        return 200, payload, update_ids
+    return 200, json.dumps({"ok": True, "result": clean}).encode(), update_ids
 
 
 def _describe_error(code: int, payload: bytes) -> str:

@@ -195,7 +195,7 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     env = dict(os.environ if environ is None else environ)
     try:
         raw = _read_yaml(path, env)
-        data = _interpolate(raw, env, "")
+        data = _interpolate(raw, env, "", [MAX_VALUES])
     except RecursionError:
         raise ConfigError("", "the config nests too deeply or refers to itself") from None
     if not isinstance(data, dict):
@@ -226,6 +226,8 @@ def _read_yaml(path: str | Path | None, env: Mapping[str, str]) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("", f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"{path} is not UTF-8 text (byte {exc.start})") from None
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -235,7 +237,13 @@ def _read_yaml(path: str | Path | None, env: Mapping[str, str]) -> Any:
     return {} if loaded is None else loaded
 
 
-def _interpolate(value: Any, env: Mapping[str, str], key: str) -> Any:
+MAX_VALUES = 100_000  # YAML aliases can make a few lines expand to billions of values
+
+
+def _interpolate(value: Any, env: Mapping[str, str], key: str, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ConfigError("", f"the config holds more than {MAX_VALUES} values (YAML aliases?)")
     if isinstance(value, str):
         return _substitute(value, env, key)
     if isinstance(value, dict):
@@ -243,10 +251,10 @@ def _interpolate(value: Any, env: Mapping[str, str], key: str) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ConfigError(f"{key}.{k}".lstrip("."), "keys must be strings")
-            out[k] = _interpolate(v, env, f"{key}.{k}".lstrip("."))
+            out[k] = _interpolate(v, env, f"{key}.{k}".lstrip("."), budget)
         return out
     if isinstance(value, list):
-        return [_interpolate(v, env, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_interpolate(v, env, f"{key}[{i}]", budget) for i, v in enumerate(value)]
     return value
 
 

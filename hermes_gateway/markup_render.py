@@ -82,6 +82,7 @@ Block = Paragraph | Heading | CodeBlock | Quote | Table | Rule
 RULE_TEXT = "———"
 # Telegram refuses or mangles hrefs that are not absolute URLs; others are shown as text.
 _SAFE_URL = re.compile(r"(?i)(?:https?|ftp|tg|mailto):[^\s<>]+")
+_TICKS = re.compile(r"`{3,}")
 _LANG = re.compile(r"[\w+#.-]{1,32}")
 
 
@@ -180,7 +181,10 @@ def render_telegram(blocks: list[Block]) -> str:
 
 
 def slack_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # Slack reads ``` anywhere as a code-block delimiter and has no escape for it: a run of
+    # three or more backticks in text or code would open or close a block (issue 9, fuzzing)
+    return _TICKS.sub(lambda m: "\u200b".join(m.group()), text) if "```" in text else text
 
 
 def _slack_url(url: str) -> str:

@@ -39,13 +39,22 @@ class Replayer:
         self.delivery = delivery
         self.adapters = adapters
         self.config = config
+        self._left: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] | None = None
 
-    async def run(self) -> None:
+    async def load(self) -> None:
+        """Read what the last run left in the inbox. Call it before intake starts: read later,
+        a message this run already took would look left over and be answered twice."""
         try:
-            to_run, to_send = await self.store.replayable(self.config.store.replay_max_age_s)
+            self._left = await self.store.replayable(self.config.store.replay_max_age_s)
         except StoreError as exc:
             log.error("replay.failed", error=str(exc))
-            return
+            self._left = ([], [])
+
+    async def run(self) -> None:
+        if self._left is None:
+            await self.load()
+        assert self._left is not None
+        to_run, to_send = self._left
         if not to_run and not to_send:
             return
         log.info("replay.start", reruns=len(to_run), resends=len(to_send))

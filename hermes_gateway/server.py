@@ -32,7 +32,13 @@ from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.hooks import collect_hooks, install_hooks
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.pairing import PairingBook
-from hermes_gateway.platform import Adapter, StreamSink, SubmitOutcome, load_adapter
+from hermes_gateway.platform import (
+    Adapter,
+    StreamSink,
+    SubmitOutcome,
+    adapter_class,
+    load_adapter,
+)
 from hermes_gateway.pool import AgentPool
 from hermes_gateway.replay import Replayer
 from hermes_gateway.runner import GatewayRunner
@@ -217,13 +223,15 @@ class Gateway:
         install_hooks(self.bus, hooks)
         await self.store.open()
         await self.pairing.load()
+        replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
+        await replayer.load()  # before intake: what this run takes is not a leftover (issue 9)
         for name in self._enabled_platforms():
-            self.adapters[name] = load_adapter(name, self)
+            cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
+            self.adapters[name] = load_adapter(name, self, cls)
         await self.control.start()
         for name, adapter in self.adapters.items():
             await adapter.start()
             log.info("adapter.started", platform=name)
-        replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
         self._spawn(replayer.run(), "replay")
         self._spawn(self._housekeeping(), "housekeeping")
         self._spawn(asyncio.to_thread(self.llm.warm), "llm-warmup")
@@ -250,9 +258,14 @@ class Gateway:
         if not drained:
             log.warning("gateway.drain_timeout", seconds=drain)
         await self.runner.interrupt_all()
+        await self.delivery.close()  # undelivered replies wait in the inbox for the next start
         await asyncio.to_thread(self.pool.shutdown)
         for task in self._background:
             task.cancel()
+        if self._background:
+            # let a cancelled store.prune unwind before the engine is disposed: disposing it
+            # under a live aiosqlite connection left a task that never finished (a hung loop)
+            await asyncio.wait(self._background, timeout=2)
         for adapter in self.adapters.values():
             close = getattr(adapter, "close", None)
             if close is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import (
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import Attachment, MessageEvent
 from hermes_gateway.models import Base, InboxRow, MessageRow, SessionRow
+from hermes_gateway.store_sqlite import SqliteFastPath
 
 log = structlog.get_logger("hermes.store")
 Message = dict[str, Any]
@@ -79,6 +81,12 @@ class Undelivered:
 class Store:
     """The gateway's persistence; one instance per process."""
 
+    # A write that waited this long and still failed (another process held the database past
+    # SQLite's busy timeout): the next writes fail at once for `stuck_pause_s`, instead of
+    # each waiting the whole timeout in turn while no user gets an answer (issue 9).
+    stuck_after_s = 1.0
+    stuck_pause_s = 10.0
+
     def __init__(self, url: str) -> None:
         self.url = url
         self._engine: AsyncEngine | None = None
@@ -86,7 +94,10 @@ class Store:
         self._is_sqlite = url.startswith("sqlite")
         # SQLite has one writer; serializing writes here avoids "database is locked" retries
         self._write_lock = asyncio.Lock()
+        self._fast: SqliteFastPath | None = None
         self._sids: OrderedDict[str, int] = OrderedDict()
+        self._stuck_until = 0.0
+        self._stuck_error = ""
 
     @property
     def is_open(self) -> bool:
@@ -111,8 +122,14 @@ class Store:
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        if self._is_sqlite:
+            self._fast = SqliteFastPath()
+            await self._fast.open(engine)
 
     async def close(self) -> None:
+        if self._fast is not None:
+            await self._fast.close()
+            self._fast = None
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None
@@ -136,13 +153,14 @@ class Store:
 
     async def _write(self, fn: Any, *args: Any) -> Any:
         async with self._write_lock:
+            started = self._not_stuck()
             try:
                 async with self._session() as db, db.begin():
                     return await fn(db, *args)
             except IntegrityError:
                 raise
             except SQLAlchemyError as exc:
-                raise StoreError(f"store write failed: {exc.__class__.__name__}: {exc}") from exc
+                raise self._write_failed(exc, started) from exc
 
     async def _tx(self, fn: Any) -> Any:
         """One serialized write transaction on a bare connection (Core, no ORM unit of work:
@@ -150,13 +168,39 @@ class Store:
         if self._engine is None:
             raise StoreError("the store is not open")
         async with self._write_lock:
+            started = self._not_stuck()
             try:
                 async with self._engine.begin() as conn:
                     return await fn(conn)
             except IntegrityError:
                 raise
             except SQLAlchemyError as exc:
-                raise StoreError(f"store write failed: {exc.__class__.__name__}: {exc}") from exc
+                raise self._write_failed(exc, started) from exc
+
+    def _not_stuck(self) -> float:
+        """Raise at once while the database is known to be stuck; else the start time."""
+        now = time.monotonic()
+        if now < self._stuck_until:
+            raise StoreError(
+                f"store write skipped: the database is unavailable ({self._stuck_error}); "
+                f"trying it again in {self._stuck_until - now:.0f} s"
+            )
+        return now
+
+    async def _fast_tx(self, fn: Any) -> Any:
+        """Like `_tx`, on the SQLite fast path (reads too: it is one connection)."""
+        async with self._write_lock:
+            started = self._not_stuck()
+            try:
+                return await fn(self._fast)
+            except sqlite3.Error as exc:
+                raise self._write_failed(exc, started) from exc
+
+    def _write_failed(self, exc: Exception, started: float) -> StoreError:
+        if time.monotonic() - started >= self.stuck_after_s:
+            self._stuck_until = time.monotonic() + self.stuck_pause_s
+            self._stuck_error = str(getattr(exc, "orig", None) or exc)[:200]
+        return StoreError(f"store write failed: {exc.__class__.__name__}: {exc}")
 
     async def _query(self, fn: Any) -> Any:
         if self._engine is None:
@@ -184,6 +228,10 @@ class Store:
             "run_id": "",
         }
 
+        if self._fast is not None:
+            fast_id: int | None = await self._fast_tx(lambda f: f.accept(row))
+            return fast_id
+
         async def run(conn: AsyncConnection) -> int:
             result = await conn.execute(_ACCEPT, row)
             return int(result.inserted_primary_key[0])  # type: ignore[index]
@@ -197,6 +245,10 @@ class Store:
     async def mark(self, inbox_ids: Iterable[int], status: str, reply: str | None = None) -> None:
         ids = list(inbox_ids)
         if not ids:
+            return
+        if self._fast is not None:
+            now = time.time()
+            await self._fast_tx(lambda f: f.mark(ids, status, reply, now))
             return
         params: dict[str, Any] = {"ids": ids, "new_status": status, "now": time.time()}
         stmt = _MARK
@@ -255,6 +307,15 @@ class Store:
     # -- sessions and history -------------------------------------------------------------
 
     async def history(self, session_key: str) -> list[Message]:
+        if self._fast is not None:
+
+            async def fast(f: SqliteFastPath) -> list[Message]:
+                sid = await self._fast_session_id(f, session_key, create=False)
+                return [] if sid is None else [_to_message(*r) for r in await f.history(sid)]
+
+            fast_rows: list[Message] = await self._fast_tx(fast)
+            return fast_rows
+
         async def run(conn: AsyncConnection) -> list[Message]:
             sid = await self._session_id(conn, session_key, create=False)
             if sid is None:
@@ -281,6 +342,16 @@ class Store:
         """Append a turn and settle its inbox entries in one transaction: all or nothing."""
         ids = list(inbox_ids)
         now = time.time()
+        if self._fast is not None:
+
+            async def fast(f: SqliteFastPath) -> None:
+                sid = await self._fast_session_id(f, session_key, create=True)
+                assert sid is not None
+                rows = [_message_row(sid, m, run_id, now) for m in messages]
+                await f.complete_turn(sid, rows, ids, (status, reply, run_id, now))
+
+            await self._fast_tx(fast)
+            return
 
         async def run(conn: AsyncConnection) -> None:
             sid = await self._session_id(conn, session_key, create=True)
@@ -312,9 +383,8 @@ class Store:
 
     async def _session_id(self, conn: AsyncConnection, key: str, *, create: bool) -> int | None:
         """The current session row of ``key``; remembered, since it changes only on /new."""
-        sid = self._sids.get(key)
+        sid = self._cached_sid(key)
         if sid is not None:
-            self._sids.move_to_end(key)
             return sid
         sid = (
             await conn.execute(
@@ -327,6 +397,23 @@ class Store:
         if sid is None and create:
             result = await conn.execute(insert(_SESSIONS).values(key=key, created_at=time.time()))
             sid = int(result.inserted_primary_key[0])  # type: ignore[index]
+        return self._remember_sid(key, sid)
+
+    async def _fast_session_id(self, fast: SqliteFastPath, key: str, *, create: bool) -> int | None:
+        sid = self._cached_sid(key)
+        if sid is None:
+            sid = self._remember_sid(
+                key, await fast.session_id(key, create=create, now=time.time())
+            )
+        return sid
+
+    def _cached_sid(self, key: str) -> int | None:
+        sid = self._sids.get(key)
+        if sid is not None:
+            self._sids.move_to_end(key)
+        return sid
+
+    def _remember_sid(self, key: str, sid: int | None) -> int | None:
         if sid is not None:
             self._sids[key] = sid
             if len(self._sids) > _SID_CACHE:

@@ -1,0 +1,380 @@
+"""Slack: a slack-bolt `AsyncApp` fed by Socket Mode (default) or by the Events API on the
+control server. Bolt acks every event at once; normalizing, admitting and submitting it (and
+the agent's run) happen after the ack."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Coroutine, Iterable
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.middleware.authorization.async_single_team_authorization import (
+    AsyncSingleTeamAuthorization,
+)
+from slack_bolt.response import BoltResponse
+
+from adapters.slack_api import SlackWeb
+from adapters.slack_events import BotIdentity, Recent, normalize
+from adapters.slack_progress import Progress, StreamPreview
+from hermes_gateway.bus import LifecycleEvent
+from hermes_gateway.errors import (
+    AdapterAuthError,
+    AdapterError,
+    PermanentAdapterError,
+    TransientAdapterError,
+)
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.markup import split_rendered_slack
+from hermes_gateway.platform import AdapterHost, Health, StreamSink
+
+log = structlog.get_logger("hermes.adapters.slack")
+START_TIMEOUT_S = 15.0  # auth.test + apps.connections.open + the socket handshake
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0
+_PROGRESS_EVENTS = ("processing_start", "response_sent", "processing_complete")
+
+
+class SlackAdapter:
+    name = "slack"
+    preview_interval = 1.0  # seconds between edits of a streamed preview
+
+    def __init__(self, host: AdapterHost) -> None:
+        self.host = host
+        self.config = host.config.platforms.slack
+        self.web: SlackWeb | None = None
+        self.app: AsyncApp | None = None
+        self.socket: AsyncSocketModeHandler | None = None
+        self._hello_on: object | None = None  # the socket session that said hello
+        self._me = BotIdentity("", "")  # from auth.test, before any event can arrive
+        self._accepting = False
+        self._stopped = False
+        self._auth_failed = False
+        self._error = ""
+        self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
+        self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
+        self._previews: dict[str, StreamPreview] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        mode = self.config.progress if self.config.typing else "none"
+        self._progress = Progress(mode, self.config.progress_reaction)
+        host.bus.subscribe(self._on_lifecycle, _PROGRESS_EVENTS, name="slack:progress")
+        if self.config.mode == "http":
+            host.add_route("POST", self.config.events_path, self._http_events, public=True)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check the tokens (a rejected one raises `AdapterAuthError`: exit 78) and connect;
+        network trouble is retried in the background while the gateway serves."""
+        self.web = SlackWeb(self.config.bot_token, self.config.api_base)
+        self._accepting = True
+        try:
+            await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
+        except AdapterAuthError as exc:
+            self._auth_failed, self._error = True, str(exc)
+            raise
+        except (AdapterError, TimeoutError) as exc:
+            self._note_error(exc, retrying=True)
+            self._spawn(self._keep_trying(), "adapter:slack:connect")
+
+    async def _bring_up(self) -> None:
+        assert self.web is not None
+        auth = await self.web.auth_test()
+        self._me = BotIdentity(str(auth.get("user_id") or ""), str(auth.get("bot_id") or ""))
+        app = self._build_app(auth)
+        if self.config.mode == "socket":
+            handler = _AckingSocketHandler(
+                app,
+                app_token=self.config.app_token,
+                logger=app.logger,
+                ping_interval=self.config.ping_interval_s,
+            )
+            handler.client.on_message_listeners.append(self._on_frame)
+            try:
+                # our own apps.connections.open: a rejected app token is an error here, where the
+                # SDK's connect() would retry it forever
+                handler.client.wss_uri = await self.web.socket_url(self.config.app_token)
+                self.socket = handler
+                await handler.connect_async()  # type: ignore[no-untyped-call]
+            except BaseException:
+                self.socket = None
+                await _close_socket(handler)
+                raise
+        self.app = app
+        self._error = ""
+        log.info("slack.started", mode=self.config.mode, bot_user_id=auth.get("user_id"))
+
+    async def _keep_trying(self) -> None:
+        delay = RETRY_FIRST_S
+        while self._accepting:
+            await asyncio.sleep(delay)
+            delay = min(RETRY_MAX_S, delay * 1.5)
+            try:
+                await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
+                return
+            except AdapterAuthError as exc:
+                self._auth_failed, self._error = True, str(exc)
+                log.error("slack.auth_failed", error=str(exc))
+                return
+            except (AdapterError, TimeoutError) as exc:
+                self._note_error(exc, retrying=True)
+
+    def _build_app(self, auth: Any) -> AsyncApp:
+        assert self.web is not None
+        http = self.config.mode == "http"
+        app = AsyncApp(
+            client=self.web.client,
+            signing_secret=self.config.signing_secret if http else None,
+            request_verification_enabled=http,  # Socket Mode needs no signature
+            logger=logging.getLogger("hermes.adapters.slack.bolt"),
+            name="hermes",
+        )
+        for middleware in app._async_middleware_list:
+            if isinstance(middleware, AsyncSingleTeamAuthorization):
+                # reuse our auth.test: bolt would otherwise call it on the first event, and a
+                # failure there drops that event
+                middleware.auth_test_result = auth
+        app.event("message")(self._on_event)
+        app.event("app_mention")(self._on_event)
+        app.event(re.compile(".*"))(_ack_only)  # other subscribed events: acked, not retried
+        return app
+
+    async def stop(self) -> None:
+        """Stop intake: close the socket, so Slack keeps new events for the next connection."""
+        self._accepting = False
+        if self.socket is not None:
+            await _close_socket(self.socket)
+
+    async def close(self) -> None:
+        self._stopped = True
+        self._accepting = False
+        for task in list(self._tasks):
+            task.cancel()
+        for preview in self._previews.values():
+            preview.cancel()
+        if self.socket is not None:
+            await _close_socket(self.socket)
+            self.socket = None
+        if self.web is not None:
+            # runs interrupted by the shutdown end after this: take their reactions off now
+            try:
+                await asyncio.wait_for(self._progress.clear_all(self.web), 3)
+            except TimeoutError:
+                log.info("slack.progress_clear_timeout")
+            await self.web.close()
+
+    def health(self) -> Health:
+        if self._stopped or (self.web is not None and not self._accepting):
+            return Health(False, "stopped")
+        if self._auth_failed:
+            return Health(False, self._error)
+        if self.app is None:
+            return Health(
+                False, f"connecting (last error: {self._error})" if self._error else "connecting"
+            )
+        if self.config.mode == "http":
+            return Health(True, "events api")
+        client = self.socket.client if self.socket is not None else None
+        session = client.current_session if client is not None else None
+        if client is None or session is None or session.closed or client.stale:
+            return Health(False, "socket disconnected; reconnecting")
+        if self._hello_on is not session:
+            return Health(False, "socket connecting (no hello yet)")
+        return Health(True, "socket connected")
+
+    # -- intake -------------------------------------------------------------------------
+
+    async def _on_frame(self, message: aiohttp.WSMessage) -> None:
+        """Every Socket Mode frame, before the SDK acts on it: tracks hello / disconnect."""
+        kind = _frame_type(message.data)
+        if kind == "hello":
+            self._hello_on = self.socket.client.current_session if self.socket else None
+            log.info("slack.socket_hello")
+        elif kind == "disconnect":
+            self._hello_on = None
+            log.info("slack.socket_disconnect_requested")
+
+    async def _on_event(self, body: dict[str, Any]) -> None:
+        """A bolt listener: runs after the ack (so also for an event acked just before `stop`:
+        it still lands in the inbox). Nothing a payload holds may escape from here."""
+        try:
+            await self._intake(body.get("event"))
+        except Exception:
+            log.exception("slack.intake_failed", event_id=body.get("event_id"))
+
+    async def _intake(self, raw: Any) -> None:
+        per_user = self.host.config.runner.group_sessions_per_user
+        inbound = normalize(raw, self._me, per_user=per_user)
+        if inbound is None:
+            log.debug("slack.ignored", type=_field(raw, "type"), subtype=_field(raw, "subtype"))
+            return
+        event = inbound.event
+        # the app_mention + message pair and retried deliveries share the ts; the inbox folds
+        # them durably, this spares the second one an access check and a pairing reply
+        if not self._seen.add((event.chat_id, event.message_id)):
+            log.debug("slack.duplicate", channel=event.chat_id, ts=event.message_id)
+            return
+        if not event.mentioned and await self._follows_thread(event):
+            event = replace(event, mentioned=True)
+        admission = await self.host.access_for("slack").admit(
+            event, from_self=inbound.from_self, from_bot=inbound.from_bot
+        )
+        if admission.reply:
+            await self._send_quietly(OutboundMessage.to(event, admission.reply, "notice"))
+        if not admission.allowed:
+            log.debug("slack.not_admitted", verdict=admission.verdict, channel=event.chat_id)
+            return
+        outcome = await self.host.submit(event)
+        if outcome == "accepted" and event.chat_type == "thread":
+            self._threads.add((event.chat_id, event.thread_id))
+
+    async def _follows_thread(self, event: MessageEvent) -> bool:
+        """A reply in a thread the bot already answers in needs no mention: known from this
+        run, or from the thread's session history (survives restarts)."""
+        if not self.config.require_mention or event.chat_type != "thread" or not event.reply_to:
+            return False
+        if (event.chat_id, event.thread_id) in self._threads:
+            return True
+        return bool(await self.host.history(event.session_key))
+
+    async def _http_events(self, request: web.Request) -> web.StreamResponse:
+        """The Events API endpoint: bolt verifies the signature and timestamp (401 otherwise),
+        answers url_verification and acks; 503 until started, so Slack retries later."""
+        app = self.app
+        if app is None or not self._accepting:
+            return web.json_response({"ok": False, "error": "not_ready"}, status=503)
+        response = _acked(await app.async_dispatch(await to_bolt_request(request)))
+        return await to_aiohttp_response(response)
+
+    # -- delivery -----------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Markdown -> mrkdwn parts under `message_limit`, into the thread; each part retried
+        on its own (earlier parts are never sent twice). A streamed preview becomes part 1."""
+        web = self.web
+        if web is None:
+            raise TransientAdapterError("slack: not started")
+        parts = split_rendered_slack(message.text, self.config.message_limit)
+        preview = self._take_preview(message.answers)
+        preview_ts = await preview.finish() if preview is not None else None
+        if preview_ts and parts:
+            try:
+                await web.update(message.chat_id, preview_ts, parts[0])
+                parts = parts[1:]
+            except PermanentAdapterError as exc:  # the preview is gone: post the answer anew
+                log.info("slack.preview_lost", error=str(exc))
+        for part in parts:
+            await web.post(message.chat_id, part, message.thread_id)
+
+    async def _send_quietly(self, message: OutboundMessage) -> None:
+        try:
+            await self.send(message)
+        except AdapterError as exc:
+            log.warning("slack.notice_failed", error=str(exc), channel=message.chat_id)
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        if not self.config.streaming or self.web is None:
+            return None
+        preview = StreamPreview(
+            self.web,
+            event.chat_id,
+            event.thread_id,
+            limit=self.config.message_limit,
+            interval=self.preview_interval,
+        )
+        self._previews[event.message_id] = preview
+        return preview
+
+    def _take_preview(self, answers: Iterable[str]) -> StreamPreview | None:
+        for message_id in answers:
+            preview = self._previews.pop(message_id, None)
+            if preview is not None:
+                return preview
+        return None
+
+    async def _on_lifecycle(self, ev: LifecycleEvent) -> None:
+        message, web = ev.message, self.web
+        if message is None or message.platform != self.name or web is None or self._stopped:
+            return
+        if ev.name == "processing_start":
+            await self._progress.show(web, ev.run_id, message)
+            return
+        await self._progress.clear(web, ev.run_id)
+        if ev.name == "processing_complete":
+            # a preview nobody finished belongs to a run that ended without an answer
+            preview = self._previews.pop(message.message_id, None)
+            ts = await preview.finish() if preview is not None else None
+            if ts:
+                try:
+                    await web.delete(message.chat_id, ts)
+                except AdapterError as exc:
+                    log.info("slack.preview_delete_failed", error=str(exc))
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _note_error(self, exc: BaseException, *, retrying: bool) -> None:
+        self._error = str(exc) or type(exc).__name__
+        log.warning("slack.connect_failed", error=self._error, retrying=retrying)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _ack_only() -> None:
+    return None
+
+
+class _AckingSocketHandler(AsyncSocketModeHandler):
+    """Acks every envelope, also the ones bolt cannot handle (a malformed payload, a slash
+    command we have no listener for): Slack's retries of those would fail the same way."""
+
+    async def handle(self, client: Any, req: Any) -> None:
+        started = time.time()
+        try:
+            response = await run_async_bolt_app(self.app, req)
+        except Exception:
+            log.exception("slack.dispatch_failed", envelope_type=getattr(req, "type", ""))
+            response = BoltResponse(status=500, body="")
+        await send_async_response(client, req, _acked(response), started)
+
+
+def _acked(response: BoltResponse) -> BoltResponse:
+    """Bolt's 404 (no listener) and 500 (a payload it choked on) as a plain ack; a 401 (bad
+    signature, stale timestamp) and every 2xx stay as they are."""
+    if response.status in (404, 500):
+        log.info("slack.unhandled_payload_acked", status=response.status)
+        return BoltResponse(status=200, body="")
+    return response
+
+
+async def _close_socket(handler: AsyncSocketModeHandler) -> None:
+    try:
+        await handler.close_async()  # type: ignore[no-untyped-call]
+    except Exception as exc:  # closing a half-open socket must not break shutdown
+        log.debug("slack.socket_close_failed", error=str(exc))
+
+
+def _frame_type(data: Any) -> str:
+    if not isinstance(data, str) or len(data) > 4096:  # hello/disconnect frames are small
+        return ""
+    try:
+        frame = json.loads(data)
+    except ValueError:
+        return ""
+    return str(frame.get("type") or "") if isinstance(frame, dict) else ""
+
+
+def _field(raw: Any, key: str) -> str:
+    return str(raw.get(key) or "") if isinstance(raw, dict) else ""
