@@ -19,9 +19,9 @@ from telegram import BotCommand, Update
 from telegram.constants import ChatAction
 from telegram.error import Conflict, InvalidToken, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
-from telegram.request import HTTPXRequest
 
 from adapters.telegram_delivery import Outbox, Sender, call, chat_ref
+from adapters.telegram_http import AiohttpRequest
 from adapters.telegram_normalize import BotIdentity, normalize
 from adapters.telegram_transport import (
     Intake,
@@ -101,7 +101,11 @@ class TelegramAdapter:
             .token(self.config.token)
             .base_url(self.config.base_url)
             .base_file_url(self.config.base_file_url)
-            .request(HTTPXRequest(read_timeout=t, write_timeout=t, connect_timeout=t))
+            .request(
+                AiohttpRequest(
+                    connection_pool_size=16, read_timeout=t, write_timeout=t, connect_timeout=t
+                )
+            )
         )
         if self.config.mode == "webhook":
             builder = builder.updater(None)

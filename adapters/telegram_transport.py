@@ -17,9 +17,10 @@ from typing import Any
 
 import structlog
 from telegram import Bot, Update
-from telegram.request import HTTPXRequest, RequestData
+from telegram.request import RequestData
 
 from adapters.telegram_delivery import call
+from adapters.telegram_http import AiohttpRequest
 from hermes_gateway.errors import PermanentAdapterError
 from hermes_gateway.events import Attachment
 from hermes_gateway.retry import with_retry
@@ -117,7 +118,7 @@ class Intake:
                 log.warning("telegram.intake_waiting", updates=sorted(self._open)[:10])
 
 
-class PollRequest(HTTPXRequest):
+class PollRequest(AiohttpRequest):
     """The request object PTB's Updater uses for getUpdates only.
 
     It records each call in a `PollMonitor`, holds a getUpdates that would confirm updates the
@@ -136,10 +137,10 @@ class PollRequest(HTTPXRequest):
         url: str,
         method: str,
         request_data: RequestData | None = None,
-        read_timeout: Any = HTTPXRequest.DEFAULT_NONE,
-        write_timeout: Any = HTTPXRequest.DEFAULT_NONE,
-        connect_timeout: Any = HTTPXRequest.DEFAULT_NONE,
-        pool_timeout: Any = HTTPXRequest.DEFAULT_NONE,
+        read_timeout: Any = AiohttpRequest.DEFAULT_NONE,
+        write_timeout: Any = AiohttpRequest.DEFAULT_NONE,
+        connect_timeout: Any = AiohttpRequest.DEFAULT_NONE,
+        pool_timeout: Any = AiohttpRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
         if request_data is not None and request_data.parameters.get("offset"):
             await self.intake.settled()
