@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import structlog
 
-from agent_core.history import INTERRUPTED_RESULT, repair, synthetic_results
+from agent_core.history import INTERRUPTED_RESULT, History, encode, synthetic_results
 from agent_core.llm import Completion, LLMClient, ModelError, ToolCall
 from tools.registry import ToolContext, ToolRegistry
 
@@ -91,6 +91,7 @@ class AIAgent:
         self.llm = llm
         self.tools = tools
         self.system_prompt = system_prompt
+        self.system_json = encode({"role": "system", "content": system_prompt})
         self.workspace = workspace
         self.session_key = session_key
         self.max_iterations = max_iterations
@@ -110,13 +111,17 @@ class AIAgent:
     def run_conversation(
         self,
         text: str,
-        history: Sequence[Message] = (),
+        history: Sequence[Message] | History = (),
         *,
         control: RunControl | None = None,
         on_delta: Callable[[str], None] | None = None,
         on_event: EventSink | None = None,
     ) -> RunResult:
-        """Run one turn to a final answer, an interrupt, a failure or `max_iterations`."""
+        """Run one turn to a final answer, an interrupt, a failure or `max_iterations`.
+
+        ``history`` may be a plain message list (repaired and encoded for this call) or a
+        `History`, whose messages are valid and encoded already.
+        """
         control = control or RunControl()
         self._control = control
         try:
@@ -149,11 +154,12 @@ class _Turn:
             should_stop=lambda: control.interrupted,
         )
 
-    def run(self, text: str, history: Sequence[Message]) -> RunResult:
+    def run(self, text: str, history: Sequence[Message] | History) -> RunResult:
         self.new.append({"role": "user", "content": text})
         if not self.agent.llm.configured:
             return self._finish("failed", NOT_CONFIGURED, error="model not configured")
-        base = [{"role": "system", "content": self.agent.system_prompt}, *repair(list(history))]
+        encoded = history.encoded if isinstance(history, History) else History(history).encoded
+        prefix = [self.agent.system_json, *encoded]
         tool_specs = self.agent.tools.specs() or None
         for _ in range(self.agent.max_iterations):
             self._take_steers()
@@ -161,8 +167,9 @@ class _Turn:
                 return self._interrupted("")
             try:
                 completion = self.agent.llm.complete(
-                    base + self.new,
+                    self.new,
                     tool_specs,
+                    prefix=prefix,
                     should_stop=lambda: self.control.interrupted,
                     on_delta=self.on_delta,
                     wait=self.control.wait,

@@ -11,7 +11,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import openai
 
 import structlog
+
+from agent_core.history import encode
 
 Message = dict[str, Any]
 log = structlog.get_logger("hermes.llm")
@@ -77,6 +79,7 @@ class LLMClient:
     def __init__(self, settings: LLMSettings, *, wait: Callable[[float], bool] | None = None):
         self.settings = settings
         self._client: openai.OpenAI | None = None
+        self._tools_cache: tuple[list[dict[str, Any]], bytes] | None = None
         self._lock = threading.Lock()
         # `wait(seconds)` sleeps between retries and returns True if the run was interrupted
         self._wait = wait
@@ -115,15 +118,21 @@ class LLMClient:
         messages: list[Message],
         tools: list[dict[str, Any]] | None = None,
         *,
+        prefix: Sequence[bytes] = (),
         should_stop: Callable[[], bool] = lambda: False,
         on_delta: Callable[[str], None] | None = None,
         wait: Callable[[float], bool] | None = None,
     ) -> Completion:
-        """One assistant turn, retried on 429/5xx/timeouts; raises `ModelError` at the end."""
+        """One assistant turn, retried on 429/5xx/timeouts; raises `ModelError` at the end.
+
+        ``prefix`` holds messages already encoded as JSON (`agent_core.history.encode`) that
+        go before ``messages``: the system prompt and the history, encoded once, not per call.
+        """
+        body = self._body(prefix, messages, tools)
         attempt = 0
         while True:
             try:
-                return self._complete_once(messages, tools, should_stop, on_delta)
+                return self._complete_once(body, should_stop, on_delta)
             except ModelError as exc:
                 if not exc.retryable or attempt >= self.settings.max_retries:
                     log.warning(
@@ -139,27 +148,43 @@ class LLMClient:
                 if sleeper(delay) or should_stop():
                     return Completion(interrupted=True)
 
+    def _body(
+        self, prefix: Sequence[bytes], messages: list[Message], tools: list[dict[str, Any]] | None
+    ) -> bytes:
+        """The request body as bytes, spliced from encoded parts (see `complete`)."""
+        extra: dict[str, Any] = {"model": self.settings.model}
+        if self.settings.temperature is not None:
+            extra["temperature"] = self.settings.temperature
+        if self.settings.stream:
+            extra["stream"] = True
+            extra["stream_options"] = {"include_usage": True}
+        parts = [*prefix, *(encode(m) for m in messages)]
+        body = b'{"messages":[' + b",".join(parts) + b"]," + encode(extra)[1:]
+        if tools:
+            body = body[:-1] + b',"tools":' + self._tools_json(tools) + b"}"
+        return body
+
+    def _tools_json(self, tools: list[dict[str, Any]]) -> bytes:
+        # the registry hands out the same list every call: encode it once
+        if self._tools_cache is None or self._tools_cache[0] is not tools:
+            self._tools_cache = (tools, encode(tools))
+        return self._tools_cache[1]
+
     def _complete_once(
         self,
-        messages: list[Message],
-        tools: list[dict[str, Any]] | None,
+        body: bytes,
         should_stop: Callable[[], bool],
         on_delta: Callable[[str], None] | None,
     ) -> Completion:
         import httpx
         import openai
 
-        kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages}
-        if tools:
-            kwargs["tools"] = tools
-        if self.settings.temperature is not None:
-            kwargs["temperature"] = self.settings.temperature
         try:
             if self.settings.stream:
-                return self._stream(kwargs, should_stop, on_delta)
-            return self._plain(kwargs)
+                return self._stream(body, should_stop, on_delta)
+            return self._plain(body)
         except openai.APIStatusError as exc:
-            raise _status_error(exc) from exc
+            raise _status_error(exc, self.settings.api_key) from exc
         # httpx errors: raised while reading a stream, where the SDK no longer wraps them
         except (openai.APITimeoutError, httpx.TimeoutException) as exc:
             raise self._timed_out() from exc
@@ -184,7 +209,7 @@ class LLMClient:
             retryable=True,
         )
 
-    def _post(self, body: dict[str, Any]) -> httpx.Response:
+    def _post(self, body: bytes) -> httpx.Response:
         """POST the body as built and hand back the raw streaming response.
 
         `chat.completions.create` would first run the SDK's request transform over every
@@ -197,12 +222,16 @@ class LLMClient:
         import httpx
 
         response: httpx.Response = self._sdk().post(
-            "/chat/completions", body=body, cast_to=httpx.Response, stream=True
+            "/chat/completions",
+            content=body,
+            cast_to=httpx.Response,
+            stream=True,
+            options={"headers": {"Content-Type": "application/json"}},
         )
         return response
 
-    def _plain(self, kwargs: dict[str, Any]) -> Completion:
-        response = self._post(kwargs)
+    def _plain(self, body: bytes) -> Completion:
+        response = self._post(body)
         try:
             body = json.loads(response.read())
         finally:
@@ -211,16 +240,14 @@ class LLMClient:
 
     def _stream(
         self,
-        kwargs: dict[str, Any],
+        body: bytes,
         should_stop: Callable[[], bool],
         on_delta: Callable[[str], None] | None,
     ) -> Completion:
-        kwargs["stream"] = True
-        kwargs["stream_options"] = {"include_usage": True}
         # the SDK's timeout bounds each read, not the request: a trickle would never end
         deadline = time.monotonic() + self.settings.timeout_s
         acc = _Accumulator(on_delta)
-        response = self._post(kwargs)
+        response = self._post(body)
         try:
             for line in response.iter_lines():
                 # read on past [DONE] to the end of the body, so the connection is reused
@@ -308,7 +335,7 @@ def _usage(usage: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _status_error(exc: openai.APIStatusError) -> ModelError:
+def _status_error(exc: openai.APIStatusError, api_key: str = "") -> ModelError:
     status = exc.status_code
     if status == 401 or status == 403:
         err = ModelError(
@@ -334,17 +361,21 @@ def _status_error(exc: openai.APIStatusError) -> ModelError:
             retryable=True,
         )
     else:
-        detail = _error_detail(exc)
+        detail = _error_detail(exc, api_key)
         err = ModelError(f"The model refused the request (HTTP {status}){detail}.", status=status)
     err.retry_after = _retry_after(exc)
     return err
 
 
-def _error_detail(exc: openai.APIStatusError) -> str:
+def _error_detail(exc: openai.APIStatusError, api_key: str = "") -> str:
+    """The provider's own words, which the user is shown: never with our key in them (a
+    provider or proxy may echo the key it was sent; issue 9)."""
     body = exc.body
     if isinstance(body, dict):
         message = body.get("message") or (body.get("error") or {}).get("message")
         if isinstance(message, str) and message:
+            if api_key:
+                message = message.replace(api_key, "***")
             return f": {message[:200]}"
     return ""
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_core import AIAgent
+from agent_core.history import History
 
 Message = dict[str, Any]
 
@@ -20,7 +21,7 @@ Message = dict[str, Any]
 @dataclass(slots=True)
 class SessionContext:
     agent: AIAgent
-    history: list[Message]
+    history: History
     last_used: float = field(default_factory=time.monotonic)
     pinned: int = 0  # active runs holding it
 
@@ -60,7 +61,7 @@ class AgentCache:
             history = await self._load_history(key)
             ctx = self._items.get(key)  # another awaiter may have filled it meanwhile
             if ctx is None:
-                ctx = SessionContext(self._factory(key), history)
+                ctx = SessionContext(self._factory(key), History(history))
                 self._items[key] = ctx
         else:
             self.hits += 1

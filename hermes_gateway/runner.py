@@ -175,7 +175,7 @@ class GatewayRunner:
         run.future = self.pool.submit(
             ctx.agent.run_conversation,
             merge_text(run.items),
-            list(ctx.history),
+            ctx.history.snapshot(),
             control=run.control,
             on_delta=on_delta,
             on_event=on_event,

@@ -116,7 +116,7 @@ class TestAgentCache:
         await use(cache, "a")
         assert h.loads == ["a", "b", "a"]
         assert h.built == ["a", "b", "a"]
-        assert first.history == [{"role": "user", "content": "earlier in a"}]
+        assert first.history.messages == [{"role": "user", "content": "earlier in a"}]
 
     async def test_concurrent_misses_share_one_context(self, h: Harness) -> None:
         cache = h.cache(max_size=4)
@@ -138,7 +138,7 @@ class TestAgentCache:
     async def test_renew_agent_keeps_history(self, h: Harness) -> None:
         cache = h.cache()
         ctx = await use(cache, "a")
-        ctx.history.append({"role": "assistant", "content": "hi"})
+        ctx.history.extend([{"role": "assistant", "content": "hi"}])
         history, old_agent = ctx.history, ctx.agent
         cache.renew_agent("a")
         assert ctx.agent is not old_agent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from agent_core.history import INTERRUPTED_RESULT, repair, synthetic_results
@@ -113,3 +114,16 @@ class TestRepair:
             {"role": "tool", "tool_call_id": "x", "content": "gone"},
             {"role": "tool", "tool_call_id": "y", "content": "gone"},
         ]
+
+
+def test_history_keeps_each_message_encoded_once() -> None:
+    from agent_core.history import History, encode
+
+    h = History([{"role": "user", "content": "héllo"}, {"role": "tool", "tool_call_id": "x"}])
+    assert h.messages == [{"role": "user", "content": "héllo"}]  # repaired on the way in
+    h.extend([{"role": "assistant", "content": "hi"}])
+    assert h.encoded == [encode(m) for m in h.messages]
+    assert json.loads(b"[" + b",".join(h.encoded) + b"]") == h.messages
+    snap = h.snapshot()
+    h.extend([{"role": "user", "content": "later"}])
+    assert len(snap) == 2 and len(h) == 3  # a running turn's copy does not move
