@@ -1,0 +1,105 @@
+"""The store on PostgreSQL (asyncpg) by URL: the same behaviour as on SQLite.
+
+CI starts a throwaway PostgreSQL listening on a Unix socket only (see .ci/run) and names it in
+HERMES_TEST_POSTGRES; a socket file is reachable from inside the loopback-only namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.pairing import PairingBook
+from hermes_gateway.store import Store
+from tests.fakes.openai import FakeOpenAI, text
+from tests.harness import make_config, running_gateway
+
+SERVER = os.environ.get("HERMES_TEST_POSTGRES", "")  # e.g. hermes@/?host=/tmp/hermes-pg
+pytestmark = pytest.mark.skipif(not SERVER, reason="set HERMES_TEST_POSTGRES (CI does)")
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    import asyncpg
+
+    user, _, rest = SERVER.partition("@")
+    host = rest.split("host=", 1)[1]
+    name = f"hermes_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(user=user, host=host, database="postgres")
+    await admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql+asyncpg://{user}@/{name}?host={host}"
+    finally:
+        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        await admin.close()
+
+
+def event(i: int, chat: str = "c1") -> MessageEvent:
+    return MessageEvent.create(
+        platform="telegram",
+        chat_type="dm",
+        chat_id=chat,
+        user_id=chat,
+        message_id=str(i),
+        text=f"message {i}",
+    )
+
+
+async def test_inbox_turns_and_replay(pg_url: str) -> None:
+    store = Store(pg_url)
+    await store.open()
+    try:
+        first = await store.accept(event(1))
+        assert first is not None
+        assert await store.accept(event(1)) is None  # a redelivery is folded
+        second = await store.accept(event(2))
+        assert second is not None
+        key = event(1).session_key
+        turn = [
+            {"role": "user", "content": "message 1"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "x", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+        ]
+        await store.complete_turn(key, turn, [first], "done", "run1")
+        assert await store.history(key) == turn
+        to_run, to_send = await store.replayable(3600)
+        assert [i for i, _ in to_run] == [second]
+        assert [(u.inbox_id, u.reply) for u in to_send] == [(first, "done")]
+        await store.mark([first], "answered")
+        assert [u.inbox_id for u in (await store.replayable(3600))[1]] == []
+        await store.reset_session(key)
+        assert await store.history(key) == []
+        book = PairingBook(store)
+        request = await book.request("telegram", "9", "zoe", "9")
+        assert request is not None
+        await book.approve("telegram", request.code)
+        fresh = PairingBook(store)
+        await fresh.load()
+        assert fresh.is_approved("telegram", "9")
+    finally:
+        await store.close()
+
+
+async def test_the_gateway_runs_on_postgres(
+    tmp_path: Path, pg_url: str, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(text("stored in postgres"))
+    config = make_config(tmp_path, fake_llm.base_url, store={"url": pg_url})
+    async with running_gateway(config) as (gw, client):
+        reply = await client.chat("hello")
+    assert reply["text"] == "stored in postgres"
+    async with running_gateway(config) as (gw, client):  # a restart reads it back
+        history = await client.history()
+    assert [m["content"] for m in history] == ["hello", "stored in postgres"]
