@@ -183,5 +183,7 @@ class EventBus:
             _done, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
+            if pending:  # let the cancellations land before the executor goes
+                await asyncio.wait(pending, timeout=1.0)
         if self._own_executor:
             self.executor.shutdown(wait=False, cancel_futures=True)
