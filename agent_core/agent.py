@@ -6,7 +6,9 @@ loop from the event-loop thread: `interrupt()` and `steer(text)` are thread-safe
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,9 +17,13 @@ from typing import Any, Literal
 
 import structlog
 
+from agent_core import context as budget
+from agent_core import delegation
 from agent_core.history import INTERRUPTED_RESULT, History, encode, synthetic_results
 from agent_core.llm import Completion, LLMClient, ModelError, ToolCall
-from tools.registry import ToolContext, ToolRegistry
+from agent_core.parallel import ToolExecutor
+from tools.host import DelegateRequest, ToolHost
+from tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 Message = dict[str, Any]
 RunStatus = Literal["done", "interrupted", "failed", "max_iterations"]
@@ -32,23 +38,38 @@ INTERRUPTED_MARK = "[interrupted]"
 
 
 class RunControl:
-    """Thread-safe handles on one run: an interrupt flag and a queue of steering messages."""
+    """Thread-safe handles on one run: an interrupt flag and a queue of steering messages.
 
-    def __init__(self) -> None:
+    A child run's control (`child`) is interrupted with its parent's (issue 6: delegate_task).
+    """
+
+    def __init__(self, parent: RunControl | None = None) -> None:
         self._interrupted = threading.Event()
         self._steers: deque[str] = deque()
         self._lock = threading.Lock()
+        self._parent = parent
+
+    def child(self) -> RunControl:
+        return RunControl(parent=self)
 
     def interrupt(self) -> None:
         self._interrupted.set()
 
     @property
     def interrupted(self) -> bool:
-        return self._interrupted.is_set()
+        return self._interrupted.is_set() or (self._parent is not None and self._parent.interrupted)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True if interrupted meanwhile."""
-        return self._interrupted.wait(seconds)
+        if self._parent is None:
+            return self._interrupted.wait(seconds)
+        deadline = time.monotonic() + seconds
+        while not self.interrupted:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._interrupted.wait(min(left, 0.1))
+        return True
 
     def steer(self, text: str) -> None:
         with self._lock:
@@ -72,6 +93,9 @@ class RunResult:
     error: str | None = None
     unused_steers: list[str] = field(default_factory=list)
     steered: int = 0
+    # set when older turns were summarized: the session's history becomes this, then
+    # `new_messages` are appended to it (the store records `compaction.marker` first)
+    compaction: budget.Compaction | None = None
 
 
 class AIAgent:
@@ -87,16 +111,52 @@ class AIAgent:
         session_key: str = "",
         max_iterations: int = 20,
         max_output_chars: int = 50_000,
+        host: ToolHost | None = None,
+        executor: ToolExecutor | None = None,
+        context_budget: int = 0,
+        memory: Callable[[], str] | None = None,
+        depth: int = 0,
+        max_depth: int = 1,
+        child_iterations: int = 10,
     ) -> None:
         self.llm = llm
         self.tools = tools
         self.system_prompt = system_prompt
-        self.system_json = encode({"role": "system", "content": system_prompt})
         self.workspace = workspace
         self.session_key = session_key
         self.max_iterations = max_iterations
         self.max_output_chars = max_output_chars
+        self.host = host or ToolHost()
+        self.executor = executor
+        self.context_budget = context_budget  # tokens; 0 = never compact on its own
+        self.depth = depth
+        self.max_depth = max_depth  # delegate_task is offered while depth < max_depth
+        self.child_iterations = child_iterations
+        self._memory = memory
+        self._system_json: bytes | None = None
         self._control: RunControl | None = None
+
+    @property
+    def system_json(self) -> bytes:
+        """The system message, built on first use and then fixed for this agent's life: the
+        memory snapshot is read once (on the worker thread), so the prefix stays stable."""
+        if self._system_json is None:
+            extra = self._memory() if self._memory is not None else ""
+            if extra:
+                self.system_prompt = f"{self.system_prompt}\n\n{extra}"
+            self._system_json = encode({"role": "system", "content": self.system_prompt})
+        return self._system_json
+
+    def compact(
+        self, history: History, control: RunControl | None = None, *, keep_tokens: int = -1
+    ) -> budget.Compaction | None:
+        """Fold the older turns of ``history`` into a summary (blocking; a model call).
+        ``keep_tokens`` of recent turns stay as they are (default: a quarter of the budget)."""
+        control = control or RunControl()
+        keep = keep_tokens if keep_tokens >= 0 else self.context_budget // 4
+        return budget.compact(
+            history, self.llm, keep_tokens=keep, should_stop=lambda: control.interrupted
+        )
 
     def interrupt(self) -> None:
         control = self._control
@@ -147,22 +207,31 @@ class _Turn:
         self.new: list[Message] = []
         self.usage: dict[str, int] = {}
         self.steered = 0
+        self.compaction: budget.Compaction | None = None
+        self._compaction_tried = False
+        can_delegate = agent.depth < agent.max_depth and "delegate_task" in agent.tools.names
         self.ctx = ToolContext(
             workspace=agent.workspace,
             session_key=agent.session_key,
             max_output_chars=agent.max_output_chars,
             should_stop=lambda: control.interrupted,
+            host=agent.host,
+            delegate=self._delegate if can_delegate else None,
+            depth=agent.depth,
         )
 
     def run(self, text: str, history: Sequence[Message] | History) -> RunResult:
         self.new.append({"role": "user", "content": text})
         if not self.agent.llm.configured:
             return self._finish("failed", NOT_CONFIGURED, error="model not configured")
-        encoded = history.encoded if isinstance(history, History) else History(history).encoded
-        prefix = [self.agent.system_json, *encoded]
+        self.history = history if isinstance(history, History) else History(history)
+        prefix = [self.agent.system_json, *self.history.encoded]
         tool_specs = self.agent.tools.specs() or None
         for _ in range(self.agent.max_iterations):
             self._take_steers()
+            if self.control.interrupted:
+                return self._interrupted("")
+            prefix = self._within_budget(prefix, tool_specs)
             if self.control.interrupted:
                 return self._interrupted("")
             try:
@@ -193,6 +262,41 @@ class _Turn:
         self.new.append({"role": "assistant", "content": note})
         return self._finish("max_iterations", note)
 
+    def _within_budget(
+        self, prefix: list[bytes], tool_specs: list[dict[str, Any]] | None
+    ) -> list[bytes]:
+        """The prefix for the next call: the history compacted once per turn when the request
+        would pass `context_budget` (the system message stays as it was)."""
+        limit = self.agent.context_budget
+        if limit <= 0 or self._compaction_tried:
+            return prefix
+        parts = [*prefix, *(encode(m) for m in self.new)]
+        if tool_specs:
+            parts.append(encode(tool_specs))
+        estimate = budget.estimate_tokens(parts)
+        if estimate <= limit:
+            return prefix
+        self._compaction_tried = True
+        try:
+            compaction = self.agent.compact(self.history, self.control)
+        except ModelError as exc:
+            log.warning("context.compaction_failed", error=str(exc), tokens=estimate)
+            return prefix
+        if compaction is None:
+            return prefix
+        self.compaction = compaction
+        log.info(
+            "context.compacted",
+            tokens_before=estimate,
+            summarized=compaction.summarized,
+            kept=len(compaction.history) - 1,
+        )
+        return [self.agent.system_json, *compaction.history.encoded]
+
+    def _delegate(self, request: DelegateRequest) -> str:
+        """Run a child agent inline on this thread; its summary is the observation."""
+        return delegation.delegate(self.agent, request, self.control, self.on_event, self.usage)
+
     def _take_steers(self) -> None:
         for steer in self.control.take_steers():
             self.steered += 1
@@ -219,27 +323,43 @@ class _Turn:
         )
 
     def _run_tools(self, calls: list[ToolCall]) -> bool:
-        """Run calls in the model's order; on interrupt answer the rest with a synthetic result."""
-        for i, call in enumerate(calls):
+        """Run calls in batches: consecutive parallel-safe calls at once, the others alone.
+        Observations go in the model's order; on interrupt the rest get a synthetic result."""
+        tools = self.agent.tools
+        i = 0
+        while i < len(calls):
             if self.control.interrupted:
                 self.new.extend(synthetic_results([c.id for c in calls[i:]], INTERRUPTED_RESULT))
                 return False
-            self.on_event("tool_start", {"tool": call.name, "call_id": call.id})
-            outcome = self.agent.tools.dispatch(call.name, call.arguments, self.ctx)
-            log.info(
-                "tool.call", tool=call.name, ok=outcome.ok, seconds=round(outcome.duration_s, 4)
-            )
-            self.on_event(
-                "tool_end",
-                {
-                    "tool": call.name,
-                    "call_id": call.id,
-                    "ok": outcome.ok,
-                    "duration_s": round(outcome.duration_s, 4),
-                },
-            )
-            self.new.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
+            j = i + 1
+            if tools.is_parallel_safe(calls[i].name):
+                while j < len(calls) and tools.is_parallel_safe(calls[j].name):
+                    j += 1
+            batch = calls[i:j]
+            jobs = [functools.partial(self._call_tool, call) for call in batch]
+            executor = self.agent.executor
+            outcomes = executor.map(jobs) if executor is not None else [job() for job in jobs]
+            for call, outcome in zip(batch, outcomes, strict=True):
+                self.new.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": outcome.content}
+                )
+            i = j
         return True
+
+    def _call_tool(self, call: ToolCall) -> ToolOutcome:
+        self.on_event("tool_start", {"tool": call.name, "call_id": call.id})
+        outcome = self.agent.tools.dispatch(call.name, call.arguments, self.ctx)
+        log.info("tool.call", tool=call.name, ok=outcome.ok, seconds=round(outcome.duration_s, 4))
+        self.on_event(
+            "tool_end",
+            {
+                "tool": call.name,
+                "call_id": call.id,
+                "ok": outcome.ok,
+                "duration_s": round(outcome.duration_s, 4),
+            },
+        )
+        return outcome
 
     def _interrupted(self, partial: str) -> RunResult:
         content = f"{partial}\n\n{INTERRUPTED_MARK}" if partial else INTERRUPTED_MARK
@@ -255,4 +375,5 @@ class _Turn:
             error=error,
             unused_steers=self.control.take_steers(),
             steered=self.steered,
+            compaction=self.compaction,
         )

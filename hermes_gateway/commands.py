@@ -1,4 +1,5 @@
-"""Gateway commands (`/stop`, `/new`, `/status`, `/help`, `/model`, `/queue`, `/steer`).
+"""Gateway commands (`/stop`, `/new`, `/status`, `/help`, `/model`, `/queue`, `/steer`,
+`/approve`, `/deny`, `/compact`).
 
 They bypass the session guard: a command is answered at once, whatever the agent is doing.
 """
@@ -7,9 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core import ModelError
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.config import Config
@@ -21,6 +24,9 @@ from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sessions import Pending
 from hermes_gateway.store import Store
 
+if TYPE_CHECKING:
+    from hermes_gateway.tool_host import GatewayToolHost
+
 log = structlog.get_logger("hermes.commands")
 
 HELP = """Commands:
@@ -30,6 +36,8 @@ HELP = """Commands:
 /queue <message> - answer this after the current work, as its own turn
 /steer <message> - add guidance to the work in progress
 /model - which model answers
+/approve, /deny - answer my request to run a command
+/compact - summarize the older part of this conversation now
 /help - this list"""
 
 ALIASES = {"reset": "new", "cancel": "stop", "q": "queue"}
@@ -49,7 +57,9 @@ def parse_command(text: str) -> tuple[str, str] | None:
 
 
 class Commands:
-    NAMES = frozenset({"stop", "new", "status", "help", "model", "queue", "steer"})
+    NAMES = frozenset(
+        {"stop", "new", "status", "help", "model", "queue", "steer", "approve", "deny", "compact"}
+    )
 
     def __init__(
         self,
@@ -60,8 +70,11 @@ class Commands:
         bus: EventBus,
         agents: AgentCache,
         pool: AgentPool,
+        *,
+        tool_host: GatewayToolHost | None = None,
     ) -> None:
         self.config = config
+        self.tool_host = tool_host
         self.runner = runner
         self.store = store
         self.delivery = delivery
@@ -76,6 +89,9 @@ class Commands:
             "model": self._model,
             "queue": self._queue,
             "steer": self._steer,
+            "approve": self._approve,
+            "deny": self._deny,
+            "compact": self._compact,
         }
 
     async def handle(self, name: str, args: str, event: MessageEvent, inbox_id: int | None) -> None:
@@ -193,6 +209,56 @@ class Commands:
             return
         if self.runner.steer(event, inbox_id, args):
             await self._ack(event, "Noted; I'll take that into account in the current work.")
+
+    async def _approve(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        await self._decide(event, inbox_id, approved=True)
+
+    async def _deny(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        await self._decide(event, inbox_id, approved=False)
+
+    async def _decide(self, event: MessageEvent, inbox_id: int | None, *, approved: bool) -> None:
+        """Only this path answers an approval: a real inbound command from a user of the
+        session (issue 6); text from tools or the model never comes here."""
+        request = self.tool_host.answer(event, approved) if self.tool_host else None
+        if request is None:
+            text = "Nothing is waiting for approval."
+        else:
+            text = "Approved; running it." if approved else "Denied; I won't run it."
+        await self._answer(event, [inbox_id], text)
+
+    async def _compact(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        """Summarize the older turns now. No guard is taken: if a run changes the history
+        meanwhile, the summary is dropped (and said so) rather than overwrite that turn."""
+        key = event.session_key
+        if self.runner.table.active(key) is not None:
+            await self._answer(event, [inbox_id], "I'm working; send /compact when I've answered.")
+            return
+        ctx = await self.agents.acquire(key)
+        try:
+            snapshot = ctx.history.snapshot()
+            keep = self.config.model.context_budget // 8
+            try:
+                compaction = await self.pool.submit(ctx.agent.compact, snapshot, keep_tokens=keep)
+            except ModelError as exc:
+                await self._answer(event, [inbox_id], f"I could not compact: {exc.user_message}")
+                return
+            if compaction is None:
+                text = "Nothing to compact yet."
+            elif len(ctx.history) != len(snapshot):
+                text = "The conversation moved on while I summarized it; send /compact again."
+            else:
+                ctx.history = compaction.history
+                try:
+                    await self.store.complete_turn(key, [compaction.marker], [], "", "compact")
+                except StoreError as exc:
+                    log.error("compact.persist_failed", error=str(exc))
+                text = (
+                    f"Compacted: {compaction.summarized} earlier message(s) are now one summary; "
+                    f"{len(compaction.history) - 1} recent one(s) kept as they were."
+                )
+        finally:
+            self.agents.release(key, ctx)
+        await self._answer(event, [inbox_id], text)
 
     async def _ack(self, event: MessageEvent, text: str) -> None:
         # an acknowledgement settles nothing: the real answer comes with the run

@@ -60,6 +60,7 @@ class ModelConfig(_Section):
     stream: bool = True
     temperature: float | None = None
     system_prompt: str = ""
+    context_budget: int = Field(100_000, ge=0)  # tokens; 0 = never compact on its own
 
 
 class _PlatformBase(_Section):
@@ -125,10 +126,94 @@ class PlatformsConfig(_Section):
     slack: SlackConfig = SlackConfig()
 
 
+class TerminalToolConfig(_Section):
+    timeout_s: float = Field(60, gt=0)
+    max_timeout_s: float = Field(600, gt=0)
+    approval: Literal["off", "dangerous", "always"] = "dangerous"
+    approval_timeout_s: float = Field(120, gt=0)
+
+
+class WebToolConfig(_Section):
+    search_url: str = ""  # SearXNG-compatible; empty = web_search unavailable
+    timeout_s: float = Field(20, gt=0)
+    max_bytes: int = Field(2_000_000, ge=1024)
+    max_redirects: int = Field(5, ge=0, le=20)
+    allow_private: bool = False
+    allowed_networks: tuple[str, ...] = ()
+
+    @field_validator("search_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
+        return value
+
+
+class VisionToolConfig(_Section):
+    model: str = ""  # empty = model.name
+    base_url: str = ""  # empty = model.base_url
+    api_key: str = ""  # empty = model.api_key when base_url is empty too
+    max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+
+
+class DelegateToolConfig(_Section):
+    max_depth: int = Field(1, ge=1, le=5)
+    max_iterations: int = Field(10, ge=1)
+
+
 class ToolsConfig(_Section):
     workspace: str | None = None  # default: <home>/workspace
     enabled: tuple[str, ...] = ("read_file",)
+    platforms: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # per-platform enabled
     max_output_chars: int = Field(50_000, ge=100)
+    parallel_workers: int = Field(4, ge=1, le=64)
+    memory_max_chars: int = Field(50_000, ge=1000)
+    terminal: TerminalToolConfig = TerminalToolConfig()
+    web: WebToolConfig = WebToolConfig()
+    vision: VisionToolConfig = VisionToolConfig()
+    delegate: DelegateToolConfig = DelegateToolConfig()
+
+    @field_validator("enabled")
+    @classmethod
+    def _known_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _check_tool_names(value)
+        return value
+
+    @field_validator("platforms")
+    @classmethod
+    def _known_platforms(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for name, tools in value.items():
+            if name not in PLATFORM_NAMES:
+                raise ValueError(f"unknown platform {name!r} (one of {', '.join(PLATFORM_NAMES)})")
+            _check_tool_names(tools)
+        return value
+
+    def enabled_for(self, platform: str) -> tuple[str, ...]:
+        """The tools a session on ``platform`` may use."""
+        return self.platforms.get(platform, self.enabled)
+
+
+PLATFORM_NAMES = ("api", "telegram", "discord", "slack")
+
+
+def _check_tool_names(names: tuple[str, ...]) -> None:
+    from tools.catalog import BUILTIN_NAMES
+
+    unknown = [n for n in names if n not in BUILTIN_NAMES]
+    if unknown:
+        raise ValueError(
+            f"unknown tool {unknown[0]!r} (built-in tools: {', '.join(BUILTIN_NAMES)})"
+        )
 
 
 class WatchdogConfig(_Section):
@@ -182,6 +267,7 @@ class Config(_Section):
             p.slack.app_token,
             p.slack.signing_secret,
             p.telegram.webhook_secret,
+            self.tools.vision.api_key,
         ]
         return [v for v in values if v and len(v) >= 4]
 
@@ -376,6 +462,43 @@ def _config_error(exc: ValidationError) -> ConfigError:
         if "input" in err and not isinstance(err["input"], dict | list):
             reason += f" (got {err['input']!r})"
     return ConfigError(key, reason)
+
+
+# Never handed to a tool's shell: the service's own plumbing, and anything named like a secret.
+_PRIVATE_VARS = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS"})
+_SECRET_WORDS = (
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "API_KEY",
+    "ACCESS_KEY",
+    "PRIVATE_KEY",
+)
+_URL_PASSWORD = re.compile(r"://[^/\s:@]+:[^/\s@]+@")  # postgres://user:pw@host
+
+
+def tool_environment(config: Config, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment `terminal` commands run with: the gateway's, less its secrets (issue 6).
+
+    Dropped: variables named like secrets (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, passwords,
+    credentials), URLs with a password in them, systemd's notify/watchdog plumbing, and any
+    variable whose value holds a secret from the config (``model.api_key``, platform tokens).
+    """
+    env = os.environ if environ is None else environ
+    secrets = config.secrets()
+    kept = {}
+    for name, value in env.items():
+        upper = name.upper()
+        if upper in _PRIVATE_VARS or upper.endswith("_KEY"):
+            continue
+        if any(word in upper for word in _SECRET_WORDS):
+            continue
+        if any(secret in value for secret in secrets) or _URL_PASSWORD.search(value):
+            continue
+        kept[name] = value
+    return kept
 
 
 def systemd_notify_socket(environ: Mapping[str, str] | None = None) -> str | None:

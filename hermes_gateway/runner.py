@@ -205,6 +205,8 @@ class GatewayRunner:
         if result.status == "interrupted" and run.shutdown:
             return  # left unanswered in the inbox: replayed at the next start
         answered = run.items + consumed
+        if result.compaction is not None:  # older turns were summarized (issue 6)
+            ctx.history = result.compaction.history
         ctx.history.extend(result.new_messages)
         if result.status == "interrupted":
             await self._persist(run, result, answered, reply="", status="answered")
@@ -218,9 +220,12 @@ class GatewayRunner:
     async def _persist(
         self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
     ) -> None:
+        messages = result.new_messages
+        if result.compaction is not None:  # the marker first: a reload starts from it
+            messages = [result.compaction.marker, *messages]
         try:
             await self.store.complete_turn(
-                run.key, result.new_messages, inbox_ids(items), reply, run.run_id, status=status
+                run.key, messages, inbox_ids(items), reply, run.run_id, status=status
             )
         except StoreError as exc:
             # the reply still goes out; the inbox keeps the message for a replay

@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from agent_core import AIAgent, LLMClient, LLMSettings
+from agent_core.parallel import ToolExecutor
 from agent_core.prompt import build_system_prompt
 from hermes_gateway import __version__
 from hermes_gateway.access import AccessPolicy
@@ -24,7 +25,7 @@ from hermes_gateway.admin import AdminRoutes
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
-from hermes_gateway.config import Config, load_config, systemd_notify_socket
+from hermes_gateway.config import Config, load_config, systemd_notify_socket, tool_environment
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
@@ -44,8 +45,11 @@ from hermes_gateway.replay import Replayer
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sdnotify import SystemdNotifier
 from hermes_gateway.store import Store
+from hermes_gateway.tool_host import GatewayToolHost
 from hermes_gateway.watchdog import LoopWatchdog
-from tools import default_registry
+from tools import ToolRegistry
+from tools.catalog import TerminalSettings, ToolSettings, WebSettings, build_registry
+from tools.memory import memory_block
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
@@ -69,8 +73,10 @@ class Gateway:
         self._access: dict[str, AccessPolicy] = {}
         self.pool = AgentPool(config.runner.workers)
         self.llm = LLMClient(_llm_settings(config))
-        self.tools = default_registry(config.tools.enabled)
-        self._system_prompt = build_system_prompt(config.model.system_prompt, self.tools.names)
+        self.vision_llm = _vision_llm(config, self.llm)
+        self.tool_settings = _tool_settings(config)
+        self.tool_executor = ToolExecutor(config.tools.parallel_workers)
+        self._toolsets: dict[str, tuple[ToolRegistry, str]] = {}
         self.agents = AgentCache(
             self._make_agent,
             self.store.history,
@@ -89,8 +95,23 @@ class Gateway:
             metrics=self.metrics,
             stream_for=self._stream_for,
         )
+        self.tool_host = GatewayToolHost(
+            runner=self.runner,
+            delivery=self.delivery,
+            store=self.store,
+            adapters=self.adapters,
+            vision=self.vision_llm,
+            approval_timeout_s=config.tools.terminal.approval_timeout_s,
+        )
         self.commands = Commands(
-            config, self.runner, self.store, self.delivery, self.bus, self.agents, self.pool
+            config,
+            self.runner,
+            self.store,
+            self.delivery,
+            self.bus,
+            self.agents,
+            self.pool,
+            tool_host=self.tool_host,
         )
         self.control = ControlServer(
             config.control,
@@ -161,15 +182,33 @@ class Gateway:
         adapter = self.adapters.get(event.platform)
         return adapter.stream(event) if adapter is not None else None
 
+    def toolset(self, platform: str) -> tuple[ToolRegistry, str]:
+        """The tools (and the system prompt naming them) for sessions on ``platform``:
+        `tools.enabled`, or the platform's own list from `tools.platforms` (issue 6)."""
+        found = self._toolsets.get(platform)
+        if found is None:
+            registry = build_registry(self.config.tools.enabled_for(platform), self.tool_settings)
+            prompt = build_system_prompt(self.config.model.system_prompt, registry.names)
+            found = self._toolsets[platform] = (registry, prompt)
+        return found
+
     def _make_agent(self, session_key: str) -> AIAgent:
+        tools, prompt = self.toolset(session_key.split(":", 1)[0])
+        home, cap = self.config.home_path, self.config.tools.memory_max_chars
         return AIAgent(
             self.llm,
-            self.tools,
-            system_prompt=self._system_prompt,
+            tools,
+            system_prompt=prompt,
             workspace=self.config.workspace_path,
             session_key=session_key,
             max_iterations=self.config.model.max_iterations,
             max_output_chars=self.config.tools.max_output_chars,
+            host=self.tool_host.host,
+            executor=self.tool_executor,
+            context_budget=self.config.model.context_budget,
+            memory=lambda: memory_block(home, cap),  # read once, on the worker thread
+            max_depth=self.config.tools.delegate.max_depth,
+            child_iterations=self.config.tools.delegate.max_iterations,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -214,9 +253,12 @@ class Gateway:
 
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()
+        self.tool_host.bind(loop)
         self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
         self.watchdog.start()
         await asyncio.to_thread(self._prepare_dirs)
+        # tool modules are imported off the loop, before the first agent needs them
+        await asyncio.to_thread(lambda: [self.toolset(p) for p in self._enabled_platforms()])
         hooks = await asyncio.to_thread(
             collect_hooks, self.config.hooks, self.config.home_path / "hooks"
         )
@@ -260,6 +302,7 @@ class Gateway:
         await self.runner.interrupt_all()
         await self.delivery.close()  # undelivered replies wait in the inbox for the next start
         await asyncio.to_thread(self.pool.shutdown)
+        self.tool_executor.shutdown()
         for task in self._background:
             task.cancel()
         if self._background:
@@ -274,6 +317,8 @@ class Gateway:
         await self.store.close()
         await self.control.stop()
         self.llm.close()
+        if self.vision_llm is not self.llm:
+            self.vision_llm.close()
         if self.watchdog is not None:
             self.watchdog.stop()
         self.notifier.close()
@@ -384,6 +429,49 @@ def _llm_settings(config: Config) -> LLMSettings:
         max_retries=m.max_retries,
         stream=m.stream,
         temperature=m.temperature,
+    )
+
+
+def _vision_llm(config: Config, main: LLMClient) -> LLMClient:
+    """The main client, unless `tools.vision` names another model or endpoint."""
+    v, m = config.tools.vision, config.model
+    if not (v.model or v.base_url or v.api_key):
+        return main
+    key = v.api_key or (m.api_key if not v.base_url else "")
+    settings = _llm_settings(config)
+    return LLMClient(
+        LLMSettings(
+            base_url=v.base_url or m.base_url,
+            api_key=key,
+            model=v.model or m.name,
+            timeout_s=settings.timeout_s,
+            max_retries=settings.max_retries,
+            stream=settings.stream,
+        )
+    )
+
+
+def _tool_settings(config: Config) -> ToolSettings:
+    t = config.tools
+    return ToolSettings(
+        home=config.home_path,
+        terminal=TerminalSettings(
+            timeout_s=t.terminal.timeout_s,
+            max_timeout_s=t.terminal.max_timeout_s,
+            approval=t.terminal.approval,
+            approval_timeout_s=t.terminal.approval_timeout_s,
+            env=tool_environment(config),
+        ),
+        web=WebSettings(
+            search_url=t.web.search_url,
+            timeout_s=t.web.timeout_s,
+            max_bytes=t.web.max_bytes,
+            max_redirects=t.web.max_redirects,
+            allow_private=t.web.allow_private,
+            allowed_networks=t.web.allowed_networks,
+        ),
+        vision_max_bytes=t.vision.max_bytes,
+        memory_max_chars=t.memory_max_chars,
     )
 
 

@@ -27,9 +27,11 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from agent_core.context import restore as restore_compacted
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import Attachment, MessageEvent
 from hermes_gateway.models import Base, InboxRow, MessageRow, SessionRow
+from hermes_gateway.store_search import WORD, Hit, create_search_index, search_statement
 from hermes_gateway.store_sqlite import SqliteFastPath
 
 log = structlog.get_logger("hermes.store")
@@ -117,6 +119,7 @@ class Store:
         try:
             async with engine.begin() as conn:
                 await conn.run_sync(Base.metadata.create_all)
+                await create_search_index(conn, self._is_sqlite)
         except (SQLAlchemyError, OSError) as exc:
             await engine.dispose()
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
@@ -187,13 +190,17 @@ class Store:
             )
         return now
 
-    async def _fast_tx(self, fn: Any) -> Any:
-        """Like `_tx`, on the SQLite fast path (reads too: it is one connection)."""
+    async def _fast_tx(self, fn: Any, *, read: bool = False) -> Any:
+        """Like `_tx`, on the SQLite fast path (reads too: it is one connection). A read is
+        never skipped while writes are: WAL readers do not wait for another process's writer,
+        and a session's history must load (issue 9)."""
         async with self._write_lock:
-            started = self._not_stuck()
+            started = time.monotonic() if read else self._not_stuck()
             try:
                 return await fn(self._fast)
             except sqlite3.Error as exc:
+                if read:
+                    raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
                 raise self._write_failed(exc, started) from exc
 
     def _write_failed(self, exc: Exception, started: float) -> StoreError:
@@ -313,8 +320,8 @@ class Store:
                 sid = await self._fast_session_id(f, session_key, create=False)
                 return [] if sid is None else [_to_message(*r) for r in await f.history(sid)]
 
-            fast_rows: list[Message] = await self._fast_tx(fast)
-            return fast_rows
+            fast_rows: list[Message] = await self._fast_tx(fast, read=True)
+            return restore_compacted(fast_rows)
 
         async def run(conn: AsyncConnection) -> list[Message]:
             sid = await self._session_id(conn, session_key, create=False)
@@ -328,7 +335,26 @@ class Store:
             return [_to_message(*row) for row in rows]
 
         result: list[Message] = await self._query(run)
-        return result
+        return restore_compacted(result)
+
+    async def search_messages(self, session_key: str, query: str, limit: int = 10) -> list[Hit]:
+        """Full-text search over the user and assistant messages of every session of this key
+        (earlier conversations too), best first: all the words, else any of them."""
+        words = WORD.findall(query)[:20]
+        if not words:
+            return []
+        for mode in ("all", "any"):
+
+            async def run(conn: AsyncConnection, mode: str = mode) -> list[Hit]:
+                stmt, params = search_statement(self._is_sqlite, words, mode)
+                params.update(key=session_key, limit=limit)
+                rows = await conn.execute(stmt, params)
+                return [Hit(float(r[0]), r[1], r[2] or "", bool(r[3])) for r in rows]
+
+            hits: list[Hit] = await self._query(run)
+            if hits or len(words) == 1:
+                return hits
+        return []
 
     async def complete_turn(
         self,

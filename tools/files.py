@@ -1,12 +1,20 @@
-"""File tools confined to the workspace: `read_file` (line ranges, size caps)."""
+"""File tools confined to the workspace: `read_file` (line ranges, size caps) and `write_file`."""
 
 from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.errors import ToolError
 from tools.paths import resolve_in_workspace
 from tools.registry import ModelTool, ToolContext
+
+if TYPE_CHECKING:
+    from tools.catalog import ToolSettings
 
 _MAX_READ_BYTES = 2 * 1024 * 1024
 
@@ -59,3 +67,69 @@ class ReadFileTool(ModelTool):
         if len(data) > _MAX_READ_BYTES:
             body += f"\n[file larger than {_MAX_READ_BYTES} bytes: only the start was read]"
         return body
+
+
+class WriteFileArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        description="File path relative to the workspace root, e.g. 'src/app.py'. Missing "
+        "parent directories are created.",
+        min_length=1,
+    )
+    content: str = Field(description="The complete text to write (UTF-8).")
+    mode: Literal["overwrite", "append"] = Field(
+        "overwrite",
+        description="'overwrite' replaces the file (default); 'append' adds to its end.",
+    )
+
+
+class WriteFileTool(ModelTool):
+    name = "write_file"
+    description = (
+        "Create or overwrite a UTF-8 text file in the workspace (or append to it with "
+        "mode='append'). To change part of an existing file, use patch instead."
+    )
+    parallel_safe = False
+    Args = WriteFileArgs
+
+    def call(self, args: WriteFileArgs, ctx: ToolContext) -> str:
+        path = resolve_in_workspace(ctx.workspace, args.path)
+        shown = args.path.strip()
+        if path.is_dir():
+            raise ToolError(f"{shown!r} is a directory, not a file")
+        data = args.content.encode("utf-8", errors="surrogatepass")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if args.mode == "append" and path.exists():
+            with path.open("ab") as fh:
+                fh.write(data)
+            verb = "Appended"
+        else:
+            existed = path.exists()
+            atomic_write(path, data)
+            verb = "Overwrote" if existed else "Created"
+        lines = args.content.count("\n") + (0 if args.content.endswith("\n") else 1)
+        return f"{verb} {shown} ({len(data)} bytes, {lines if args.content else 0} lines)."
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write through a temporary file and a rename: a reader never sees half a file, and a
+    crash leaves the old one. The old file's permissions are kept (a new file gets 0644)."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def make_read_file(settings: ToolSettings) -> ReadFileTool:
+    return ReadFileTool()
+
+
+def make_write_file(settings: ToolSettings) -> WriteFileTool:
+    return WriteFileTool()

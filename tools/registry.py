@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from tools.errors import ToolError
+from tools.host import DelegateRequest, ToolHost
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,10 @@ class ToolContext:
     session_key: str = ""
     max_output_chars: int = 50_000
     should_stop: Callable[[], bool] = field(default=lambda: False)
+    host: ToolHost = field(default_factory=ToolHost)  # the gateway's services (issue 6)
+    # set by the agent: run a child agent on this thread and return its summary
+    delegate: Callable[[DelegateRequest], str] | None = None
+    depth: int = 0  # 0 for a session's agent, 1 for its child, ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +139,13 @@ class ToolRegistry:
         """The `tools` array for the chat completions request (built once, reused)."""
         return self._specs
 
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        """A registry of the named tools that this one holds (others are left out)."""
+        return ToolRegistry(self._tools[n] for n in dict.fromkeys(names) if n in self._tools)
+
     def is_parallel_safe(self, name: str) -> bool:
         tool = self._tools.get(name)
         return bool(tool and tool.parallel_safe)
@@ -177,8 +189,8 @@ def _describe(exc: ValidationError) -> str:
 
 
 def default_registry(enabled: Iterable[str]) -> ToolRegistry:
-    """The registry of the named built-in tools (unknown names raise `KeyError`)."""
-    from tools.files import ReadFileTool
+    """The registry of the named built-in tools with default settings (unknown names raise
+    `KeyError`); the gateway uses `tools.catalog.build_registry` with its config."""
+    from tools.catalog import ToolSettings, build_registry
 
-    builtins: dict[str, Callable[[], Tool]] = {"read_file": ReadFileTool}
-    return ToolRegistry(builtins[name]() for name in enabled)
+    return build_registry(enabled, ToolSettings())

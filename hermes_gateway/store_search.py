@@ -1,0 +1,93 @@
+"""Full-text search over stored messages (issue 6: `session_search`).
+
+SQLite: an FTS5 table over `messages` (external content), kept in sync by triggers, so the
+SQLite fast write path (`store_sqlite`) needs no change. PostgreSQL: a GIN index on each
+message's `tsvector` ('simple' configuration: no stemming, any language).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A message found by `Store.search_messages`."""
+
+    created_at: float
+    role: str
+    snippet: str
+    current: bool  # in the session's open conversation
+
+
+WORD = re.compile(r"\w+")
+_SEARCHABLE = "('user', 'assistant')"
+_SQLITE_FTS = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content, content='messages', "
+    "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
+    # triggers keep it in sync, so the fast write path (store_sqlite) needs no change
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_ai AFTER INSERT ON messages "
+    f"WHEN new.role IN {_SEARCHABLE} AND new.content IS NOT NULL BEGIN "
+    "INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_ad AFTER DELETE ON messages "
+    f"WHEN old.role IN {_SEARCHABLE} AND old.content IS NOT NULL BEGIN "
+    "INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, "
+    "old.content); END",
+]
+_PG_TSV = "to_tsvector('simple', coalesce(m.content, ''))"
+
+
+async def create_search_index(conn: AsyncConnection, sqlite: bool) -> None:
+    """SQLite: an FTS5 index fed by triggers (filled from the existing rows when it is
+    new). PostgreSQL: a GIN index on the messages' tsvector (issue 6: session_search)."""
+    if not sqlite:
+        await conn.execute(
+            text(
+                "CREATE INDEX IF NOT EXISTS ix_messages_fts ON messages "
+                "USING gin (to_tsvector('simple', coalesce(content, '')))"
+            )
+        )
+        return
+    exists = await conn.execute(
+        text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts'")
+    )
+    fresh = exists.first() is None
+    for ddl in _SQLITE_FTS:
+        await conn.execute(text(ddl))
+    if fresh:
+        await conn.execute(
+            text(
+                "INSERT INTO messages_fts(rowid, content) SELECT id, content FROM messages "
+                f"WHERE role IN {_SEARCHABLE} AND content IS NOT NULL"
+            )
+        )
+
+
+def search_statement(sqlite: bool, words: list[str], mode: str) -> tuple[Any, dict[str, Any]]:
+    if sqlite:
+        joiner = " " if mode == "all" else " OR "
+        match = joiner.join('"' + w.replace('"', "") + '"*' for w in words)  # prefixes match
+        stmt = text(
+            "SELECT m.created_at, m.role, "
+            "snippet(messages_fts, 0, '[', ']', ' … ', 24), s.closed_at IS NULL "
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            "JOIN sessions s ON s.id = m.session_id "
+            "WHERE messages_fts MATCH :q AND s.key = :key "
+            "ORDER BY bm25(messages_fts) LIMIT :limit"
+        )
+        return stmt, {"q": match}
+    tsquery = (" & " if mode == "all" else " | ").join(f"{w.lower()}:*" for w in words)
+    stmt = text(
+        "SELECT m.created_at, m.role, ts_headline('simple', m.content, q, "
+        "'StartSel=[, StopSel=], MaxWords=30, MinWords=12'), s.closed_at IS NULL "
+        "FROM messages m JOIN sessions s ON s.id = m.session_id, "
+        "to_tsquery('simple', :q) q "
+        f"WHERE s.key = :key AND m.role IN {_SEARCHABLE} AND {_PG_TSV} @@ q "
+        f"ORDER BY ts_rank({_PG_TSV}, q) DESC, m.id DESC LIMIT :limit"
+    )
+    return stmt, {"q": tsquery}

@@ -1,0 +1,61 @@
+"""What the layers above lend the tools: plain synchronous callables and the records they pass.
+
+Tools never import the gateway or the agent. The gateway fills a `ToolHost` (each callable hops
+to its event loop and blocks this worker thread, never the loop); the agent fills
+`ToolContext.delegate`. A missing callable means "not available here" and the tool says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A tool asking the user of ``session_key`` to allow one action."""
+
+    session_key: str
+    tool: str
+    action: str  # what would run, shown to the user verbatim
+    reason: str  # why it needs approval, e.g. "recursive delete"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One past message found by `session_search`."""
+
+    when: float  # the message's time (epoch seconds)
+    role: str
+    snippet: str
+    current: bool  # from the conversation in progress (not an earlier one)
+
+
+@dataclass(frozen=True, slots=True)
+class DelegateRequest:
+    """A sub-problem for a child agent: its task, its context and the tools it may use."""
+
+    task: str
+    context: str = ""
+    tools: tuple[str, ...] | None = None  # None: the parent's tools (less delegate at the limit)
+
+
+# ask(request, should_stop) -> approved?  False on deny, timeout, interrupt or no way to ask
+AskApproval = Callable[[ApprovalRequest, Callable[[], bool]], bool]
+# search(session_key, query, limit) -> hits, best first
+SearchHistory = Callable[[str, str, int], list[SearchHit]]
+# fetch(session_key, n) -> local path of the n-th (1-based) image attached to the current turn
+FetchAttachment = Callable[[str, int], Path]
+# describe(prompt, data_url, should_stop) -> the vision model's answer
+DescribeImage = Callable[[str, str, Callable[[], bool]], str]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHost:
+    """The gateway's services for tools; each is optional."""
+
+    ask_approval: AskApproval | None = None
+    search_history: SearchHistory | None = None
+    fetch_attachment: FetchAttachment | None = None
+    describe_image: DescribeImage | None = None

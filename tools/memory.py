@@ -1,0 +1,150 @@
+"""`memory`: durable notes in `<home>/MEMORY.md`, shared by every session and capped in size.
+
+Entries are blocks separated by a line holding only `§`. A snapshot goes into each agent's
+system prompt when the agent is built (`memory_block`), so the prompt stays byte-stable for the
+session; changes show in sessions started afterwards (and in `view` at once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.errors import ToolError
+from tools.files import atomic_write
+from tools.registry import ModelTool, ToolContext
+
+if TYPE_CHECKING:
+    from tools.catalog import ToolSettings
+
+SEPARATOR = "\n§\n"
+FILE_NAME = "MEMORY.md"
+
+
+class MemoryArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["view", "add", "replace", "remove"] = Field(
+        description="view: list the entries; add: store 'content' as a new entry; replace: "
+        "put 'content' in place of the entry containing 'old_text'; remove: delete the entry "
+        "containing 'old_text'."
+    )
+    content: str | None = Field(
+        None, description="The entry's text (add, replace). One fact or preference per entry."
+    )
+    old_text: str | None = Field(
+        None,
+        description="A unique part of the entry to replace or remove (its exact wording).",
+    )
+
+
+class MemoryTool(ModelTool):
+    name = "memory"
+    description = (
+        "Your long-term memory across all conversations (MEMORY.md): durable facts about the "
+        "user, their environment and preferences, lessons learned. It is shown to you at the "
+        "start of every new session. Keep entries short; the whole memory is capped (about "
+        "50 KB), so replace or remove stale entries."
+    )
+    parallel_safe = False
+    Args = MemoryArgs
+
+    def __init__(self, path: Path, max_chars: int) -> None:
+        self.path = path
+        self.max_chars = max_chars
+
+    def call(self, args: MemoryArgs, ctx: ToolContext) -> str:
+        with _locked(self.path):
+            entries = read_entries(self.path)
+            if args.action == "view":
+                return self._view(entries)
+            if args.action in ("add", "replace") and not (args.content or "").strip():
+                raise ToolError(f"'{args.action}' needs 'content'")
+            content = _clean((args.content or "").strip())
+            if args.action == "add":
+                if content in entries:
+                    return "Already remembered."
+                entries.append(content)
+            else:
+                index = self._find(entries, args.old_text)
+                if args.action == "replace":
+                    entries[index] = content
+                else:
+                    del entries[index]
+            text = SEPARATOR.join(entries)
+            if len(text) > self.max_chars:
+                raise ToolError(
+                    f"memory would hold {len(text)} characters; the cap is {self.max_chars}. "
+                    "Remove or shorten entries first (view lists them)."
+                )
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, (text + "\n").encode() if text else b"")
+        verb = {"add": "Added", "replace": "Replaced", "remove": "Removed"}[args.action]
+        return f"{verb}. Memory: {len(entries)} entries, {len(text)}/{self.max_chars} characters."
+
+    def _view(self, entries: list[str]) -> str:
+        if not entries:
+            return "(memory is empty)"
+        used = len(SEPARATOR.join(entries))
+        body = "\n".join(f"[{i}] {e}" for i, e in enumerate(entries, 1))
+        return f"{body}\n[{len(entries)} entries, {used}/{self.max_chars} characters]"
+
+    @staticmethod
+    def _find(entries: list[str], old_text: str | None) -> int:
+        needle = (old_text or "").strip()
+        if not needle:
+            raise ToolError("'old_text' is required: a unique part of the entry")
+        hits = [i for i, e in enumerate(entries) if needle in e]
+        if not hits:
+            raise ToolError(f"no entry contains {needle[:80]!r}; use view to see them")
+        if len(hits) > 1:
+            raise ToolError(f"{len(hits)} entries contain {needle[:80]!r}; quote more of one")
+        return hits[0]
+
+
+def _clean(content: str) -> str:
+    """A line holding only the separator would split the entry in two."""
+    return "\n".join("§ " if ln.strip() == "§" else ln for ln in content.split("\n"))
+
+
+def read_entries(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    return [e.strip() for e in text.replace("\r\n", "\n").split(SEPARATOR) if e.strip()]
+
+
+def memory_block(home: Path, max_chars: int = 50_000) -> str:
+    """The memory as a system prompt section ('' when there is none)."""
+    entries = read_entries(home / FILE_NAME)
+    if not entries:
+        return ""
+    text = "\n".join(f"- {e}" for e in entries)[:max_chars]
+    return (
+        "Your memory (MEMORY.md, from earlier conversations; update it with the memory tool):\n"
+        + text
+    )
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One writer at a time across threads, agents and processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def make_memory(settings: ToolSettings) -> MemoryTool:
+    from tools.catalog import require_home
+
+    return MemoryTool(require_home(settings, "memory") / FILE_NAME, settings.memory_max_chars)
