@@ -173,7 +173,19 @@ class DelegateToolConfig(_Section):
 
 class ToolsConfig(_Section):
     workspace: str | None = None  # default: <home>/workspace
-    enabled: tuple[str, ...] = ("read_file",)
+    # local and confined to the workspace and home by default; terminal, web, vision and
+    # delegation reach further and are switched on by the operator
+    enabled: tuple[str, ...] = (
+        "read_file",
+        "write_file",
+        "patch",
+        "search_files",
+        "memory",
+        "session_search",
+        "skills_list",
+        "skill_view",
+        "skill_manage",
+    )
     platforms: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # per-platform enabled
     max_output_chars: int = Field(50_000, ge=100)
     parallel_workers: int = Field(4, ge=1, le=64)
