@@ -210,6 +210,9 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     except OSError as exc:
         print(f"hermes: cannot open the log file under {config.home}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    # the event loop shares the GIL with the agent threads: a shorter switch interval (5 ms
+    # by default) lets it take its turn sooner when they are busy, which is loop lag
+    sys.setswitchinterval(0.001)
 
     async def serve() -> int:
         return await Gateway(config, config_path=config_path).serve()

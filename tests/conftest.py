@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,3 +34,11 @@ def fake_llm(openai_server: FakeOpenAI) -> Iterator[FakeOpenAI]:
     openai_server.reset()
     openai_server.responder = None
     openai_server.delay = 0.0
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_heap() -> Iterator[None]:
+    """A gateway started in-process freezes the heap after warm-up (as the daemon should);
+    the test process lives on, so give the collector its objects back after each test."""
+    yield
+    gc.unfreeze()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import aiohttp
@@ -246,3 +247,14 @@ def _recorder(sent: list[OutboundMessage]) -> object:
         sent.append(message)
 
     return send
+
+
+async def test_the_startup_heap_is_frozen_out_of_the_collector(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    gc.unfreeze()
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        # once the model client is warm, a full collection no longer scans the startup heap
+        await eventually(lambda: gc.get_freeze_count() > 0)
+        assert gw.llm._client is not None
+        assert (await client.chat("still answers"))["text"] == "echo: still answers"
