@@ -32,7 +32,7 @@ ROLES = (
 # name the gateway's modules and the floor's two functions; py-spy sometimes loses the
 # bottom of a stack under uvloop, hence the catch-all rows for the SDKs' own frames.
 ACTIVITIES = (
-    ("store (SQLAlchemy + aiosqlite)", ("hermes_gateway/store.py", "aiosqlite/", "sqlalchemy/")),
+    ("store (SQLAlchemy + aiosqlite)", ("hermes_gateway/store", "aiosqlite/", "sqlalchemy/")),
     ("model call (openai SDK, pool thread)", ("agent_core/llm.py", "complete (bench/floor.py")),
     ("agent loop (pool thread)", ("agent_core/", "hermes_gateway/pool.py")),
     ("typing indicator (sendChatAction)", ("hermes_gateway/indicator.py",)),

@@ -12,7 +12,7 @@ from typing import Literal
 
 import structlog
 
-from hermes_gateway.config import _PlatformBase
+from hermes_gateway.config_schema import _PlatformBase
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.pairing import PairingBook
 

@@ -11,277 +11,60 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
+from hermes_gateway.config_schema import (
+    PLATFORM_NAMES,
+    ApiPlatformConfig,
+    BusyPolicy,
+    Config,
+    ControlConfig,
+    DelegateToolConfig,
+    DiscordConfig,
+    LoggingConfig,
+    ModelConfig,
+    PlatformsConfig,
+    RunnerConfig,
+    SlackConfig,
+    StoreConfig,
+    TelegramConfig,
+    TerminalToolConfig,
+    ToolsConfig,
+    VisionToolConfig,
+    WatchdogConfig,
+    WebToolConfig,
+)
+
+__all__ = [
+    "PLATFORM_NAMES",
+    "ApiPlatformConfig",
+    "BusyPolicy",
+    "Config",
+    "ControlConfig",
+    "DelegateToolConfig",
+    "DiscordConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "PlatformsConfig",
+    "RunnerConfig",
+    "SlackConfig",
+    "StoreConfig",
+    "TelegramConfig",
+    "TerminalToolConfig",
+    "ToolsConfig",
+    "VisionToolConfig",
+    "WatchdogConfig",
+    "WebToolConfig",
+    "load_config",
+    "systemd_notify_socket",
+    "tool_environment",
+]
 from hermes_gateway.errors import ConfigError
 
-BusyPolicy = Literal["interrupt", "queue", "latest", "collect", "steer"]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RunnerConfig(_Section):
-    workers: int = Field(8, ge=1, le=1024)
-    busy_policy: BusyPolicy = "interrupt"
-    queue_max: int = Field(20, ge=1)
-    stop_grace_s: float = Field(5, ge=0)
-    drain_timeout_s: float = Field(8, ge=0)
-    group_sessions_per_user: bool = True
-    max_input_chars: int = Field(100_000, ge=1)
-    agent_cache_size: int = Field(256, ge=1)
-    agent_idle_ttl_s: float = Field(3600, gt=0)
-
-
-class StoreConfig(_Section):
-    url: str | None = None
-    replay_max_age_s: float = Field(3600, ge=0)
-    inbox_retention_days: float = Field(7, ge=1)
-
-
-class ControlConfig(_Section):
-    host: str = "127.0.0.1"
-    port: int = Field(8642, ge=0, le=65535)
-    token: str | None = None
-
-
-class ModelConfig(_Section):
-    base_url: str = "https://api.openai.com/v1"
-    api_key: str = ""
-    name: str = "gpt-4o-mini"
-    max_iterations: int = Field(20, ge=1)
-    timeout_s: float = Field(120, gt=0)
-    max_retries: int = Field(2, ge=0, le=10)
-    stream: bool = True
-    temperature: float | None = None
-    system_prompt: str = ""
-    context_budget: int = Field(100_000, ge=0)  # tokens; 0 = never compact on its own
-
-
-class _PlatformBase(_Section):
-    enabled: bool = False
-    allowed_users: tuple[str, ...] = ()
-    allow_all: bool = False
-    require_mention: bool = True
-    pairing: bool = False  # unknown DM users get a code an operator approves
-    typing: bool = True  # show "typing..." (or the platform's equivalent) while working
-    streaming: bool = False  # live preview of the answer by message edits
-
-    @field_validator("allowed_users", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        # ids arrive as numbers or strings in YAML; compare them as strings everywhere
-        if isinstance(value, list | tuple):
-            return tuple(str(v).strip() for v in value)
-        return value
-
-
-class TelegramConfig(_PlatformBase):
-    token: str = ""
-    base_url: str = "https://api.telegram.org/bot"
-    base_file_url: str = "https://api.telegram.org/file/bot"
-    mode: Literal["polling", "webhook"] = "polling"
-    webhook_url: str = ""  # public URL Telegram posts to (webhook mode)
-    webhook_secret: str = ""  # checked against X-Telegram-Bot-Api-Secret-Token
-    webhook_path: str = "/telegram/webhook"  # route on the control server
-    media_max_bytes: int = Field(20 * 1024 * 1024, ge=0)
-
-
-class DiscordConfig(_PlatformBase):
-    token: str = ""
-    api_base: str = "https://discord.com/api/v10"
-    gateway_url: str = "wss://gateway.discord.gg"
-    allow_bots: bool = False
-    sync_commands: bool = True  # register the gateway commands as slash commands at start
-    guild_ready_timeout_s: float = Field(2, ge=0)  # wait for guild data before READY counts
-    identify_delay_s: float = Field(5, ge=0)  # pause before a re-IDENTIFY (Discord: 1 per 5 s)
-
-
-class SlackConfig(_PlatformBase):
-    mode: Literal["socket", "http"] = "socket"
-    bot_token: str = ""
-    app_token: str = ""
-    signing_secret: str = ""
-    events_path: str = "/slack/events"
-    api_base: str = "https://slack.com/api/"
-    message_limit: int = Field(3900, ge=100, le=39000)
-    progress: Literal["reaction", "status", "none"] = "reaction"
-    progress_reaction: str = "eyes"
-    ping_interval_s: float = Field(10, gt=0)  # Socket Mode ping; a dead socket is noticed after it
-
-
-class ApiPlatformConfig(_Section):
-    enabled: bool = True
-
-
-class PlatformsConfig(_Section):
-    api: ApiPlatformConfig = ApiPlatformConfig()
-    telegram: TelegramConfig = TelegramConfig()
-    discord: DiscordConfig = DiscordConfig()
-    slack: SlackConfig = SlackConfig()
-
-
-class TerminalToolConfig(_Section):
-    timeout_s: float = Field(60, gt=0)
-    max_timeout_s: float = Field(600, gt=0)
-    approval: Literal["off", "dangerous", "always"] = "dangerous"
-    approval_timeout_s: float = Field(120, gt=0)
-
-
-class WebToolConfig(_Section):
-    search_url: str = ""  # SearXNG-compatible; empty = web_search unavailable
-    timeout_s: float = Field(20, gt=0)
-    max_bytes: int = Field(2_000_000, ge=1024)
-    max_redirects: int = Field(5, ge=0, le=20)
-    allow_private: bool = False
-    allowed_networks: tuple[str, ...] = ()
-
-    @field_validator("search_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if value and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL")
-        return value
-
-    @field_validator("allowed_networks")
-    @classmethod
-    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for item in value:
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
-        return value
-
-
-class VisionToolConfig(_Section):
-    model: str = ""  # empty = model.name
-    base_url: str = ""  # empty = model.base_url
-    api_key: str = ""  # empty = model.api_key when base_url is empty too
-    max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-
-
-class DelegateToolConfig(_Section):
-    max_depth: int = Field(1, ge=1, le=5)
-    max_iterations: int = Field(10, ge=1)
-
-
-class ToolsConfig(_Section):
-    workspace: str | None = None  # default: <home>/workspace
-    # local and confined to the workspace and home by default; terminal, web, vision and
-    # delegation reach further and are switched on by the operator
-    enabled: tuple[str, ...] = (
-        "read_file",
-        "write_file",
-        "patch",
-        "search_files",
-        "memory",
-        "session_search",
-        "skills_list",
-        "skill_view",
-        "skill_manage",
-    )
-    platforms: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # per-platform enabled
-    max_output_chars: int = Field(50_000, ge=100)
-    parallel_workers: int = Field(4, ge=1, le=64)
-    memory_max_chars: int = Field(50_000, ge=1000)
-    terminal: TerminalToolConfig = TerminalToolConfig()
-    web: WebToolConfig = WebToolConfig()
-    vision: VisionToolConfig = VisionToolConfig()
-    delegate: DelegateToolConfig = DelegateToolConfig()
-
-    @field_validator("enabled")
-    @classmethod
-    def _known_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        _check_tool_names(value)
-        return value
-
-    @field_validator("platforms")
-    @classmethod
-    def _known_platforms(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-        for name, tools in value.items():
-            if name not in PLATFORM_NAMES:
-                raise ValueError(f"unknown platform {name!r} (one of {', '.join(PLATFORM_NAMES)})")
-            _check_tool_names(tools)
-        return value
-
-    def enabled_for(self, platform: str) -> tuple[str, ...]:
-        """The tools a session on ``platform`` may use."""
-        return self.platforms.get(platform, self.enabled)
-
-
-PLATFORM_NAMES = ("api", "telegram", "discord", "slack")
-
-
-def _check_tool_names(names: tuple[str, ...]) -> None:
-    from tools.catalog import BUILTIN_NAMES
-
-    unknown = [n for n in names if n not in BUILTIN_NAMES]
-    if unknown:
-        raise ValueError(
-            f"unknown tool {unknown[0]!r} (built-in tools: {', '.join(BUILTIN_NAMES)})"
-        )
-
-
-class WatchdogConfig(_Section):
-    interval_ms: int = Field(200, ge=10)
-    warn_ms: int = Field(250, ge=1)
-    fatal_s: float = Field(60, gt=0)
-
-
-class LoggingConfig(_Section):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["json", "console", "auto"] = "auto"
-    file: bool = True
-    max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-    backups: int = Field(5, ge=0)
-
-
-class Config(_Section):
-    home: str = "~/.hermes"
-    runner: RunnerConfig = RunnerConfig()
-    store: StoreConfig = StoreConfig()
-    control: ControlConfig = ControlConfig()
-    model: ModelConfig = ModelConfig()
-    platforms: PlatformsConfig = PlatformsConfig()
-    tools: ToolsConfig = ToolsConfig()
-    watchdog: WatchdogConfig = WatchdogConfig()
-    logging: LoggingConfig = LoggingConfig()
-    hooks: tuple[str, ...] = ()
-    hook_timeout_s: float = Field(5, gt=0)
-
-    @property
-    def home_path(self) -> Path:
-        return Path(self.home)
-
-    @property
-    def store_url(self) -> str:
-        return self.store.url or f"sqlite+aiosqlite:///{self.home_path / 'state.db'}"
-
-    @property
-    def workspace_path(self) -> Path:
-        return Path(self.tools.workspace) if self.tools.workspace else self.home_path / "workspace"
-
-    def secrets(self) -> list[str]:
-        """Every secret value in the config, for the log redactor."""
-        p = self.platforms
-        values = [
-            self.model.api_key,
-            self.control.token or "",
-            p.telegram.token,
-            p.discord.token,
-            p.slack.bot_token,
-            p.slack.app_token,
-            p.slack.signing_secret,
-            p.telegram.webhook_secret,
-            self.tools.vision.api_key,
-        ]
-        return [v for v in values if v and len(v) >= 4]
 
 
 def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:

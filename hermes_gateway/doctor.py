@@ -18,7 +18,8 @@ import httpx
 
 from hermes_gateway.config import Config
 from hermes_gateway.errors import StoreError
-from hermes_gateway.store import Store, safe_url
+from hermes_gateway.store import Store
+from hermes_gateway.store_engine import safe_url
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 

@@ -17,16 +17,14 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agent_core import AIAgent, LLMClient, LLMSettings
-from agent_core.parallel import ToolExecutor
-from agent_core.prompt import build_system_prompt
 from hermes_gateway import __version__
 from hermes_gateway.access import AccessPolicy
 from hermes_gateway.admin import AdminRoutes
+from hermes_gateway.agent_factory import AgentFactory
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
-from hermes_gateway.config import Config, load_config, systemd_notify_socket, tool_environment
+from hermes_gateway.config import Config, load_config, systemd_notify_socket
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
@@ -48,9 +46,6 @@ from hermes_gateway.sdnotify import SystemdNotifier
 from hermes_gateway.store import Store
 from hermes_gateway.tool_host import GatewayToolHost
 from hermes_gateway.watchdog import LoopWatchdog
-from tools import ToolRegistry
-from tools.catalog import TerminalSettings, ToolSettings, WebSettings, build_registry
-from tools.memory import memory_block
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
@@ -73,13 +68,10 @@ class Gateway:
         self.pairing = PairingBook(self.store)
         self._access: dict[str, AccessPolicy] = {}
         self.pool = AgentPool(config.runner.workers)
-        self.llm = LLMClient(_llm_settings(config))
-        self.vision_llm = _vision_llm(config, self.llm)
-        self.tool_settings = _tool_settings(config)
-        self.tool_executor = ToolExecutor(config.tools.parallel_workers)
-        self._toolsets: dict[str, tuple[ToolRegistry, str]] = {}
+        self.agent_factory = AgentFactory(config)
+        self.llm = self.agent_factory.llm
         self.agents = AgentCache(
-            self._make_agent,
+            self.agent_factory.make,
             self.store.history,
             max_size=config.runner.agent_cache_size,
             idle_ttl_s=config.runner.agent_idle_ttl_s,
@@ -101,9 +93,10 @@ class Gateway:
             delivery=self.delivery,
             store=self.store,
             adapters=self.adapters,
-            vision=self.vision_llm,
+            vision=self.agent_factory.vision_llm,
             approval_timeout_s=config.tools.terminal.approval_timeout_s,
         )
+        self.agent_factory.host = self.tool_host.host
         self.commands = Commands(
             config,
             self.runner,
@@ -183,35 +176,6 @@ class Gateway:
         adapter = self.adapters.get(event.platform)
         return adapter.stream(event) if adapter is not None else None
 
-    def toolset(self, platform: str) -> tuple[ToolRegistry, str]:
-        """The tools (and the system prompt naming them) for sessions on ``platform``:
-        `tools.enabled`, or the platform's own list from `tools.platforms` (issue 6)."""
-        found = self._toolsets.get(platform)
-        if found is None:
-            registry = build_registry(self.config.tools.enabled_for(platform), self.tool_settings)
-            prompt = build_system_prompt(self.config.model.system_prompt, registry.names)
-            found = self._toolsets[platform] = (registry, prompt)
-        return found
-
-    def _make_agent(self, session_key: str) -> AIAgent:
-        tools, prompt = self.toolset(session_key.split(":", 1)[0])
-        home, cap = self.config.home_path, self.config.tools.memory_max_chars
-        return AIAgent(
-            self.llm,
-            tools,
-            system_prompt=prompt,
-            workspace=self.config.workspace_path,
-            session_key=session_key,
-            max_iterations=self.config.model.max_iterations,
-            max_output_chars=self.config.tools.max_output_chars,
-            host=self.tool_host.host,
-            executor=self.tool_executor,
-            context_budget=self.config.model.context_budget,
-            memory=lambda: memory_block(home, cap),  # read once, on the worker thread
-            max_depth=self.config.tools.delegate.max_depth,
-            child_iterations=self.config.tools.delegate.max_iterations,
-        )
-
     # -- lifecycle ----------------------------------------------------------------------
 
     async def serve(self) -> int:
@@ -259,7 +223,9 @@ class Gateway:
         self.watchdog.start()
         await asyncio.to_thread(self._prepare_dirs)
         # tool modules are imported off the loop, before the first agent needs them
-        await asyncio.to_thread(lambda: [self.toolset(p) for p in self._enabled_platforms()])
+        await asyncio.to_thread(
+            lambda: [self.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
+        )
         hooks = await asyncio.to_thread(
             collect_hooks, self.config.hooks, self.config.home_path / "hooks"
         )
@@ -268,7 +234,7 @@ class Gateway:
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
         await replayer.load()  # before intake: what this run takes is not a leftover (issue 9)
-        for name in self._enabled_platforms():
+        for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
             self.adapters[name] = load_adapter(name, self, cls)
         await self.control.start()
@@ -303,7 +269,6 @@ class Gateway:
         await self.runner.interrupt_all()
         await self.delivery.close()  # undelivered replies wait in the inbox for the next start
         await asyncio.to_thread(self.pool.shutdown)
-        self.tool_executor.shutdown()
         for task in self._background:
             task.cancel()
         if self._background:
@@ -317,9 +282,7 @@ class Gateway:
         await self.bus.aclose()
         await self.store.close()
         await self.control.stop()
-        self.llm.close()
-        if self.vision_llm is not self.llm:
-            self.vision_llm.close()
+        self.agent_factory.close()
         if self.watchdog is not None:
             self.watchdog.stop()
         self.notifier.close()
@@ -347,16 +310,6 @@ class Gateway:
     def _prepare_dirs(self) -> None:
         for path in (self.config.home_path, self.config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
-
-    def _enabled_platforms(self) -> list[str]:
-        p = self.config.platforms
-        flags = {
-            "api": p.api.enabled,
-            "telegram": p.telegram.enabled,
-            "discord": p.discord.enabled,
-            "slack": p.slack.enabled,
-        }
-        return [name for name, on in flags.items() if on]
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))
@@ -428,62 +381,6 @@ class Gateway:
 
     def _stat(self, key: str) -> float:
         return float(self.runner.table.stats()[key])
-
-
-def _llm_settings(config: Config) -> LLMSettings:
-    m = config.model
-    return LLMSettings(
-        base_url=m.base_url,
-        api_key=m.api_key,
-        model=m.name,
-        timeout_s=m.timeout_s,
-        max_retries=m.max_retries,
-        stream=m.stream,
-        temperature=m.temperature,
-    )
-
-
-def _vision_llm(config: Config, main: LLMClient) -> LLMClient:
-    """The main client, unless `tools.vision` names another model or endpoint."""
-    v, m = config.tools.vision, config.model
-    if not (v.model or v.base_url or v.api_key):
-        return main
-    key = v.api_key or (m.api_key if not v.base_url else "")
-    settings = _llm_settings(config)
-    return LLMClient(
-        LLMSettings(
-            base_url=v.base_url or m.base_url,
-            api_key=key,
-            model=v.model or m.name,
-            timeout_s=settings.timeout_s,
-            max_retries=settings.max_retries,
-            stream=settings.stream,
-        )
-    )
-
-
-def _tool_settings(config: Config) -> ToolSettings:
-    t = config.tools
-    return ToolSettings(
-        home=config.home_path,
-        terminal=TerminalSettings(
-            timeout_s=t.terminal.timeout_s,
-            max_timeout_s=t.terminal.max_timeout_s,
-            approval=t.terminal.approval,
-            approval_timeout_s=t.terminal.approval_timeout_s,
-            env=tool_environment(config),
-        ),
-        web=WebSettings(
-            search_url=t.web.search_url,
-            timeout_s=t.web.timeout_s,
-            max_bytes=t.web.max_bytes,
-            max_redirects=t.web.max_redirects,
-            allow_private=t.web.allow_private,
-            allowed_networks=t.web.allowed_networks,
-        ),
-        vision_max_bytes=t.vision.max_bytes,
-        memory_max_chars=t.memory_max_chars,
-    )
 
 
 async def _quietly(coro: Any, what: str) -> None:

@@ -230,7 +230,7 @@ async def test_a_database_locked_past_the_busy_timeout_holds_up_one_write_not_al
         kwargs.setdefault("connect_args", {})["timeout"] = 1.0
         return create_async_engine(url, **kwargs)
 
-    monkeypatch.setattr("hermes_gateway.store.create_async_engine", short_busy_timeout)
+    monkeypatch.setattr("hermes_gateway.store_engine.create_async_engine", short_busy_timeout)
     config = make_config(tmp_path, llm.base_url, model={"api_key": keys.MODEL_KEY})
     db = config.home_path / "state.db"
     async with running_gateway(config) as (_, client):

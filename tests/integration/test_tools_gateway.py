@@ -126,7 +126,7 @@ async def test_per_platform_toolsets_limit_what_the_model_sees(
     tools = {"enabled": ["read_file", "memory"], "platforms": {"api": ["read_file"]}}
     async with running_gateway(make_config(tmp_path, fake_llm.base_url, tools=tools)) as (gw, api):
         await api.chat("hi")
-        full, _ = gw.toolset("telegram")
+        full, _ = gw.agent_factory.toolset("telegram")
     assert [t["function"]["name"] for t in fake_llm.requests[0]["tools"]] == ["read_file"]
     assert "memory" not in fake_llm.requests[0]["messages"][0]["content"]
     assert full.names == ["read_file", "memory"]

@@ -1,0 +1,120 @@
+"""Builds each session's `AIAgent` from the config: the model clients, every platform's
+toolset and system prompt, and the settings the tools run with."""
+
+from __future__ import annotations
+
+from agent_core import AIAgent, LLMClient, LLMSettings
+from agent_core.parallel import ToolExecutor
+from agent_core.prompt import build_system_prompt
+from hermes_gateway.config import Config, tool_environment
+from tools import ToolRegistry
+from tools.catalog import TerminalSettings, ToolSettings, WebSettings, build_registry
+from tools.host import ToolHost
+from tools.memory import memory_block
+
+
+class AgentFactory:
+    """One per gateway; `make` is the agent cache's constructor."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.llm = LLMClient(_llm_settings(config))
+        self.vision_llm = _vision_llm(config, self.llm)
+        self.tool_settings = _tool_settings(config)
+        self.executor = ToolExecutor(config.tools.parallel_workers)
+        # the gateway's callbacks (approvals, delivery, attachments); set once they exist
+        self.host: ToolHost | None = None
+        self._toolsets: dict[str, tuple[ToolRegistry, str]] = {}
+
+    def toolset(self, platform: str) -> tuple[ToolRegistry, str]:
+        """The tools (and the system prompt naming them) for sessions on ``platform``:
+        `tools.enabled`, or the platform's own list from `tools.platforms` (issue 6)."""
+        found = self._toolsets.get(platform)
+        if found is None:
+            registry = build_registry(self.config.tools.enabled_for(platform), self.tool_settings)
+            prompt = build_system_prompt(self.config.model.system_prompt, registry.names)
+            found = self._toolsets[platform] = (registry, prompt)
+        return found
+
+    def make(self, session_key: str) -> AIAgent:
+        tools, prompt = self.toolset(session_key.split(":", 1)[0])
+        config = self.config
+        home, cap = config.home_path, config.tools.memory_max_chars
+        return AIAgent(
+            self.llm,
+            tools,
+            system_prompt=prompt,
+            workspace=config.workspace_path,
+            session_key=session_key,
+            max_iterations=config.model.max_iterations,
+            max_output_chars=config.tools.max_output_chars,
+            host=self.host,
+            executor=self.executor,
+            context_budget=config.model.context_budget,
+            memory=lambda: memory_block(home, cap),  # read once, on the worker thread
+            max_depth=config.tools.delegate.max_depth,
+            child_iterations=config.tools.delegate.max_iterations,
+        )
+
+    def close(self) -> None:
+        """After the agent pool has stopped: no run is left to use the clients."""
+        self.executor.shutdown()
+        self.llm.close()
+        if self.vision_llm is not self.llm:
+            self.vision_llm.close()
+
+
+def _llm_settings(config: Config) -> LLMSettings:
+    m = config.model
+    return LLMSettings(
+        base_url=m.base_url,
+        api_key=m.api_key,
+        model=m.name,
+        timeout_s=m.timeout_s,
+        max_retries=m.max_retries,
+        stream=m.stream,
+        temperature=m.temperature,
+    )
+
+
+def _vision_llm(config: Config, main: LLMClient) -> LLMClient:
+    """The main client, unless `tools.vision` names another model or endpoint."""
+    v, m = config.tools.vision, config.model
+    if not (v.model or v.base_url or v.api_key):
+        return main
+    key = v.api_key or (m.api_key if not v.base_url else "")
+    settings = _llm_settings(config)
+    return LLMClient(
+        LLMSettings(
+            base_url=v.base_url or m.base_url,
+            api_key=key,
+            model=v.model or m.name,
+            timeout_s=settings.timeout_s,
+            max_retries=settings.max_retries,
+            stream=settings.stream,
+        )
+    )
+
+
+def _tool_settings(config: Config) -> ToolSettings:
+    t = config.tools
+    return ToolSettings(
+        home=config.home_path,
+        terminal=TerminalSettings(
+            timeout_s=t.terminal.timeout_s,
+            max_timeout_s=t.terminal.max_timeout_s,
+            approval=t.terminal.approval,
+            approval_timeout_s=t.terminal.approval_timeout_s,
+            env=tool_environment(config),
+        ),
+        web=WebSettings(
+            search_url=t.web.search_url,
+            timeout_s=t.web.timeout_s,
+            max_bytes=t.web.max_bytes,
+            max_redirects=t.web.max_redirects,
+            allow_private=t.web.allow_private,
+            allowed_networks=t.web.allowed_networks,
+        ),
+        vision_max_bytes=t.vision.max_bytes,
+        memory_max_chars=t.memory_max_chars,
+    )

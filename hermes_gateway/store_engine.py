@@ -1,0 +1,179 @@
+"""The store's engine room: the async engine, serialized write transactions, the SQLite fast
+path, and a circuit that stops every write waiting out a database held by another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from hermes_gateway.errors import StoreError
+from hermes_gateway.models import Base
+from hermes_gateway.store_search import create_search_index
+from hermes_gateway.store_sqlite import SqliteFastPath
+
+
+class StoreEngine:
+    """Connections and transactions; `Store` builds the gateway's queries on top."""
+
+    # A write that waited this long and still failed (another process held the database past
+    # SQLite's busy timeout): the next writes fail at once for `stuck_pause_s`, instead of
+    # each waiting the whole timeout in turn while no user gets an answer (issue 9).
+    stuck_after_s = 1.0
+    stuck_pause_s = 10.0
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine: AsyncEngine | None = None
+        self._sessions: async_sessionmaker[AsyncSession] | None = None
+        self._is_sqlite = url.startswith("sqlite")
+        # SQLite has one writer; serializing writes here avoids "database is locked" retries
+        self._write_lock = asyncio.Lock()
+        self._fast: SqliteFastPath | None = None
+        self._stuck_until = 0.0
+        self._stuck_error = ""
+
+    @property
+    def is_open(self) -> bool:
+        return self._engine is not None
+
+    async def open(self) -> None:
+        if self._is_sqlite:
+            path = self.url.split("///", 1)[-1]
+            if path and path != ":memory:":
+                await asyncio.to_thread(Path(path).parent.mkdir, parents=True, exist_ok=True)
+        kwargs: dict[str, Any] = {"pool_pre_ping": not self._is_sqlite}
+        if self._is_sqlite:
+            kwargs["connect_args"] = {"timeout": 30}
+        engine = create_async_engine(self.url, **kwargs)
+        if self._is_sqlite:
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(Base.metadata.create_all)
+                await create_search_index(conn, self._is_sqlite)
+        except (SQLAlchemyError, OSError) as exc:
+            await engine.dispose()
+            raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
+        self._engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        if self._is_sqlite:
+            self._fast = SqliteFastPath()
+            await self._fast.open(engine)
+
+    async def close(self) -> None:
+        if self._fast is not None:
+            await self._fast.close()
+            self._fast = None
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    def _session(self) -> AsyncSession:
+        if self._sessions is None:
+            raise StoreError("the store is not open")
+        return self._sessions()
+
+    async def read(self, fn: Any, *args: Any) -> Any:
+        """Run ``await fn(db, *args)`` in a read session (for modules with tables of their own)."""
+        try:
+            async with self._session() as db:
+                return await fn(db, *args)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+
+    async def write(self, fn: Any, *args: Any) -> Any:
+        """Run ``await fn(db, *args)`` in one serialized write transaction."""
+        return await self._write(fn, *args)
+
+    async def _write(self, fn: Any, *args: Any) -> Any:
+        async with self._write_lock:
+            started = self._not_stuck()
+            try:
+                async with self._session() as db, db.begin():
+                    return await fn(db, *args)
+            except IntegrityError:
+                raise
+            except SQLAlchemyError as exc:
+                raise self._write_failed(exc, started) from exc
+
+    async def _tx(self, fn: Any) -> Any:
+        """One serialized write transaction on a bare connection (Core, no ORM unit of work:
+        the hot path writes three times per message, so the ORM's overhead would dominate)."""
+        if self._engine is None:
+            raise StoreError("the store is not open")
+        async with self._write_lock:
+            started = self._not_stuck()
+            try:
+                async with self._engine.begin() as conn:
+                    return await fn(conn)
+            except IntegrityError:
+                raise
+            except SQLAlchemyError as exc:
+                raise self._write_failed(exc, started) from exc
+
+    def _not_stuck(self) -> float:
+        """Raise at once while the database is known to be stuck; else the start time."""
+        now = time.monotonic()
+        if now < self._stuck_until:
+            raise StoreError(
+                f"store write skipped: the database is unavailable ({self._stuck_error}); "
+                f"trying it again in {self._stuck_until - now:.0f} s"
+            )
+        return now
+
+    async def _fast_tx(self, fn: Any, *, read: bool = False) -> Any:
+        """Like `_tx`, on the SQLite fast path (reads too: it is one connection). A read is
+        never skipped while writes are: WAL readers do not wait for another process's writer,
+        and a session's history must load (issue 9)."""
+        async with self._write_lock:
+            started = time.monotonic() if read else self._not_stuck()
+            try:
+                return await fn(self._fast)
+            except sqlite3.Error as exc:
+                if read:
+                    raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+                raise self._write_failed(exc, started) from exc
+
+    def _write_failed(self, exc: Exception, started: float) -> StoreError:
+        if time.monotonic() - started >= self.stuck_after_s:
+            self._stuck_until = time.monotonic() + self.stuck_pause_s
+            self._stuck_error = str(getattr(exc, "orig", None) or exc)[:200]
+        return StoreError(f"store write failed: {exc.__class__.__name__}: {exc}")
+
+    async def _query(self, fn: Any) -> Any:
+        if self._engine is None:
+            raise StoreError("the store is not open")
+        try:
+            async with self._engine.connect() as conn:
+                return await fn(conn)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a process crash
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def safe_url(url: str) -> str:
+    """The store URL without its password, for logs and reports."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
