@@ -77,16 +77,26 @@ class LoopWatchdog:
                 self.notifier.notify("WATCHDOG=1")
 
     def _ping(self) -> float | None:
-        """One round trip to the loop; None once we stop or exit."""
+        """One round trip to the loop; None once we stop or exit.
+
+        The lag is timed on the loop thread, when the ping runs: read here, after this thread
+        wakes, it would also count this thread's own wait for the GIL behind the agent threads,
+        which is not the loop's lag (under load that wait alone was several ms)."""
         answered = threading.Event()
+        ran: list[float] = []
+
+        def pong() -> None:
+            ran.append(time.monotonic())
+            answered.set()
+
         sent = time.monotonic()
         try:
-            self.loop.call_soon_threadsafe(answered.set)
+            self.loop.call_soon_threadsafe(pong)
         except RuntimeError:  # loop closed: the gateway is shutting down
             return None
         warn = self.config.warn_ms / 1000
         if answered.wait(warn):
-            return time.monotonic() - sent
+            return ran[0] - sent
         stack = self._loop_stack()
         log.warning("loop.lag", stalled_ms=round(warn * 1000), state="stalled", stack=stack)
         deadline = sent + self.config.fatal_s
@@ -102,7 +112,7 @@ class LoopWatchdog:
                 )
                 self._on_fatal()
                 return None
-        lag = time.monotonic() - sent
+        lag = ran[0] - sent
         log.warning("loop.lag", lag_ms=round(lag * 1000, 1), state="recovered")
         return lag
 
