@@ -149,6 +149,26 @@ async def test_duplicate_update_is_processed_once(
     assert sorted(user_texts(fake_llm)) == ["once", "same message id, other chat", "twice"]
 
 
+async def test_a_burst_is_taken_in_slices_and_all_of_it_answered(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """A burst waiting at start is fetched `POLL_BATCH` updates per getUpdates (PTB parses an
+    answer in one go on the loop), and slicing it loses and repeats nothing."""
+    from adapters.telegram_transport import POLL_BATCH
+
+    burst = 2 * POLL_BATCH + 7
+    for n in range(burst):
+        tg.send_text(1000 + n, f"m{n}")
+    async with running_gateway(tg_config(tmp_path, fake_llm, tg)):
+        for n in range(burst):
+            await tg.wait_sent(1, chat_id=1000 + n)
+    polls = [p for name, p in tg.calls if name == "getUpdates"]
+    assert polls and all(int(p["limit"]) == POLL_BATCH for p in polls)
+    assert len(polls) >= 3  # the burst took at least three answers
+    assert sorted(user_texts(fake_llm)) == sorted(f"m{n}" for n in range(burst))
+    assert all(texts(tg, 1000 + n) == [f"echo: m{n}"] for n in range(burst))
+
+
 async def test_update_shapes_we_do_not_handle_are_ignored(
     tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
 ) -> None:
