@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,8 +19,9 @@ from adapters.discord_catchup import CatchUp
 from adapters.discord_client import Endpoints, HermesClient, point_at, restore
 from adapters.discord_inbound import command_event, looks_content_less, message_event
 from adapters.discord_outbound import DiscordOutbox, snowflake
+from adapters.downloader import Downloader, origins
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.indicator import TypingIndicator
 from hermes_gateway.platform import AdapterHost, Health, StreamSink
 
@@ -32,6 +34,7 @@ CONTENT_HINT = (
     "and messages that mention the bot can be answered"
 )
 _NETWORK = (aiohttp.ClientError, OSError, TimeoutError, discord.HTTPException)
+CDN_HOSTS = ("https://cdn.discordapp.com", "https://media.discordapp.net")
 
 
 class DiscordAdapter:
@@ -44,6 +47,12 @@ class DiscordAdapter:
         self.host = host
         self.config = host.config.platforms.discord
         self.outbox = DiscordOutbox(self._rest_client)
+        self.downloader = Downloader(
+            self.name,
+            host.config.home_path / "media",
+            self.config.media_max_bytes,
+            origins(*CDN_HOSTS, self.config.cdn_base),
+        )
         self.indicator = (
             TypingIndicator(host.bus, self.name, self._send_typing) if self.config.typing else None
         )
@@ -97,6 +106,7 @@ class DiscordAdapter:
         self._stopping, self._intake = True, False
         self._stopped.set()
         await self.outbox.close()
+        await self.downloader.aclose()
         if self.client is not None:
             await self.client.close()
         if self._task is not None:
@@ -316,6 +326,11 @@ class DiscordAdapter:
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
         return self.outbox.preview(event) if self.config.streaming else None
+
+    async def download(self, attachment: Attachment) -> Path:
+        """Fetch an attachment from Discord's CDN into ``<home>/media`` (never at intake); a
+        foreign host or a file over `media_max_bytes` raises `PermanentAdapterError`."""
+        return await self.downloader.fetch(attachment)
 
     async def _send_typing(self, event: MessageEvent) -> None:
         await self.outbox.typing(snowflake(event.thread_id or event.chat_id, "channel"))

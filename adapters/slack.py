@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Coroutine, Iterable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -25,7 +26,7 @@ from slack_bolt.middleware.authorization.async_single_team_authorization import 
 )
 from slack_bolt.response import BoltResponse
 
-from adapters.slack_api import SlackWeb
+from adapters.slack_api import SlackWeb, file_downloader
 from adapters.slack_events import BotIdentity, Recent, normalize
 from adapters.slack_progress import Progress, StreamPreview
 from hermes_gateway.bus import LifecycleEvent
@@ -35,7 +36,7 @@ from hermes_gateway.errors import (
     PermanentAdapterError,
     TransientAdapterError,
 )
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.markup import split_rendered_slack
 from hermes_gateway.platform import AdapterHost, Health, StreamSink
 
@@ -65,6 +66,7 @@ class SlackAdapter:
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
         self._previews: dict[str, StreamPreview] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.files = file_downloader(self.config, host.config.home_path / "media")
         mode = self.config.progress if self.config.typing else "none"
         self._progress = Progress(mode, self.config.progress_reaction)
         host.bus.subscribe(self._on_lifecycle, _PROGRESS_EVENTS, name="slack:progress")
@@ -162,6 +164,7 @@ class SlackAdapter:
             task.cancel()
         for preview in self._previews.values():
             preview.cancel()
+        await self.files.aclose()
         if self.socket is not None:
             await _close_socket(self.socket)
             self.socket = None
@@ -281,6 +284,12 @@ class SlackAdapter:
             await self.send(message)
         except AdapterError as exc:
             log.warning("slack.notice_failed", error=str(exc), channel=message.chat_id)
+
+    async def download(self, attachment: Attachment) -> Path:
+        """Fetch a file (``url_private``, with the bot token) into ``<home>/media``, never at
+        intake; a foreign host or a file over `media_max_bytes` raises `PermanentAdapterError`."""
+        bearer = {"Authorization": f"Bearer {self.config.bot_token}"}
+        return await self.files.fetch(attachment, bearer)
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
         if not self.config.streaming or self.web is None:

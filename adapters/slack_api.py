@@ -1,16 +1,20 @@
 """The Slack Web API as the adapter uses it: each call bounded, retried (`Retry-After`, 5xx) and
-its slack-sdk / aiohttp errors translated into `hermes_gateway.errors` at this edge."""
+its slack-sdk / aiohttp errors translated into `hermes_gateway.errors` at this edge; and where
+(and how) shared files are downloaded."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.downloader import Downloader, origins
+from hermes_gateway.config import SlackConfig
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -36,6 +40,7 @@ AUTH_ERRORS = frozenset(
 )
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "timeout"})
 REQUEST_TIMEOUT_S = 10.0
+FILE_HOSTS = ("https://files.slack.com",)  # where url_private / url_private_download point
 
 
 def normalize_base_url(url: str) -> str:
@@ -76,6 +81,19 @@ def _retry_after(headers: Any) -> float:
             except (TypeError, ValueError):
                 break
     return 1.0
+
+
+def file_downloader(config: SlackConfig, folder: Path) -> Downloader:
+    """Downloads of ``url_private`` files: from Slack's file host or the configured API base's
+    host (a proxy, a fake), with the bot token; its sign-in page means access was refused."""
+    return Downloader(
+        "slack",
+        folder,
+        config.media_max_bytes,
+        origins(*FILE_HOSTS, normalize_base_url(config.api_base)),
+        refuse_html=True,
+        denied_hint=" (the bot token needs the files:read scope)",
+    )
 
 
 _TRANSLATED = (SlackClientError, aiohttp.ClientError, TimeoutError, OSError)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 BusyPolicy = Literal["interrupt", "queue", "latest", "collect", "steer"]
+MEDIA_MAX_BYTES = 20 * 1024 * 1024  # largest attachment a platform adapter downloads
 
 
 class _Section(BaseModel):
@@ -82,7 +83,7 @@ class TelegramConfig(_PlatformBase):
     webhook_url: str = ""  # public URL Telegram posts to (webhook mode)
     webhook_secret: str = ""  # checked against X-Telegram-Bot-Api-Secret-Token
     webhook_path: str = "/telegram/webhook"  # route on the control server
-    media_max_bytes: int = Field(20 * 1024 * 1024, ge=0)
+    media_max_bytes: int = Field(MEDIA_MAX_BYTES, ge=0)
 
 
 class DiscordConfig(_PlatformBase):
@@ -93,6 +94,16 @@ class DiscordConfig(_PlatformBase):
     sync_commands: bool = True  # register the gateway commands as slash commands at start
     guild_ready_timeout_s: float = Field(2, ge=0)  # wait for guild data before READY counts
     identify_delay_s: float = Field(5, ge=0)  # pause before a re-IDENTIFY (Discord: 1 per 5 s)
+    # attachments are fetched from Discord's CDN hosts, or from this base (a proxy, a fake)
+    cdn_base: str = "https://cdn.discordapp.com"
+    media_max_bytes: int = Field(MEDIA_MAX_BYTES, ge=0)
+
+    @field_validator("cdn_base")
+    @classmethod
+    def _http_base(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
 
 
 class SlackConfig(_PlatformBase):
@@ -106,6 +117,7 @@ class SlackConfig(_PlatformBase):
     progress: Literal["reaction", "status", "none"] = "reaction"
     progress_reaction: str = "eyes"
     ping_interval_s: float = Field(10, gt=0)  # Socket Mode ping; a dead socket is noticed after it
+    media_max_bytes: int = Field(MEDIA_MAX_BYTES, ge=0)  # files come from files.slack.com
 
 
 class ApiPlatformConfig(_Section):

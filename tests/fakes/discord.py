@@ -158,7 +158,8 @@ class FakeDiscord(FakeServer):
         self._dms: dict[int, int] = {}  # user id -> DM channel id
         self._history: dict[int, list[dict]] = {}
         self._messages: dict[int, dict] = {}
-        self._files: dict[int, tuple[bytes, str]] = {}
+        self._files: dict[int, tuple[bytes, str, bool]] = {}  # id -> data, type, chunked
+        self._file_faults: list[int] = []  # statuses for the next attachment downloads
         self._sessions: dict[str, _Session] = {}
         self._session: _Session | None = None
         self._conns: list[_Conn] = []
@@ -185,6 +186,7 @@ class FakeDiscord(FakeServer):
         self.intents: int | None = None  # from the last IDENTIFY
         self.interaction_responses: list[dict] = []
         self.requests: list[tuple[str, str]] = []  # (method, path after /api/v10)
+        self.file_requests: list[dict] = []  # attachment downloads: path, headers
         self.errors: list[BaseException] = []  # bugs inside the fake; tests assert it stays empty
         self.undelivered: list[tuple[str, dict]] = []  # dispatched while no session existed
         self.connected = threading.Event()
@@ -198,6 +200,11 @@ class FakeDiscord(FakeServer):
     @property
     def api_base(self) -> str:
         return f"{self.url}{API_PREFIX}"
+
+    @property
+    def cdn_base(self) -> str:
+        """Where this fake serves attachments (Discord: https://cdn.discordapp.com)."""
+        return self.url
 
     @property
     def gateway_url(self) -> str:
@@ -450,11 +457,30 @@ class FakeDiscord(FakeServer):
         )
         return web.Response(status=204)
 
-    async def _attachment(self, request: web.Request) -> web.Response:
+    async def _attachment(self, request: web.Request) -> web.StreamResponse:
+        self.file_requests.append({"path": request.path, "headers": dict(request.headers)})
+        if self._file_faults:
+            return web.Response(status=self._file_faults.pop(0), text="CDN error")
         stored = self._files.get(_snow(request.match_info["aid"]))
         if stored is None:
             return _json(make_error(0, "404: Not Found"), 404)
-        return web.Response(body=stored[0], headers={"Content-Type": stored[1]})
+        data, content_type, chunked = stored
+        if not chunked:
+            return web.Response(body=data, headers={"Content-Type": content_type})
+        resp = web.StreamResponse(headers={"Content-Type": content_type})
+        resp.enable_chunked_encoding()  # no Content-Length: only the bytes tell the size
+        await resp.prepare(request)
+        try:
+            for start in range(0, len(data), 4096):
+                await resp.write(data[start : start + 4096])
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the client stopped reading at its cap
+        return resp
+
+    def fail_file_next(self, status: int = 500, times: int = 1) -> None:
+        """Answer the next ``times`` attachment downloads with ``status``."""
+        self._file_faults.extend([status] * times)
 
     async def _commands(self, request: web.Request) -> web.Response:
         if _snow(request.match_info["app"], 10002, "Unknown Application") != self.application_id:
@@ -657,19 +683,38 @@ class FakeDiscord(FakeServer):
         filename: str,
         data: bytes = b"",
         content_type: str | None = None,
+        size: int | None = None,
+        chunked: bool = False,
         **_: Any,
     ) -> dict:
-        """Keep the bytes and return an attachment whose url this fake serves (like the CDN)."""
+        """Keep the bytes and return an attachment whose url this fake serves (like the CDN).
+        ``size`` overrides the announced size; ``chunked`` serves it without a Content-Length."""
         attachment_id = snowflake()
-        self._files[attachment_id] = (data, content_type or "application/octet-stream")
-        url = f"{self.url}/attachments/{channel_id}/{attachment_id}/{quote(filename)}"
+        self._files[attachment_id] = (data, content_type or "application/octet-stream", chunked)
+        url = f"{self.url}/attachments/{channel_id}/{attachment_id}/{quote(filename, safe='')}"
+        url += f"?ex={int(time.time()) + 86400:x}&is={int(time.time()):x}&hm={secrets.token_hex(8)}"
         return make_attachment(
             filename,
             url=url,
             attachment_id=attachment_id,
-            size=len(data),
+            size=len(data) if size is None else size,
             content_type=content_type,
         )
+
+    def add_file(
+        self,
+        filename: str,
+        data: bytes,
+        content_type: str | None = None,
+        *,
+        channel_id: int | None = None,
+        size: int | None = None,
+        chunked: bool = False,
+    ) -> dict:
+        """Register a file on the fake CDN; returns its attachment payload, for
+        `send_message(attachments=[...])` (see `_store_file` for ``size`` and ``chunked``)."""
+        channel = channel_id or self.channel_id
+        return self._store_file(channel, filename, data, content_type, size, chunked)
 
     def messages_in(self, channel_id: int) -> list[dict]:
         """Every message currently in a channel (users' and the bot's), oldest first."""

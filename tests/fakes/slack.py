@@ -159,7 +159,13 @@ class FakeSlack(FakeServer):
         self.users: dict[str, JsonDict] = {}  # per-id overrides merged into users.info
         self.channels: dict[str, JsonDict] = {}  # per-id overrides merged into conversations.info
         self.files: dict[str, JsonDict] = {}
+        self.downloads: list[JsonDict] = []  # url_private requests: path, authorization, status
+        # Slack answers an unauthorized url_private with its sign-in page (200, HTML); by
+        # default the fake answers 401 (no token) / 403 (a wrong one) instead
+        self.signin_page = False
         self._file_bodies: dict[str, bytes] = {}
+        self._chunked: set[str] = set()
+        self._download_faults: deque[int] = deque()
         self._failures: defaultdict[str, deque[tuple[int, float, str | None]]] = defaultdict(deque)
         self._reacted: set[tuple[str, str, str]] = set()
         self._known: set[tuple[str, str]] = set()  # (channel, ts) of every message seen
@@ -321,14 +327,28 @@ class FakeSlack(FakeServer):
         self.call(go)
 
     def add_file(
-        self, name: str = "notes.txt", content: bytes = b"hello", mimetype: str = "text/plain"
+        self,
+        name: str = "notes.txt",
+        content: bytes = b"hello",
+        mimetype: str = "text/plain",
+        *,
+        size: int | None = None,
+        chunked: bool = False,
     ) -> JsonDict:
-        """Register a file for ``files.info`` and url_private downloads; pass it to send_message."""
+        """Register a file for ``files.info`` and url_private downloads; pass it to send_message.
+        ``size`` overrides the announced size; ``chunked`` serves it without a Content-Length."""
         file_id = f"F{next(self._counter):08d}"
         url = f"{self.url}/files-pri/{self.team_id}-{file_id}/{name}"
-        self.files[file_id] = make_file(file_id, name, url, mimetype, len(content))
+        announced = len(content) if size is None else size
+        self.files[file_id] = make_file(file_id, name, url, mimetype, announced)
         self._file_bodies[file_id] = content
+        if chunked:
+            self._chunked.add(file_id)
         return self.files[file_id]
+
+    def fail_download_next(self, status: int = 500, times: int = 1) -> None:
+        """Answer the next ``times`` url_private downloads with ``status``."""
+        self._download_faults.extend([status] * times)
 
     # -- injecting (HTTP mode) -------------------------------------------------------------
 
@@ -553,15 +573,36 @@ class FakeSlack(FakeServer):
             raise SlackApiFailure("file_not_found")
         return {"file": self.files[params["file"]]}
 
-    async def _download(self, request: web.Request) -> web.Response:
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        resp = await self._download_answer(request)
+        auth = request.headers.get("Authorization")
+        self.downloads.append({"path": request.path, "authorization": auth, "status": resp.status})
+        return resp
+
+    async def _download_answer(self, request: web.Request) -> web.StreamResponse:
         file_id = request.match_info["file_id"].rsplit("-", 1)[-1]
-        if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
-            # Slack answers an unauthenticated url_private with its sign-in page, status 200.
-            return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
+        auth = request.headers.get("Authorization")
+        if auth != f"Bearer {self.bot_token}":
+            if self.signin_page:
+                return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
+            return web.Response(status=403 if auth else 401, text="not_authed")
+        if self._download_faults:
+            return web.Response(status=self._download_faults.popleft(), text="internal_error")
         if file_id not in self._file_bodies:
             return web.Response(status=404)
-        mimetype = self.files[file_id]["mimetype"]
-        return web.Response(body=self._file_bodies[file_id], content_type=mimetype)
+        mimetype, body = self.files[file_id]["mimetype"], self._file_bodies[file_id]
+        if file_id not in self._chunked:
+            return web.Response(body=body, content_type=mimetype)
+        resp = web.StreamResponse(headers={"Content-Type": mimetype})
+        resp.enable_chunked_encoding()  # no Content-Length: only the bytes tell the size
+        await resp.prepare(request)
+        try:
+            for start in range(0, len(body), 4096):
+                await resp.write(body[start : start + 4096])
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the client stopped reading at its cap
+        return resp
 
 
 # -- helpers ------------------------------------------------------------------------------------

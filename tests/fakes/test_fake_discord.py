@@ -423,6 +423,22 @@ async def test_attachments_reactions_uploads_and_delete(fake: FakeDiscord) -> No
     assert [m["content"] for m in fake.messages_in(CHANNEL_ID)] == ["see file"]
 
 
+async def test_cdn_files_announced_sizes_chunking_and_faults(fake: FakeDiscord) -> None:
+    plain = fake.add_file("a.png", b"\x89PNG" * 10, "image/png")
+    lying = fake.add_file("b.bin", b"x" * 10_000, size=10, chunked=True)
+    fake.fail_file_next(503)
+    assert plain["url"].startswith(f"{fake.cdn_base}/attachments/{CHANNEL_ID}/")
+    assert (plain["size"], lying["size"]) == (40, 10)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(plain["url"]) as resp:
+            assert resp.status == 503
+        async with session.get(plain["url"]) as resp:
+            assert (resp.content_length, await resp.read()) == (40, b"\x89PNG" * 10)
+        async with session.get(lying["url"]) as resp:
+            assert (resp.content_length, len(await resp.read())) == (None, 10_000)
+    assert [r["path"].rsplit("/", 1)[-1] for r in fake.file_requests] == ["a.png"] * 2 + ["b.bin"]
+
+
 def test_patched_sets_and_restores_discord_globals() -> None:
     route, ws = discord.http.Route, discord.gateway.DiscordWebSocket
     before = (route.BASE, ws.DEFAULT_GATEWAY)

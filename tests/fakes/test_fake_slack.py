@@ -333,8 +333,19 @@ async def test_info_methods_and_file_download(fake: FakeSlack) -> None:
         bearer = {"Authorization": f"Bearer {fake.bot_token}"}
         async with session.get(file["url_private"], headers=bearer) as resp:
             assert await resp.read() == b"file body"
-        async with session.get(file["url_private"]) as resp:  # Slack: sign-in page, not a 401
+        async with session.get(file["url_private"]) as resp:
+            assert resp.status == 401
+        async with session.get(file["url_private"], headers={"Authorization": "Bearer x"}) as resp:
+            assert resp.status == 403
+        fake.signin_page = True  # what Slack itself answers: its sign-in page, status 200
+        async with session.get(file["url_private"]) as resp:
             assert (resp.status, resp.content_type) == (200, "text/html")
+    assert [(d["authorization"], d["status"]) for d in fake.downloads] == [
+        (f"Bearer {fake.bot_token}", 200),
+        (None, 401),
+        ("Bearer x", 403),
+        (None, 200),
+    ]
 
 
 async def test_rate_limit_retried_by_the_sdk_handler(fake: FakeSlack) -> None:

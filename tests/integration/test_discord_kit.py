@@ -39,6 +39,7 @@ def discord_config(
     fake: FakeDiscord,
     *,
     runner: dict[str, Any] | None = None,
+    tools: dict[str, Any] | None = None,
     **discord: Any,
 ) -> Config:
     section = {
@@ -46,13 +47,14 @@ def discord_config(
         "token": TOKEN,
         "api_base": fake.api_base,
         "gateway_url": fake.gateway_url,
+        "cdn_base": fake.cdn_base,
         "allowed_users": [ALICE, str(BOB)],
         "guild_ready_timeout_s": 0.02,
         "identify_delay_s": 0,
         "sync_commands": False,
         **discord,
     }
-    extra: dict[str, Any] = {"runner": runner} if runner else {}
+    extra = {name: value for name, value in (("runner", runner), ("tools", tools)) if value}
     return make_config(tmp_path, llm_url, platforms={"discord": section}, **extra)
 
 

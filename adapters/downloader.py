@@ -1,0 +1,291 @@
+"""Attachment downloads from the platforms that hand out file URLs (Discord's CDN, Slack's
+``url_private``): only from the platform's own hosts, size-capped while streaming, written off
+the loop into ``<home>/media`` under a safe name, and only when a tool asks for the file."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import structlog
+import yarl
+
+from hermes_gateway.errors import (
+    PermanentAdapterError,
+    RateLimitedError,
+    TransientAdapterError,
+)
+from hermes_gateway.events import Attachment
+from hermes_gateway.retry import with_retry
+
+log = structlog.get_logger("hermes.adapters.media")
+T = TypeVar("T")
+# per request: bytes must keep coming; the whole download (retries included) has `deadline_s`
+TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=20)
+MAX_RETRY_AFTER_S = 10.0  # a tool is waiting: a longer 429 fails the call instead
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Scheme, host and port: what a URL must match exactly to be fetched."""
+
+    scheme: str
+    host: str
+    port: int | None
+
+    @classmethod
+    def of(cls, url: str | yarl.URL) -> Origin | None:
+        try:
+            parsed = url if isinstance(url, yarl.URL) else yarl.URL(url)
+        except (ValueError, TypeError):
+            return None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            return None
+        return cls(parsed.scheme, parsed.host, parsed.port)
+
+
+def origins(*urls: str) -> frozenset[Origin]:
+    """The origins of ``urls``; unparsable or non-http ones are left out."""
+    return frozenset(o for o in map(Origin.of, urls) if o is not None)
+
+
+def allowed_url(url: str, allowed: Iterable[Origin]) -> yarl.URL:
+    """``url`` parsed, if it is on one of the ``allowed`` origins; else `PermanentAdapterError`.
+
+    The URL comes from a user's message (a payload field), so it must never make the gateway
+    fetch an arbitrary host; credentials in it (``https://cdn@evil/``) are refused outright."""
+    try:
+        parsed = yarl.URL(url)
+    except (ValueError, TypeError):
+        parsed = yarl.URL()
+    origin = Origin.of(parsed) if parsed.is_absolute() else None
+    if origin is None or parsed.user is not None or parsed.password is not None:
+        raise PermanentAdapterError("the attachment has no usable download URL")
+    if origin not in set(allowed):
+        host = f"{origin.host}:{parsed.explicit_port}" if parsed.explicit_port else origin.host
+        raise PermanentAdapterError(
+            f"refusing to download from {host}: not one of the platform's file hosts"
+        )
+    return parsed
+
+
+def safe_name(file_id: str, name: str) -> str:
+    """A file name that stays inside its folder: ``<file_id>-<name>``, unsafe runs as ``_``."""
+    fid = _UNSAFE.sub("_", file_id).lstrip("._")[:40]
+    base = _UNSAFE.sub("_", name).lstrip(".")[-100:].lstrip(".") or "file"
+    return f"{fid}-{base}" if fid else base
+
+
+class Downloader:
+    """Fetches one platform's attachments on its own aiohttp session (opened on first use).
+
+    ``refuse_html``: a ``text/html`` answer for a file that is not HTML is the platform's
+    sign-in page (Slack answers an unauthorized ``url_private`` with one, status 200)."""
+
+    attempts = 3
+    base_delay = 0.5
+    chunk_size = 64 * 1024
+    # a tool waits for the file at most 30 s (`tool_host.HOP_TIMEOUT_S`): fail clearly before
+    deadline_s = 25.0
+
+    def __init__(
+        self,
+        platform: str,
+        folder: Path,
+        cap: int,
+        allowed: Iterable[Origin],
+        *,
+        refuse_html: bool = False,
+        denied_hint: str = "",
+    ) -> None:
+        self.platform = platform
+        self.folder = folder
+        self.cap = cap
+        self.allowed = frozenset(allowed)
+        self.refuse_html = refuse_html
+        self.denied_hint = denied_hint
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = asyncio.Event()
+
+    async def fetch(self, attachment: Attachment, headers: Mapping[str, str] | None = None) -> Path:
+        """The attachment's file under `folder`; `PermanentAdapterError` for a foreign host or a
+        file over `cap`, `TransientAdapterError` when the network fails after the retries.
+        ``headers`` (a bearer token) go only to an allowed host, never into a log line."""
+        label = attachment.name or attachment.file_id or "the file"
+        try:
+            path = await self._fetch(attachment, label, headers or {})
+        except Exception as exc:
+            log.warning("media.download_failed", platform=self.platform, file=label, error=str(exc))
+            raise
+        return path
+
+    async def _fetch(self, attachment: Attachment, label: str, headers: Mapping[str, str]) -> Path:
+        url = allowed_url(attachment.url, self.allowed)
+        self._check_size(label, attachment.size)
+        final = self.folder / safe_name(attachment.file_id, attachment.name)
+        if await asyncio.to_thread(final.is_file):
+            return final  # fetched earlier: only complete files ever get this name
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                path = await with_retry(
+                    lambda: self._fetch_once(url, final, attachment, label, headers),
+                    what=f"{self.platform}.download",
+                    attempts=self.attempts,
+                    base_delay=self.base_delay,
+                    max_retry_after=MAX_RETRY_AFTER_S,
+                    stop=self._closed,
+                )
+        except TimeoutError:
+            raise TransientAdapterError(
+                f"{self.platform}: downloading {label} took longer than {self.deadline_s:g} s"
+            ) from None
+        log.info("media.downloaded", platform=self.platform, file=label, host=url.host)
+        return path
+
+    async def _fetch_once(
+        self,
+        url: yarl.URL,
+        final: Path,
+        attachment: Attachment,
+        label: str,
+        headers: Mapping[str, str],
+    ) -> Path:
+        spool = _Spool(final)
+        try:
+            # redirects are not followed: the target would escape the host check (and receive
+            # the bearer token)
+            async with self._open().get(
+                url, headers=headers, allow_redirects=False, timeout=TIMEOUT
+            ) as resp:
+                self._check_response(resp, attachment, label)
+                async for chunk in resp.content.iter_chunked(self.chunk_size):
+                    await spool.add(chunk)
+                    # the announced sizes may lie: what arrives counts
+                    self._check_size(label, spool.size, announced=attachment.size)
+            return await spool.commit()
+        except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError
+            await spool.discard()
+            reason = str(exc) or type(exc).__name__
+            raise TransientAdapterError(
+                f"{self.platform}: downloading {label} failed: {reason}"
+            ) from exc
+        except BaseException:
+            await spool.discard()
+            raise
+
+    def _check_response(
+        self, resp: aiohttp.ClientResponse, attachment: Attachment, label: str
+    ) -> None:
+        status, where = resp.status, f"{self.platform} answered HTTP {resp.status} for {label}"
+        if status == 200:
+            if resp.content_length is not None:
+                self._check_size(label, resp.content_length)
+            html = resp.content_type == "text/html" and attachment.mime_type != "text/html"
+            if self.refuse_html and html:
+                raise PermanentAdapterError(f"{where} with a sign-in page{self.denied_hint}")
+            return
+        if status == 429:
+            raise RateLimitedError(where, _retry_after(resp.headers.get("Retry-After")))
+        if status >= 500:
+            raise TransientAdapterError(where)
+        if 300 <= status < 400:
+            raise PermanentAdapterError(f"{where} (a redirect, not followed)")
+        if status in (401, 403):
+            raise PermanentAdapterError(f"{where}{self.denied_hint}")
+        raise PermanentAdapterError(where)
+
+    def _check_size(self, label: str, size: int, *, announced: int | None = None) -> None:
+        if size <= self.cap:
+            return
+        if announced is None:
+            raise PermanentAdapterError(f"{label} is {size} bytes (the cap is {self.cap})")
+        lied = f", though {announced} were announced" if announced else ""
+        raise PermanentAdapterError(
+            f"{label} is over the cap of {self.cap} bytes (stopped after {size} bytes{lied})"
+        )
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed.is_set():
+            raise TransientAdapterError(f"{self.platform}: the adapter is shutting down")
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=TIMEOUT, trust_env=False)
+        return self._session
+
+    async def aclose(self) -> None:
+        self._closed.set()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _retry_after(value: str | None) -> float:
+    try:
+        return max(0.0, float(value or 1))
+    except ValueError:
+        return 1.0
+
+
+class _Spool:
+    """One download on its way to disk: buffered, appended to a hidden part file off the loop
+    a megabyte at a time, renamed to its final name only once complete."""
+
+    flush_at = 1024 * 1024
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        self.part = final.with_name(f".{final.name}.{secrets.token_hex(4)}.part")
+        self.size = 0
+        self._buffer = bytearray()
+
+    async def add(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        self.size += len(chunk)
+        if len(self._buffer) >= self.flush_at:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        data, self._buffer = bytes(self._buffer), bytearray()
+        await _disk(_append, self.part, data)
+
+    async def commit(self) -> Path:
+        await self._flush()
+        await _disk(os.replace, self.part, self.final)
+        return self.final
+
+    async def discard(self) -> None:
+        self._buffer.clear()
+        try:
+            await _disk(_unlink, self.part)
+        except PermanentAdapterError as exc:  # a leftover hidden part file is harmless
+            log.warning("media.cleanup_failed", error=str(exc))
+
+
+async def _disk(fn: Callable[..., T], *args: Any) -> T:
+    """``fn`` on a worker thread; a cancelled download still waits for it, so its cleanup never
+    races a write. Disk errors are not network errors: not retried."""
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        raise
+    except OSError as exc:
+        raise PermanentAdapterError(f"could not write the file: {exc}") from exc
+
+
+def _append(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as fh:
+        fh.write(data)
+
+
+def _unlink(path: Path) -> None:
+    path.unlink(missing_ok=True)
