@@ -36,6 +36,7 @@ class StoreConfig(_Section):
     url: str | None = None
     replay_max_age_s: float = Field(3600, ge=0)
     inbox_retention_days: float = Field(7, ge=1)
+    media_retention_days: float = Field(7, gt=0)
 
 
 class ControlConfig(_Section):

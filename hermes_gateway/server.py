@@ -7,7 +7,6 @@ close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`; a second on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import signal
@@ -30,6 +29,7 @@ from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.hooks import collect_hooks, install_hooks
+from hermes_gateway.housekeeping import Housekeeper
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.pairing import PairingBook
 from hermes_gateway.platform import (
@@ -242,7 +242,7 @@ class Gateway:
             await adapter.start()
             log.info("adapter.started", platform=name)
         self._spawn(replayer.run(), "replay")
-        self._spawn(self._housekeeping(), "housekeeping")
+        self._spawn(Housekeeper(self.config, self.agents, self.store).run(), "housekeeping")
         self._spawn(self._warm_up(), "warm-up")
         self.notifier.notify("READY=1")
         self.bus.emit("gateway_startup", session_key="", version=__version__)
@@ -313,15 +313,6 @@ class Gateway:
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))
-
-    async def _housekeeping(self) -> None:
-        while True:
-            evicted = self.agents.sweep()
-            if evicted:
-                log.debug("agents.swept", evicted=evicted)
-            with contextlib.suppress(StoreError):
-                await self.store.prune(self.config.store.inbox_retention_days)
-            await asyncio.sleep(60)
 
     # -- observability ------------------------------------------------------------------
 
