@@ -43,7 +43,7 @@ class DiscordAdapter:
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
         self.config = host.config.platforms.discord
-        self.outbox = DiscordOutbox(self._rest_client)
+        self.outbox = DiscordOutbox(self._rest_client, host.remember_preview)
         self.indicator = (
             TypingIndicator(host.bus, self.name, self._send_typing) if self.config.typing else None
         )
@@ -316,6 +316,9 @@ class DiscordAdapter:
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
         return self.outbox.preview(event) if self.config.streaming else None
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        self.outbox.adopt(event, ref)
 
     async def _send_typing(self, event: MessageEvent) -> None:
         await self.outbox.typing(snowflake(event.thread_id or event.chat_id, "channel"))

@@ -172,6 +172,10 @@ class Gateway:
             return list(ctx.history)
         return await self.store.history(session_key)
 
+    async def remember_preview(self, event: MessageEvent, ref: str) -> None:
+        with contextlib.suppress(StoreError):  # the preview goes on; only a replay misses it
+            await self.store.remember_preview(event, ref)
+
     def _stream_for(self, event: MessageEvent) -> StreamSink | None:
         adapter = self.adapters.get(event.platform)
         return adapter.stream(event) if adapter is not None else None
