@@ -1,6 +1,6 @@
-"""Delivery: hand a reply to its platform adapter, record the outcome, and never let a failed
-send break the session (the reply stays in the outbox, offered again while the process lives
-and at the next start)."""
+"""Delivery: hand a reply to its platform adapter, record how far it got, and never let a failed
+send break the session: the reply stays in the inbox, offered again from its first undelivered
+part while the process lives and at the next start."""
 
 from __future__ import annotations
 

@@ -164,11 +164,18 @@ class TestDelivery:
         monkeypatch.setattr(Delivery, "redeliver_delays", (0.01,))
         outage = [TransientAdapterError("503") for _ in range(3)]
         adapter = SplittingAdapter({1: outage})
-        delivery = Delivery({"fake": adapter}, store, EventBus(timeout=1), Metrics())  # type: ignore[dict-item]
+        delivery = Delivery({"fake": adapter}, store, EventBus(timeout=1), Metrics())
+        progress, written = store.progress, []
+
+        async def recorded(ids: list[int], n: int) -> None:
+            await progress(ids, n)
+            written.append((n, list(adapter.send_part.sent)))  # committed, and what was sent
+
+        monkeypatch.setattr(store, "progress", recorded)
         inbox_id = await store.accept(event())
         assert inbox_id is not None
         assert not await delivery.send(message(), [inbox_id])
-        assert await parts_sent(store, inbox_id) == ("accepted", 1)  # durable before part 2
+        assert written[0] == (1, ["one"])  # durable before part 2 was tried
         for _ in range(200):
             if (await parts_sent(store, inbox_id))[0] == "answered":
                 break
@@ -176,7 +183,8 @@ class TestDelivery:
         await delivery.close()
         assert adapter.send_part.sent == PARTS  # part 1 once, then 2 and 3
         assert adapter.skips == [0, 1, 1, 1]  # three failures of part 2, then it went
-        assert (await parts_sent(store, inbox_id))[0] == "answered"
+        assert written == [(1, ["one"]), (2, ["one", "two"])]
+        assert await parts_sent(store, inbox_id) == ("answered", 2)
 
     async def test_a_one_part_reply_writes_no_progress(self, store: Store) -> None:
         writes: list[int] = []
@@ -187,7 +195,7 @@ class TestDelivery:
             await progress(ids, n)
 
         store.progress = counting  # type: ignore[method-assign]
-        delivery = Delivery({"fake": SplittingAdapter()}, store, EventBus(timeout=1), Metrics())  # type: ignore[dict-item]
+        delivery = Delivery({"fake": SplittingAdapter()}, store, EventBus(timeout=1), Metrics())
         inbox_id = await store.accept(event())
         assert await delivery.send(message("just one"), [inbox_id])
         assert writes == []

@@ -124,7 +124,7 @@ async def test_telegram_rerun_streams_into_the_preview_it_left(
     [only] = tg.messages_to(555)  # the run went on in the preview: no second message
     assert only["message_id"] == preview
     assert only["text"] == final
-    assert only["edits"] >= 2  # streamed into, then finished
+    assert only["edits"] >= 1  # it showed what the killed run wrote: it was edited
 
 
 async def test_telegram_a_preview_that_is_gone_falls_back_to_new_messages(
