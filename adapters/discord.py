@@ -46,7 +46,7 @@ class DiscordAdapter:
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
         self.config = host.config.platforms.discord
-        self.outbox = DiscordOutbox(self._rest_client)
+        self.outbox = DiscordOutbox(self._rest_client, host.remember_preview)
         self.downloader = Downloader(
             self.name,
             host.config.home_path / "media",
@@ -331,6 +331,9 @@ class DiscordAdapter:
         """Fetch an attachment from Discord's CDN into ``<home>/media`` (never at intake); a
         foreign host or a file over `media_max_bytes` raises `PermanentAdapterError`."""
         return await self.downloader.fetch(attachment)
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        self.outbox.adopt(event, ref)
 
     async def _send_typing(self, event: MessageEvent) -> None:
         await self.outbox.typing(snowflake(event.thread_id or event.chat_id, "channel"))

@@ -8,6 +8,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import aiohttp
@@ -24,10 +25,12 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.markup import split_rendered_discord
+from hermes_gateway.parts import send_parts
 from hermes_gateway.retry import with_retry
 
 log = structlog.get_logger("hermes.adapters.discord")
 T = TypeVar("T")
+Remember = Callable[[MessageEvent, str], Awaitable[None]]  # where a preview is, for a replay
 
 LIMIT = 2000
 INTERACTION_TTL_S = 14 * 60.0  # interaction tokens live 15 minutes
@@ -97,11 +100,15 @@ class DiscordOutbox:
     retry_base_delay = 0.5
     edit_interval = 1.0  # seconds between preview edits (Discord allows ~5 edits per 5 s)
 
-    def __init__(self, client: Callable[[], discord.Client]) -> None:
+    def __init__(
+        self, client: Callable[[], discord.Client], remember: Remember | None = None
+    ) -> None:
         self._client = client
+        self.remember = remember
         self._deferred: dict[str, _Deferred] = {}
         self._answered: OrderedDict[str, int] = OrderedDict()
         self._previews: OrderedDict[str, Preview] = OrderedDict()
+        self._orphans: dict[str, int] = {}  # previews a crash left, by the message they answer
 
     # -- single calls -------------------------------------------------------------------------
 
@@ -183,24 +190,32 @@ class DiscordOutbox:
                     return key, found
         return None
 
-    async def _via_interaction(self, key: str, deferred: _Deferred, parts: list[str]) -> bool:
+    async def _via_interaction(
+        self, key: str, deferred: _Deferred, out: OutboundMessage, parts: list[str]
+    ) -> bool:
         followup = deferred.interaction.followup
-        for i, part in enumerate(parts):
+        delivered = 0
 
-            async def call(part: str = part) -> discord.WebhookMessage:
+        async def one(index: int, part: str) -> None:
+            nonlocal delivered
+
+            async def call() -> discord.WebhookMessage:
                 return await followup.send(part, wait=True)
 
-            try:
-                message = await self._call(call, "followup", True)
-            except PermanentAdapterError as exc:
-                if i > 0:
-                    raise
-                log.warning("discord.followup_failed", error=str(exc), interaction_id=key)
-                return False
-            if i == 0:
+            message = await self._call(call, "followup", True)
+            delivered += 1
+            if index == 0:
                 self._answered[key] = message.id
                 while len(self._answered) > _REMEMBERED:
                     self._answered.popitem(last=False)
+
+        try:
+            await send_parts(out, parts, one)
+        except PermanentAdapterError as exc:
+            if delivered or out.skip_parts:
+                raise
+            log.warning("discord.followup_failed", error=str(exc), interaction_id=key)
+            return False
         return True
 
     # -- replies ------------------------------------------------------------------------------
@@ -209,34 +224,52 @@ class DiscordOutbox:
         parts = split_rendered_discord(out.text, LIMIT) or ["…"]
         channel_id = snowflake(out.thread_id or out.chat_id, "channel")
         previews = [p for m in out.answers if (p := self._previews.pop(m, None)) is not None]
+        orphans = [o for m in out.answers if (o := self._orphans.pop(m, None)) is not None]
         deferred = self._take_deferred(out)
         if deferred is not None:
             await _close_all(previews, interrupted=True)
-            if await self._via_interaction(*deferred, parts):
+            if await self._via_interaction(*deferred, out, parts):
                 return
             previews = []
         primary = previews[0] if previews and previews[0].key == out.reply_to else None
         await _close_all([p for p in previews if p is not primary], interrupted=True)
-        rest = parts
-        if primary is not None and (shown := await primary.close()) is not None:
-            try:
-                await self.edit(channel_id, shown, parts[0])
-                rest = parts[1:]
-            except PermanentAdapterError as exc:  # the preview was deleted: send afresh
-                log.info("discord.preview_lost", error=str(exc))
-        for i, part in enumerate(rest):
-            first = i == 0 and rest is parts
-            await self.post(channel_id, part, self.reference(out.reply_to) if first else None)
+        shown = await primary.close() if primary is not None else None
+        if shown is None and orphans and deferred is None:
+            shown = orphans[0]  # a replay finishes the preview its crashed run left
+
+        async def one(index: int, part: str) -> None:
+            if index == 0 and shown is not None:
+                try:
+                    await self.edit(channel_id, shown, part)
+                    return
+                except PermanentAdapterError as exc:  # the preview was deleted: send afresh
+                    log.info("discord.preview_lost", error=str(exc))
+                except AdapterError:  # the redelivery edits it, rather than leave it half-written
+                    self._orphans[out.answers[0]] = shown
+                    raise
+            await self.post(channel_id, part, self.reference(out.reply_to) if index == 0 else None)
+
+        await send_parts(out, parts, one)
+
+    def adopt(self, event: MessageEvent, ref: str) -> None:
+        if ref.isdigit():
+            self._orphans[event.message_id] = int(ref)
 
     def preview(self, event: MessageEvent) -> Preview | None:
         """A live preview for the run answering ``event`` (not for slash commands, whose
-        "thinking..." message is the preview)."""
+        "thinking..." message is the preview); it continues a preview a crash cut short."""
         if event.message_id in self._deferred:
             return None
         while len(self._previews) >= _MAX_PREVIEWS:
             _key, old = self._previews.popitem(last=False)
             old.abandon()
-        preview = Preview(self, event, self.edit_interval)
+        preview = Preview(
+            self,
+            event,
+            self.edit_interval,
+            adopted=self._orphans.pop(event.message_id, None),
+            on_posted=partial(self.remember, event) if self.remember is not None else None,
+        )
         self._previews[event.message_id] = preview
         return preview
 

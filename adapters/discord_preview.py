@@ -1,16 +1,18 @@
 """The live preview of a streamed answer on Discord: one message, posted at the first text and
-edited at most every `interval` seconds; the final answer replaces it (one message in the end)."""
+edited at most every `interval` seconds; the final answer replaces it (one message in the end).
+Where it is goes to the inbox, so the replay after a crash continues it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import math
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from hermes_gateway.errors import AdapterError
+from hermes_gateway.errors import AdapterError, PermanentAdapterError
 from hermes_gateway.events import MessageEvent
 
 if TYPE_CHECKING:
@@ -28,16 +30,27 @@ def preview_text(text: str) -> str:
 
 
 class Preview:
-    """A `StreamSink`: `push` runs on the loop (the runner hands deltas over thread-safely)."""
+    """A `StreamSink`: `push` runs on the loop (the runner hands deltas over thread-safely).
+    ``adopted``: the message a run cut short by a crash left, continued instead of a new one."""
 
-    def __init__(self, outbox: DiscordOutbox, event: MessageEvent, interval: float) -> None:
+    def __init__(
+        self,
+        outbox: DiscordOutbox,
+        event: MessageEvent,
+        interval: float,
+        *,
+        adopted: int | None = None,
+        on_posted: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.outbox = outbox
         self.key = event.message_id
         self.channel_id = int(event.thread_id or event.chat_id)
         self.interval = interval
         self.text = ""
         self.shown = ""
-        self.message_id: int | None = None
+        self.message_id: int | None = adopted
+        self.adopted = adopted is not None
+        self.on_posted = on_posted
         self._closed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last = -math.inf
@@ -70,8 +83,15 @@ class Preview:
                 reply_to = self.outbox.reference(self.key)
                 message = await self.outbox.post(self.channel_id, shown, reply_to, retry=False)
                 self.message_id = message.id
+                if self.on_posted is not None:
+                    await self.on_posted(str(message.id))
             else:
                 await self.outbox.edit(self.channel_id, self.message_id, shown, retry=False)
+        except PermanentAdapterError as exc:
+            if self.adopted:  # the preview from before the crash is gone: post a new one
+                self.adopted, self.message_id = False, None
+                return
+            log.debug("discord.preview_failed", error=str(exc), message_id=self.key)
         except AdapterError as exc:
             log.debug("discord.preview_failed", error=str(exc), message_id=self.key)
         self.shown = shown

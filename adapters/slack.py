@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from slack_bolt.response import BoltResponse
 
 from adapters.slack_api import SlackWeb, file_downloader
 from adapters.slack_events import BotIdentity, Recent, normalize
-from adapters.slack_progress import Progress, StreamPreview
+from adapters.slack_progress import Previews, Progress
 from hermes_gateway.bus import LifecycleEvent
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -38,6 +38,7 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.markup import split_rendered_slack
+from hermes_gateway.parts import send_parts
 from hermes_gateway.platform import AdapterHost, Health, StreamSink
 
 log = structlog.get_logger("hermes.adapters.slack")
@@ -64,7 +65,7 @@ class SlackAdapter:
         self._error = ""
         self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
-        self._previews: dict[str, StreamPreview] = {}
+        self._previews = Previews(host.remember_preview)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.files = file_downloader(self.config, host.config.home_path / "media")
         mode = self.config.progress if self.config.typing else "none"
@@ -162,8 +163,7 @@ class SlackAdapter:
         self._accepting = False
         for task in list(self._tasks):
             task.cancel()
-        for preview in self._previews.values():
-            preview.cancel()
+        self._previews.cancel_all()
         await self.files.aclose()
         if self.socket is not None:
             await _close_socket(self.socket)
@@ -267,17 +267,22 @@ class SlackAdapter:
         web = self.web
         if web is None:
             raise TransientAdapterError("slack: not started")
-        parts = split_rendered_slack(message.text, self.config.message_limit)
-        preview = self._take_preview(message.answers)
-        preview_ts = await preview.finish() if preview is not None else None
-        if preview_ts and parts:
-            try:
-                await web.update(message.chat_id, preview_ts, parts[0])
-                parts = parts[1:]
-            except PermanentAdapterError as exc:  # the preview is gone: post the answer anew
-                log.info("slack.preview_lost", error=str(exc))
-        for part in parts:
+        preview_ts = await self._previews.take(message.answers)
+
+        async def one(index: int, part: str) -> None:
+            if index == 0 and preview_ts:
+                try:
+                    await web.update(message.chat_id, preview_ts, part)
+                    return
+                except PermanentAdapterError as exc:  # the preview is gone: post the answer anew
+                    log.info("slack.preview_lost", error=str(exc))
+                except AdapterError:  # the redelivery edits it, rather than leave it half-written
+                    self._previews.adopt_ts(message.answers[0], preview_ts)
+                    raise
             await web.post(message.chat_id, part, message.thread_id)
+
+        parts = split_rendered_slack(message.text, self.config.message_limit)
+        await send_parts(message, parts, one)
 
     async def _send_quietly(self, message: OutboundMessage) -> None:
         try:
@@ -294,22 +299,12 @@ class SlackAdapter:
     def stream(self, event: MessageEvent) -> StreamSink | None:
         if not self.config.streaming or self.web is None:
             return None
-        preview = StreamPreview(
-            self.web,
-            event.chat_id,
-            event.thread_id,
-            limit=self.config.message_limit,
-            interval=self.preview_interval,
+        return self._previews.open(
+            self.web, event, self.config.message_limit, self.preview_interval
         )
-        self._previews[event.message_id] = preview
-        return preview
 
-    def _take_preview(self, answers: Iterable[str]) -> StreamPreview | None:
-        for message_id in answers:
-            preview = self._previews.pop(message_id, None)
-            if preview is not None:
-                return preview
-        return None
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        self._previews.adopt_ts(event.message_id, ref)
 
     async def _on_lifecycle(self, ev: LifecycleEvent) -> None:
         message, web = ev.message, self.web
@@ -321,7 +316,7 @@ class SlackAdapter:
         await self._progress.clear(web, ev.run_id)
         if ev.name == "processing_complete":
             # a preview nobody finished belongs to a run that ended without an answer
-            preview = self._previews.pop(message.message_id, None)
+            preview = self._previews.pop(message.message_id)
             ts = await preview.finish() if preview is not None else None
             if ts:
                 try:

@@ -77,7 +77,7 @@ class TelegramAdapter:
         self.intake = Intake()
         self.lock = TokenLock(host.config.home_path, self.config.token)
         self.app = self._build_app()
-        self.outbox = Outbox(Sender(self.app.bot), self.edit_interval)
+        self.outbox = Outbox(Sender(self.app.bot), self.edit_interval, host.remember_preview)
         self.me: BotIdentity | None = None
         self._state = "not started"
         self._attempts = 0
@@ -358,6 +358,9 @@ class TelegramAdapter:
         if not self.config.streaming or event.platform != self.name:
             return None
         return self.outbox.preview(event)
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        self.outbox.adopt(event, ref)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=f"adapter:telegram:{name}")

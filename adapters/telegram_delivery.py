@@ -1,5 +1,6 @@
 """Telegram delivery: Markdown -> HTML parts of at most 4096 UTF-16 units, a plain-text retry
-when Telegram cannot parse the HTML, bounded retries per part, and the live preview by edits."""
+when Telegram cannot parse the HTML, bounded retries per part, and the live preview by edits
+(kept in the inbox, so a replay after a crash finishes it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import structlog
@@ -32,11 +34,13 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.markup import split_rendered_telegram, telegram_html_to_plain
+from hermes_gateway.parts import send_parts
 from hermes_gateway.retry import with_retry
 
 log = structlog.get_logger("hermes.adapters.telegram")
 T = TypeVar("T")
 Op = Callable[[str, str | None], Awaitable[T]]  # (text, parse_mode) -> result
+Remember = Callable[[MessageEvent, str], Awaitable[None]]  # where a preview is, for a replay
 
 LIMIT = 4096  # UTF-16 units per message, as Telegram counts them
 PARSE_ERROR = "can't parse entities"  # PTB capitalizes Telegram's text: compare lower-cased
@@ -149,7 +153,8 @@ class Sender:
 
 class PreviewSink:
     """The answer shown while the model writes it: one message, edited at most once per
-    ``interval``; `finish` hands its id to `send`, which turns it into the final first part."""
+    ``interval``; `finish` hands its id to `send`, which turns it into the final first part.
+    ``adopted``: the message a run cut short by a crash left, continued instead of a new one."""
 
     def __init__(
         self,
@@ -158,12 +163,17 @@ class PreviewSink:
         thread_id: str | None,
         reply_to: str,
         interval: float = 1.0,
+        *,
+        adopted: int | None = None,
+        on_posted: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.sender = sender
         self.chat_id, self.thread_id, self.reply_to = chat_id, thread_id, reply_to
         self.interval = interval
         self.created = time.monotonic()
-        self.message_id: int | None = None
+        self.message_id: int | None = adopted
+        self.adopted = adopted is not None
+        self.on_posted = on_posted
         self._text = ""
         self._shown = ""
         self._wake = asyncio.Event()
@@ -213,6 +223,8 @@ class PreviewSink:
                 self.message_id = await self.sender.send(
                     self.chat_id, html, thread_id=self.thread_id, reply_to=self.reply_to, attempts=1
                 )
+                if self.on_posted is not None:
+                    await self.on_posted(str(self.message_id))
             else:
                 await self.sender.edit(self.chat_id, self.message_id, html, attempts=1)
             self._shown = html
@@ -220,6 +232,10 @@ class PreviewSink:
             log.info("telegram.preview_throttled", retry_after=exc.retry_after)
             return exc.retry_after
         except PermanentAdapterError as exc:  # blocked, or the user deleted the preview
+            if self.adopted:  # the preview from before the crash is gone: post a new one
+                self.adopted, self.message_id = False, None
+                self._wake.set()
+                return 0.0
             log.info("telegram.preview_stopped", error=str(exc))
             self._closed.set()
         except AdapterError as exc:
@@ -230,10 +246,18 @@ class PreviewSink:
 class Outbox:
     """Replies through one bot: live previews registered by `preview`, settled by `send`."""
 
-    def __init__(self, sender: Sender, edit_interval: float = 1.0) -> None:
+    def __init__(
+        self, sender: Sender, edit_interval: float = 1.0, remember: Remember | None = None
+    ) -> None:
         self.sender = sender
         self.edit_interval = edit_interval
+        self.remember = remember
         self._previews: dict[tuple[str, str], PreviewSink] = {}
+        self._orphans: dict[tuple[str, str], int] = {}  # previews a crash left, by answer
+
+    def adopt(self, event: MessageEvent, ref: str) -> None:
+        if ref.isdigit():
+            self._orphans[(event.chat_id, event.message_id)] = int(ref)
 
     def preview(self, event: MessageEvent, max_age: float = 900.0) -> PreviewSink:
         key = (event.chat_id, event.message_id)
@@ -242,7 +266,13 @@ class Outbox:
                 del self._previews[old_key]
                 old.close()
         sink = PreviewSink(
-            self.sender, event.chat_id, event.thread_id, event.message_id, self.edit_interval
+            self.sender,
+            event.chat_id,
+            event.thread_id,
+            event.message_id,
+            self.edit_interval,
+            adopted=self._orphans.pop(key, None),
+            on_posted=partial(self.remember, event) if self.remember is not None else None,
         )
         self._previews[key] = sink
         return sink
@@ -251,27 +281,37 @@ class Outbox:
         """Each part once, the first replying to ``answers[0]`` in the same topic. A reply
         takes over the live preview of its answer as its first part (never a duplicate); a
         notice (`/stop`, an error) leaves a preview showing what was written so far."""
-        parts = render(message.text)
-        first = await self._take_preview(message)
-        if first is not None:
-            try:
-                await self.sender.edit(message.chat_id, first, parts[0])
-                parts = parts[1:]
-            except PermanentAdapterError as exc:  # the preview is gone: send it all anew
-                log.info("telegram.preview_lost", error=str(exc))
-                first = None
-        for i, part in enumerate(parts):
-            reply_to = message.reply_to if i == 0 and first is None else None
+        preview = await self._take_preview(message)
+
+        async def one(index: int, html: str) -> None:
+            if index == 0 and preview is not None:
+                try:
+                    await self.sender.edit(message.chat_id, preview, html)
+                    return
+                except PermanentAdapterError as exc:  # the preview is gone: send it anew
+                    log.info("telegram.preview_lost", error=str(exc))
+                except AdapterError:  # the redelivery edits it, rather than leave it half-written
+                    self._orphans[(message.chat_id, message.answers[0])] = preview
+                    raise
             await self.sender.send(
-                message.chat_id, part, thread_id=message.thread_id, reply_to=reply_to
+                message.chat_id,
+                html,
+                thread_id=message.thread_id,
+                reply_to=message.reply_to if index == 0 else None,
             )
+
+        await send_parts(message, render(message.text), one)
 
     async def _take_preview(self, message: OutboundMessage) -> int | None:
         """The id of the preview a reply takes over; the other previews it settles go."""
         found: int | None = None
         for answered in message.answers:
-            preview = self._previews.pop((message.chat_id, answered), None)
-            message_id = None if preview is None else await preview.finish()
+            key = (message.chat_id, answered)
+            preview = self._previews.pop(key, None)
+            if preview is not None:
+                message_id = await preview.finish()
+            else:
+                message_id = self._orphans.pop(key, None)
             if message_id is None or message.kind != "reply":
                 continue
             if found is None:

@@ -1,17 +1,24 @@
-"""Delivery: hand a reply to its platform adapter, record the outcome, and never let a failed
-send break the session (the reply stays in the outbox, offered again while the process lives
-and at the next start)."""
+"""Delivery: hand a reply to its platform adapter, record how far it got, and never let a failed
+send break the session: the reply stays in the inbox, offered again from its first undelivered
+part while the process lives and at the next start."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from functools import partial
 from typing import Literal
 
 import structlog
 
 from hermes_gateway.bus import EventBus
-from hermes_gateway.errors import AdapterError, PermanentAdapterError, StoreError
+from hermes_gateway.errors import (
+    AdapterError,
+    PartialDeliveryError,
+    PermanentAdapterError,
+    StoreError,
+)
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platform import Adapter
@@ -50,17 +57,27 @@ class Delivery:
         Returns False when the platform could not take it. A permanent failure (the bot was
         blocked) settles the entries anyway, since retrying cannot help; a transient one (an
         outage longer than the adapter's own retries) is offered again in the background, and
-        stays in the inbox for the replay at the next start meanwhile.
+        stays in the inbox for the replay at the next start meanwhile. Either way a reply in
+        several parts resumes at its first undelivered part: how far it got is in the inbox.
         """
-        result = await self.deliver(out, outcome=outcome, event=event)
         ids = [i for i in inbox_ids if i is not None]
+        if ids:
+            out = replace(out, on_part=partial(self._progress, ids))
+        result, sent = await self._attempt(out, outcome, event)
         if result == "failed" and ids:
-            task = asyncio.create_task(self._redeliver(out, ids, status, event))
+            later = replace(out, skip_parts=sent) if sent else out
+            task = asyncio.create_task(self._redeliver(later, ids, status, event))
             self._later.add(task)
             task.add_done_callback(self._later.discard)
         elif ids:
             await self._settle(ids, status if result == "delivered" else "undeliverable", out)
         return result == "delivered"
+
+    async def _progress(self, ids: list[int], parts_sent: int) -> None:
+        try:
+            await self.store.progress(ids, parts_sent)
+        except StoreError as exc:  # the parts go on; a crash now would repeat the sent ones
+            log.error("delivery.progress_failed", error=str(exc), inbox_ids=ids)
 
     async def _settle(self, ids: list[int], final: str, out: OutboundMessage) -> None:
         try:
@@ -76,11 +93,13 @@ class Delivery:
         while True:
             await asyncio.sleep(self.redeliver_delays[min(attempt, len(self.redeliver_delays) - 1)])
             attempt += 1
-            result = await self.deliver(out, outcome="redelivered", event=event)
+            result, sent = await self._attempt(out, "redelivered", event)
             if result != "failed":
                 await self._settle(ids, status if result == "delivered" else "undeliverable", out)
                 log.info("delivery.redelivered", attempts=attempt, result=result, inbox_ids=ids)
                 return
+            if sent > out.skip_parts:
+                out = replace(out, skip_parts=sent)
 
     async def close(self) -> None:
         """Stop offering what is still undelivered: the replay at the next start sends it."""
@@ -88,12 +107,14 @@ class Delivery:
             task.cancel()
         await asyncio.gather(*self._later, return_exceptions=True)
 
-    async def deliver(
-        self, out: OutboundMessage, *, outcome: str = "done", event: MessageEvent | None = None
-    ) -> DeliveryResult:
-        """Hand ``out`` to its adapter and record the outcome; touches no inbox entry."""
+    async def _attempt(
+        self, out: OutboundMessage, outcome: str, event: MessageEvent | None
+    ) -> tuple[DeliveryResult, int]:
+        """Hand ``out`` to its adapter and record the outcome (no inbox entry is touched);
+        also how many of its parts went out when it failed part-way."""
         adapter = self.adapters.get(out.platform)
         result: DeliveryResult = "failed"
+        sent = 0
         if adapter is None:
             log.error("delivery.no_adapter", platform=out.platform)
         else:
@@ -103,6 +124,9 @@ class Delivery:
             except PermanentAdapterError as exc:
                 result = "permanent"
                 log.warning("delivery.permanent_failure", platform=out.platform, error=str(exc))
+            except PartialDeliveryError as exc:
+                sent = exc.parts_sent
+                log.error("delivery.failed", platform=out.platform, error=str(exc), parts_sent=sent)
             except AdapterError as exc:
                 log.error("delivery.failed", platform=out.platform, error=str(exc))
             except Exception:
@@ -115,4 +139,4 @@ class Delivery:
         else:
             self.metrics.delivery_failures.labels(out.platform).inc()
             self.bus.emit("error", event, run_id=out.run_id, stage="delivery")
-        return result
+        return result, sent

@@ -6,6 +6,7 @@
     │   ├── AdapterAuthError       the platform rejected our credentials (exit 78 at start)
     │   ├── RateLimitedError       the platform asked us to wait `retry_after` seconds
     │   ├── TransientAdapterError  5xx, resets, timeouts: retried with bounded backoff
+    │   │   └── PartialDeliveryError   a reply failed after `parts_sent` of its parts went out
     │   └── PermanentAdapterError  blocked bot, chat not found, bad request: logged once
     ├── StoreError             the database failed (locked, read-only, full disk)
     └── RequestError           a control-API request is invalid (carries an HTTP status)
@@ -49,6 +50,15 @@ class RateLimitedError(AdapterError):
 
 class TransientAdapterError(AdapterError):
     """A failure worth retrying: 5xx, a reset connection, a timeout."""
+
+
+class PartialDeliveryError(TransientAdapterError):
+    """A reply split into several messages failed after its first `parts_sent` went out: the
+    next attempt resumes after them instead of sending them again."""
+
+    def __init__(self, message: str, parts_sent: int) -> None:
+        super().__init__(message)
+        self.parts_sent = parts_sent
 
 
 class PermanentAdapterError(AdapterError):

@@ -4,6 +4,7 @@ the one function that builds a `session_key`."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -98,6 +99,7 @@ class MessageEvent:
 
 
 OutboundKind = Literal["reply", "notice", "error"]
+PartSent = Callable[[int], Awaitable[None]]  # (parts delivered so far) -> None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,9 @@ class OutboundMessage:
     """A reply (or a notice about a message) to deliver where the conversation is.
 
     `answers` lists the inbound message ids this text settles: one for a plain reply, several
-    for a merged turn; the first is the one a platform quotes.
+    for a merged turn; the first is the one a platform quotes. An adapter that splits the text
+    skips the first `skip_parts` parts (an earlier attempt delivered them) and awaits
+    `on_part(parts delivered)` after each part that has more after it.
     """
 
     platform: str
@@ -116,6 +120,8 @@ class OutboundMessage:
     answers: tuple[str, ...] = ()
     kind: OutboundKind = "reply"
     run_id: str = ""
+    skip_parts: int = 0
+    on_part: PartSent | None = field(default=None, compare=False, repr=False)
 
     @property
     def reply_to(self) -> str | None:

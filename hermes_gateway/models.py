@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -40,6 +40,12 @@ class InboxRow(Base):
     status: accepted -> done (turn and reply stored, not yet confirmed sent: re-sent at the
     next start) -> answered; or dropped (the user was told why not), undeliverable (the
     platform refuses us: blocked, chat gone), expired (too old to replay at start).
+
+    parts_sent: how many parts of a reply split into several messages went out (the next
+    attempt resumes after them). preview: where the run's live preview message is (a message
+    id, a Slack ts), so a replay after a crash finishes it instead of leaving it half-written.
+    Columns added after the first release carry a server default or are nullable: opening an
+    older database adds them (`store_engine.add_missing_columns`).
     """
 
     __tablename__ = "inbox"
@@ -58,6 +64,8 @@ class InboxRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     run_id: Mapped[str] = mapped_column(String(64), default="")
     reply: Mapped[str | None] = mapped_column(Text, nullable=True)
+    parts_sent: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    preview: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class PairingRow(Base):

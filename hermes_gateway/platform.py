@@ -75,6 +75,11 @@ class AdapterHost(Protocol):
         """The session's conversation so far."""
         ...
 
+    async def remember_preview(self, event: MessageEvent, ref: str) -> None:
+        """Keep where the live preview answering ``event`` is (a message id, a Slack ts), so
+        the replay after a crash can finish it (`PreviewResumer`); never raises."""
+        ...
+
 
 @runtime_checkable
 class Adapter(Protocol):
@@ -99,6 +104,17 @@ class Adapter(Protocol):
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
         """A sink for the streamed text of the run answering ``event``, or None."""
+        ...
+
+
+@runtime_checkable
+class PreviewResumer(Protocol):
+    """An adapter whose live previews can be finished after a crash."""
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        """``ref`` is a preview that a run answering ``event`` left half-written: the next
+        preview or reply for ``event`` continues that message instead of posting a new one
+        (and posts anew if it is gone)."""
         ...
 
 

@@ -1,7 +1,8 @@
 """Crash and restart recovery: what the inbox holds from the last run is finished now.
 
-Replies computed but never confirmed sent are sent again (no second model call); messages
-accepted but never answered run again, merged per session into one turn. Entries older than
+Replies computed but never confirmed sent are sent again (no second model call), from their
+first undelivered part; messages accepted but never answered run again, merged per session into
+one turn. A live preview the crash left half-written is finished by either. Entries older than
 `store.replay_max_age_s` were already expired by the store.
 """
 
@@ -17,7 +18,7 @@ from hermes_gateway.config import Config
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.platform import Adapter
+from hermes_gateway.platform import Adapter, PreviewResumer
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sessions import Pending
 from hermes_gateway.store import Store, Undelivered
@@ -58,14 +59,21 @@ class Replayer:
         if not to_run and not to_send:
             return
         log.info("replay.start", reruns=len(to_run), resends=len(to_send))
+        previews = await self._previews([i for i, _ in to_run] + [u.inbox_id for u in to_send])
         platforms = {ev.platform for _, ev in to_run} | {u.event.platform for u in to_send}
         for platform in sorted(platforms):
             if not await self._wait_ready(platform):
                 continue
-            for undelivered in to_send:
-                if undelivered.event.platform == platform:
-                    await self._resend(undelivered)
-            await self._rerun([(i, ev) for i, ev in to_run if ev.platform == platform])
+            for reply in by_reply([u for u in to_send if u.event.platform == platform]):
+                await self._resend(reply, previews)
+            await self._rerun([(i, ev) for i, ev in to_run if ev.platform == platform], previews)
+
+    async def _previews(self, inbox_ids: list[int]) -> dict[int, str]:
+        try:
+            return await self.store.previews(inbox_ids)
+        except StoreError as exc:  # the replies still go out, as new messages
+            log.error("replay.previews_failed", error=str(exc))
+            return {}
 
     async def _wait_ready(self, platform: str) -> bool:
         adapter = self.adapters.get(platform)
@@ -77,11 +85,38 @@ class Replayer:
             await asyncio.sleep(0.1)
         return True
 
-    async def _resend(self, u: Undelivered) -> None:
-        out = OutboundMessage.to(u.event, u.reply, run_id=u.run_id)
-        await self.delivery.send(out, [u.inbox_id], outcome="replayed", event=u.event)
+    async def _resend(self, group: list[Undelivered], previews: dict[int, str]) -> None:
+        """One stored reply, sent once for every message it answers, from its first part the
+        last run did not deliver."""
+        newest = sorted(group, key=lambda u: u.event.received_at, reverse=True)
+        event = newest[0].event
+        sent = min(u.parts_sent for u in group)
+        if sent == 0:  # else the preview, if any, is already the reply's first part
+            self._adopt(event, [previews.get(u.inbox_id) for u in group])
+        out = OutboundMessage(
+            platform=event.platform,
+            chat_id=event.chat_id,
+            thread_id=event.thread_id,
+            text=newest[0].reply,
+            session_key=event.session_key,
+            answers=tuple(u.event.message_id for u in newest),
+            run_id=newest[0].run_id,
+            skip_parts=sent,
+        )
+        ids = [u.inbox_id for u in group]
+        await self.delivery.send(out, ids, outcome="replayed", event=event)
 
-    async def _rerun(self, entries: list[tuple[int, MessageEvent]]) -> None:
+    def _adopt(self, event: MessageEvent, refs: list[str | None]) -> None:
+        """Hand the newest half-written preview to the adapter, keyed where the next preview
+        or reply answering ``event`` looks for its own."""
+        ref = next((r for r in reversed(refs) if r), None)
+        adapter = self.adapters.get(event.platform)
+        if ref is not None and isinstance(adapter, PreviewResumer):
+            adapter.adopt_preview(event, ref)
+
+    async def _rerun(
+        self, entries: list[tuple[int, MessageEvent]], previews: dict[int, str]
+    ) -> None:
         by_session: dict[str, list[Pending]] = {}
         stale_commands: list[int] = []
         for inbox_id, ev in entries:
@@ -93,7 +128,19 @@ class Replayer:
             await self.store.mark(stale_commands, "expired")
         for key, items in by_session.items():
             log.info("replay.session", session_key=key, messages=len(items))
+            # the run answering them streams into (or replies in) the killed run's preview
+            self._adopt(items[-1].event, [previews.get(p.inbox_id or 0) for p in items])
             if self.runner.table.active(key) is None:
                 self.runner.start(items)
             else:
                 self.runner.table.push_front(key, items)
+
+
+def by_reply(undelivered: list[Undelivered]) -> list[list[Undelivered]]:
+    """Entries grouped by the reply they share: a merged turn stores its reply on each of its
+    messages, and must not be sent once per message."""
+    groups: dict[tuple[str, str] | int, list[Undelivered]] = {}
+    for u in undelivered:
+        key: tuple[str, str] | int = (u.run_id, u.reply) if u.run_id else u.inbox_id
+        groups.setdefault(key, []).append(u)
+    return list(groups.values())

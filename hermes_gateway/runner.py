@@ -196,7 +196,7 @@ class GatewayRunner:
 
         The history is never lost or run twice: a crash before the send leaves the reply in
         the store, and the next start sends it without a new model call. The one window for a
-        doubled reply is between the platform's OK and the "answered" commit (~1 ms).
+        doubled part is between the platform's OK for it and the commit recording it (~1 ms).
         """
         consumed = run.steered[: result.steered]
         unused = run.steered[result.steered :]

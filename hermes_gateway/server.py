@@ -7,6 +7,7 @@ close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`; a second on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -171,6 +172,10 @@ class Gateway:
         if ctx is not None:
             return list(ctx.history)
         return await self.store.history(session_key)
+
+    async def remember_preview(self, event: MessageEvent, ref: str) -> None:
+        with contextlib.suppress(StoreError):  # the preview goes on; only a replay misses it
+            await self.store.remember_preview(event, ref)
 
     def _stream_for(self, event: MessageEvent) -> StreamSink | None:
         adapter = self.adapters.get(event.platform)

@@ -32,6 +32,7 @@ _INBOX = cast(Table, InboxRow.__table__)
 _MSG = cast(Table, MessageRow.__table__)
 _SESSIONS = cast(Table, SessionRow.__table__)
 _SID_CACHE = 4096
+_REPLAY_COLUMNS = ("id", "status", "payload", "reply", "run_id", "parts_sent")
 # Statements built once with bound parameters: SQLAlchemy caches their compiled form, while a
 # statement with values baked in is keyed and compiled again on every call.
 _ACCEPT = insert(_INBOX)
@@ -48,6 +49,19 @@ _MARK_REPLY = (
     .values(
         status=bindparam("new_status"), reply=bindparam("new_reply"), updated_at=bindparam("now")
     )
+)
+_PROGRESS = (
+    update(_INBOX)
+    .where(_INBOX.c.id.in_(_IDS))
+    .values(parts_sent=bindparam("parts"), updated_at=bindparam("now"))
+)
+_PREVIEW = (
+    update(_INBOX)
+    .where(
+        _INBOX.c.platform == bindparam("key_platform"), _INBOX.c.chat_id == bindparam("key_chat")
+    )
+    .where(_INBOX.c.message_id == bindparam("key_message"))
+    .values(preview=bindparam("ref"))
 )
 _SETTLE = (
     update(_INBOX)
@@ -69,6 +83,7 @@ class Undelivered:
     event: MessageEvent
     reply: str
     run_id: str
+    parts_sent: int = 0  # of a reply in several parts: these went out before the crash
 
 
 class Store(StoreEngine):
@@ -124,6 +139,38 @@ class Store(StoreEngine):
             stmt = _MARK_REPLY
         await self._tx(lambda conn: conn.execute(stmt, params))
 
+    async def progress(self, inbox_ids: list[int], parts_sent: int) -> None:
+        """Record that the first ``parts_sent`` parts of the entries' reply went out."""
+        now = time.time()
+        if self._fast is not None:
+            await self._fast_tx(lambda f: f.progress(inbox_ids, parts_sent, now))
+            return
+        params = {"ids": inbox_ids, "parts": parts_sent, "now": now}
+        await self._tx(lambda conn: conn.execute(_PROGRESS, params))
+
+    async def remember_preview(self, ev: MessageEvent, ref: str) -> None:
+        """Record where the live preview answering ``ev`` is (its platform message reference)."""
+        key = (ev.platform, ev.chat_id, ev.message_id)
+        if self._fast is not None:
+            await self._fast_tx(lambda f: f.remember_preview(key, ref))
+            return
+        params = {"key_platform": key[0], "key_chat": key[1], "key_message": key[2], "ref": ref}
+        await self._tx(lambda conn: conn.execute(_PREVIEW, params))
+
+    async def previews(self, inbox_ids: list[int]) -> dict[int, str]:
+        """The live previews recorded for these entries (at start: the ones a crash cut short)."""
+        if not inbox_ids:
+            return {}
+        stmt = select(_INBOX.c.id, _INBOX.c.preview).where(
+            _INBOX.c.id.in_(inbox_ids), _INBOX.c.preview.is_not(None)
+        )
+
+        async def run(conn: AsyncConnection) -> dict[int, str]:
+            return {int(i): str(ref) for i, ref in await conn.execute(stmt)}
+
+        found: dict[int, str] = await self._query(run)
+        return found
+
     async def replayable(
         self, max_age_s: float
     ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
@@ -142,18 +189,16 @@ class Store(StoreEngine):
             if expired.rowcount:
                 log.warning("inbox.expired", count=expired.rowcount, max_age_s=max_age_s)
             rows = await conn.execute(
-                select(
-                    _INBOX.c.id, _INBOX.c.status, _INBOX.c.payload, _INBOX.c.reply, _INBOX.c.run_id
-                )
+                select(*(_INBOX.c[name] for name in _REPLAY_COLUMNS))
                 .where(_INBOX.c.status.in_(open_states))
                 .order_by(_INBOX.c.id)
             )
             to_run: list[tuple[int, MessageEvent]] = []
             to_send: list[Undelivered] = []
-            for inbox_id, status, payload, reply, run_id in rows:
+            for inbox_id, status, payload, reply, run_id, parts_sent in rows:
                 ev = event_from_json(payload)
                 if status == "done" and reply is not None:
-                    to_send.append(Undelivered(inbox_id, ev, reply, run_id))
+                    to_send.append(Undelivered(inbox_id, ev, reply, run_id, parts_sent or 0))
                 else:
                     to_run.append((inbox_id, ev))
             return to_run, to_send

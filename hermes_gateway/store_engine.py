@@ -1,5 +1,6 @@
-"""The store's engine room: the async engine, serialized write transactions, the SQLite fast
-path, and a circuit that stops every write waiting out a database held by another process.
+"""The store's engine room: the async engine (which also adds the columns an older database
+lacks), serialized write transactions, the SQLite fast path, and a circuit that stops every
+write waiting out a database held by another process.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+import structlog
+from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -18,11 +20,14 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.schema import CreateColumn
 
 from hermes_gateway.errors import StoreError
 from hermes_gateway.models import Base
 from hermes_gateway.store_search import create_search_index
 from hermes_gateway.store_sqlite import SqliteFastPath
+
+log = structlog.get_logger("hermes.store")
 
 
 class StoreEngine:
@@ -63,10 +68,13 @@ class StoreEngine:
         try:
             async with engine.begin() as conn:
                 await conn.run_sync(Base.metadata.create_all)
+                added = await conn.run_sync(add_missing_columns)
                 await create_search_index(conn, self._is_sqlite)
         except (SQLAlchemyError, OSError) as exc:
             await engine.dispose()
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
+        if added:
+            log.info("store.columns_added", columns=added)
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         if self._is_sqlite:
@@ -161,6 +169,26 @@ class StoreEngine:
                 return await fn(conn)
         except SQLAlchemyError as exc:
             raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+
+
+def add_missing_columns(conn: Connection) -> list[str]:
+    """Give a database made by an older release the columns added since: `create_all` only
+    makes missing tables. Idempotent; each new column is nullable or has a server default."""
+    inspector = inspect(conn)
+    added: list[str] = []
+    for table in Base.metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            continue
+        have = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in have:
+                continue
+            ddl = CreateColumn(column).compile(dialect=conn.dialect)
+            # PostgreSQL: another gateway opening the same database may have just added it
+            guard = "IF NOT EXISTS " if conn.dialect.name == "postgresql" else ""
+            conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {guard}{ddl}"))
+            added.append(f"{table.name}.{column.name}")
+    return added
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -50,6 +50,7 @@ _CURRENT_SESSION = (
     f"SELECT id FROM {_SESSIONS} WHERE key = ? AND closed_at IS NULL ORDER BY id DESC LIMIT 1"
 )
 _NEW_SESSION = f"INSERT INTO {_SESSIONS} (key, created_at) VALUES (?, ?)"
+_PREVIEW = f"UPDATE {_INBOX} SET preview = ? WHERE platform = ? AND chat_id = ? AND message_id = ?"
 
 
 def _in(n: int) -> str:
@@ -108,6 +109,13 @@ class SqliteFastPath:
                 f"WHERE id IN ({_in(len(ids))})"
             )
             await self._commit([(sql, (status, reply, now, *ids))])
+
+    async def progress(self, ids: list[int], parts_sent: int, now: float) -> None:
+        sql = f"UPDATE {_INBOX} SET parts_sent = ?, updated_at = ? WHERE id IN ({_in(len(ids))})"
+        await self._commit([(sql, (parts_sent, now, *ids))])
+
+    async def remember_preview(self, key: tuple[str, str, str], ref: str) -> None:
+        await self._commit([(_PREVIEW, (ref, *key))])
 
     async def session_id(self, key: str, *, create: bool, now: float) -> int | None:
         cursor = await self._db.execute(_CURRENT_SESSION, (key,))

@@ -18,6 +18,7 @@ from hermes_gateway.pairing import PairingBook
 from hermes_gateway.store import Store
 from tests.fakes.openai import FakeOpenAI, text
 from tests.harness import make_config, running_gateway
+from tests.test_store_migration import INSERT_OLD_ROW, OLD_INBOX, check_upgrade, old_row
 
 SERVER = os.environ.get("HERMES_TEST_POSTGRES", "")  # e.g. hermes@/?host=/tmp/hermes-pg
 pytestmark = pytest.mark.skipif(not SERVER, reason="set HERMES_TEST_POSTGRES (CI does)")
@@ -103,3 +104,16 @@ async def test_the_gateway_runs_on_postgres(
     async with running_gateway(config) as (gw, client):  # a restart reads it back
         history = await client.history()
     assert [m["content"] for m in history] == ["hello", "stored in postgres"]
+
+
+async def test_an_old_database_gets_the_new_columns(pg_url: str) -> None:
+    import asyncpg
+
+    dsn = pg_url.replace("postgresql+asyncpg", "postgresql")
+    db = await asyncpg.connect(dsn)
+    try:
+        await db.execute(OLD_INBOX.replace("id INTEGER NOT NULL", "id SERIAL NOT NULL"))
+        await db.execute(INSERT_OLD_ROW + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", *old_row())
+    finally:
+        await db.close()
+    await check_upgrade(pg_url)
