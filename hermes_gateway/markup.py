@@ -374,7 +374,10 @@ def to_discord(md: str) -> str:
     return "\n".join(out)
 
 
-_TELEGRAM = Target(to_telegram_html, lambda s: escape(s, quote=False), telegram_html_to_plain)
+_TAG = re.compile(r"<[^>]*>")
+# visible: the text without its tags is enough to tell a blank part (entities count as text);
+# `telegram_html_to_plain` parses HTML properly and cost as much as the rendering itself
+_TELEGRAM = Target(to_telegram_html, lambda s: escape(s, quote=False), lambda s: _TAG.sub("", s))
 _SLACK = Target(to_slack_mrkdwn, slack_escape, str)
 _DISCORD = Target(to_discord, str, str)
 
