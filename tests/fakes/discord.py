@@ -51,7 +51,7 @@ from tests.fakes.discord_payloads import (
     make_user,
     snowflake,
 )
-from tests.fakes.server import FakeServer
+from tests.fakes.server import FakeServer, chunked_response
 
 API_PREFIX = "/api/v10"
 CONTENT_LIMIT = 2000
@@ -467,16 +467,7 @@ class FakeDiscord(FakeServer):
         data, content_type, chunked = stored
         if not chunked:
             return web.Response(body=data, headers={"Content-Type": content_type})
-        resp = web.StreamResponse(headers={"Content-Type": content_type})
-        resp.enable_chunked_encoding()  # no Content-Length: only the bytes tell the size
-        await resp.prepare(request)
-        try:
-            for start in range(0, len(data), 4096):
-                await resp.write(data[start : start + 4096])
-            await resp.write_eof()
-        except ConnectionError:
-            pass  # the client stopped reading at its cap
-        return resp
+        return await chunked_response(request, data, content_type)
 
     def fail_file_next(self, status: int = 500, times: int = 1) -> None:
         """Answer the next ``times`` attachment downloads with ``status``."""

@@ -129,3 +129,20 @@ async def async_wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s: {predicate}")
         await asyncio.sleep(interval)
+
+
+async def chunked_response(
+    request: web.Request, body: bytes, content_type: str
+) -> web.StreamResponse:
+    """``body`` sent in 4 KB chunks without a Content-Length: only the bytes tell the size
+    (a file whose announced size lies, for the downloaders' caps)."""
+    resp = web.StreamResponse(headers={"Content-Type": content_type})
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    try:
+        for start in range(0, len(body), 4096):
+            await resp.write(body[start : start + 4096])
+        await resp.write_eof()
+    except ConnectionError:
+        pass  # the client stopped reading at its cap
+    return resp

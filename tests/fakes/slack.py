@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from tests.fakes.server import FakeServer
+from tests.fakes.server import FakeServer, chunked_response
 
 JsonDict = dict[str, Any]
 
@@ -593,16 +593,7 @@ class FakeSlack(FakeServer):
         mimetype, body = self.files[file_id]["mimetype"], self._file_bodies[file_id]
         if file_id not in self._chunked:
             return web.Response(body=body, content_type=mimetype)
-        resp = web.StreamResponse(headers={"Content-Type": mimetype})
-        resp.enable_chunked_encoding()  # no Content-Length: only the bytes tell the size
-        await resp.prepare(request)
-        try:
-            for start in range(0, len(body), 4096):
-                await resp.write(body[start : start + 4096])
-            await resp.write_eof()
-        except ConnectionError:
-            pass  # the client stopped reading at its cap
-        return resp
+        return await chunked_response(request, body, mimetype)
 
 
 # -- helpers ------------------------------------------------------------------------------------
