@@ -62,10 +62,13 @@ async def cold_start(side: Side, keep: bool) -> None:
 
 async def first_message(side: Side) -> None:
     """The first message after start, which pays for whatever is initialised lazily."""
-    side.running()
+    inst = side.running()
     [chat] = side.driver.new_chats(1)
     load = side.account("first", await side.driver.sequential(chat, 1, side.deadline()))
     side.figures["first_message_ms"] = _ms(load.latencies[0]) if load.latencies else None
+    # both sides have now loaded all they need to answer: the floor imports the SDK's chat
+    # resources (~14 MB) at its first call, where the gateway warmed its client after ready
+    side.figures["rss_warm_mb"] = round(await inst.idle_rss_mb(side.plan.rss_settle_s), 2)
 
 
 async def idle_cpu(side: Side) -> None:

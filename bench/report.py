@@ -31,6 +31,8 @@ RATIOS = {
     "rss_idle": ("rss_idle_mb", False),
     "cpu_per_msg": ("cpu_per_msg_ms", False),
 }
+# shown beside the figures, not targets of issue 8
+INFO_RATIOS = {"rss_warm": ("rss_warm_mb", False)}
 
 
 def side_figures(side: Side) -> dict[str, Any]:
@@ -55,6 +57,7 @@ def build(
 ) -> dict[str, Any]:
     g, f = side_figures(gateway), side_figures(floor)
     ratios = {name: _ratio(g.get(key), f.get(key), inv) for name, (key, inv) in RATIOS.items()}
+    info = {name: _ratio(g.get(key), f.get(key), inv) for name, (key, inv) in INFO_RATIOS.items()}
     loop = lag.summary(gateway.figures.get("loop_lag_buckets") or {})
     data: dict[str, Any] = {
         "mode": plan.mode,
@@ -65,6 +68,7 @@ def build(
         "gateway": g,
         "floor": f,
         "ratios": ratios,
+        "info_ratios": info,
         "loop_lag_p99_ms": loop["p99_ms"],
         "loop_lag": loop,
         "kb_per_session": g.get("kb_per_session"),
@@ -171,6 +175,7 @@ ROWS = [
     ("cold start (s): gateway to /healthz, floor to 1st getUpdates", "cold_start_s", "cold_start"),
     ("cold start to first getUpdates (s)", "first_poll_s", None),
     ("idle RSS after ready (MB)", "rss_idle_mb", "rss_idle"),
+    ("idle RSS warm, after the first message (MB)", "rss_warm_mb", "rss_warm"),
     ("first message after start (ms)", "first_message_ms", None),
     ("idle CPU, warm (ms per s)", "idle_cpu_ms_per_s", None),
     ("latency p50, 1 session (ms)", "latency_p50_ms", "latency_p50"),
@@ -230,7 +235,8 @@ def _pct(part: Any, whole: Any) -> str:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    g, f, ratios = data["gateway"], data["floor"], data["ratios"]
+    g, f = data["gateway"], data["floor"]
+    ratios = {**data["ratios"], **data.get("info_ratios", {})}
     lines = [
         f"Hermes Gateway bench ({data['mode']}, {data['elapsed_s']} s, "
         f"commit {data['machine']['commit']})",

@@ -27,6 +27,7 @@ SIDE_FIGURES: dict[str, type | tuple[type, ...]] = {
     "cold_start_s": NUMBER,
     "first_poll_s": NUMBER,
     "rss_idle_mb": NUMBER,
+    "rss_warm_mb": NUMBER,
     "latency_p50_ms": NUMBER,
     "latency_p99_ms": NUMBER,
     "cpu_per_msg_ms": NUMBER,
@@ -55,6 +56,7 @@ def test_tiny_bench_writes_every_figure_and_loses_nothing(
         for key, kind in SIDE_FIGURES.items():
             assert isinstance(data[side][key], kind), (side, key, data[side].get(key))
     assert set(data["ratios"]) == set(RATIOS)
+    assert set(data["info_ratios"]) == {"rss_warm"}
     assert all(isinstance(v, NUMBER) and v > 0 for v in data["ratios"].values()), data["ratios"]
     for key in ("loop_lag_p99_ms", "kb_per_session", "history_slope"):
         assert isinstance(data[key], NUMBER), key
