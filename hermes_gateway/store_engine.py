@@ -30,6 +30,9 @@ from hermes_gateway.store_sqlite import SqliteFastPath
 log = structlog.get_logger("hermes.store")
 
 
+CONNECT_TIMEOUT_S = 10.0  # asyncpg waits 60 s for a server that does not answer
+
+
 class StoreEngine:
     """Connections and transactions; `Store` builds the gateway's queries on top."""
 
@@ -38,6 +41,9 @@ class StoreEngine:
     # each waiting the whole timeout in turn while no user gets an answer (issue 9).
     stuck_after_s = 1.0
     stuck_pause_s = 10.0
+    # How long a statement waits for a lock another process holds: SQLite's busy timeout, and
+    # PostgreSQL's lock_timeout (unset, PostgreSQL waits forever, and so did every write).
+    lock_wait_s = 30.0
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -61,7 +67,13 @@ class StoreEngine:
                 await asyncio.to_thread(Path(path).parent.mkdir, parents=True, exist_ok=True)
         kwargs: dict[str, Any] = {"pool_pre_ping": not self._is_sqlite}
         if self._is_sqlite:
-            kwargs["connect_args"] = {"timeout": 30}
+            kwargs["connect_args"] = {"timeout": self.lock_wait_s}
+        elif "+asyncpg" in self.url:
+            lock_timeout = str(int(self.lock_wait_s * 1000))  # milliseconds
+            kwargs["connect_args"] = {
+                "timeout": CONNECT_TIMEOUT_S,
+                "server_settings": {"lock_timeout": lock_timeout},
+            }
         engine = create_async_engine(self.url, **kwargs)
         if self._is_sqlite:
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)

@@ -16,6 +16,7 @@ import pytest
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.pairing import PairingBook
 from hermes_gateway.store import Store
+from hermes_gateway.store_engine import StoreEngine
 from tests.fakes.openai import FakeOpenAI, text
 from tests.harness import make_config, running_gateway
 from tests.test_store_migration import INSERT_OLD_ROW, OLD_INBOX, check_upgrade, old_row
@@ -117,3 +118,33 @@ async def test_an_old_database_gets_the_new_columns(pg_url: str) -> None:
     finally:
         await db.close()
     await check_upgrade(pg_url)
+
+
+async def test_a_lock_held_elsewhere_fails_writes_in_time_instead_of_stalling_them(
+    pg_url: str, fake_llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holding a lock on the inbox stalled every write for as long as it held
+    it (PostgreSQL waits for a lock forever by default): no user got an answer. Now a write
+    waits `lock_wait_s`, fails, and the user is answered; once the lock goes, writes resume."""
+    import asyncio
+
+    import asyncpg
+
+    monkeypatch.setattr(StoreEngine, "lock_wait_s", 0.5)
+    config = make_config(tmp_path, fake_llm.base_url, store={"url": pg_url})
+    dsn = pg_url.replace("postgresql+asyncpg://", "postgresql://")
+    async with running_gateway(config) as (gw, client):
+        assert (await client.chat("before"))["text"] == "echo: before"
+        locker = await asyncpg.connect(dsn)
+        tx = locker.transaction()
+        await tx.start()
+        await locker.execute("LOCK TABLE inbox IN EXCLUSIVE MODE")  # reads go on, writes wait
+        try:
+            reply = await asyncio.wait_for(client.chat("while locked"), 15)
+        finally:
+            await tx.rollback()
+            await locker.close()
+        assert reply["text"] == "echo: while locked"
+        assert (await client.chat("after"))["text"] == "echo: after"
+        history = [m["content"] for m in await gw.store.history("api:dm:alice")]
+    assert "before" in history and "after" in history
