@@ -148,3 +148,34 @@ async def test_a_lock_held_elsewhere_fails_writes_in_time_instead_of_stalling_th
         assert (await client.chat("after"))["text"] == "echo: after"
         history = [m["content"] for m in await gw.store.history("api:dm:alice")]
     assert "before" in history and "after" in history
+
+
+async def test_connections_killed_by_the_server_are_replaced(
+    pg_url: str, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A PostgreSQL restart or failover drops the pooled connections: the next message must be
+    stored on a fresh one, not fail on a dead one."""
+    import asyncpg
+
+    config = make_config(tmp_path, fake_llm.base_url, store={"url": pg_url})
+    dsn = pg_url.replace("postgresql+asyncpg://", "postgresql://")
+    async with running_gateway(config) as (gw, client):
+        assert (await client.chat("one"))["text"] == "echo: one"
+        admin = await asyncpg.connect(dsn)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await admin.close()
+        assert killed >= 1
+        assert (await client.chat("two"))["text"] == "echo: two"
+        history = [m["content"] for m in await gw.store.history("api:dm:alice")]
+        admin = await asyncpg.connect(dsn)
+        try:  # both in the inbox, settled: no write was lost to a dead connection
+            statuses = [r[0] for r in await admin.fetch("SELECT status FROM inbox ORDER BY id")]
+        finally:
+            await admin.close()
+    assert history == ["one", "echo: one", "two", "echo: two"]
+    assert statuses == ["answered", "answered"]
