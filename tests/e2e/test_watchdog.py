@@ -41,7 +41,9 @@ def test_a_stall_is_logged_with_the_culprits_stack(tmp_path: Path, fake_llm: Fak
     stalled = next(e for e in lags if e.get("state") == "stalled")
     assert "freeze_the_loop" in stalled["stack"]
     recovered = next(e for e in lags if e.get("state") == "recovered")
-    assert recovered["lag_ms"] >= 500
+    # the freeze is 600 ms; a ping goes out at most interval_ms (50) into it, later when the
+    # watchdog thread itself waits for a busy machine: the lag is most of the freeze, not all
+    assert 400 <= recovered["lag_ms"] <= 1000
 
 
 def test_a_frozen_loop_exits_75(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
