@@ -329,4 +329,22 @@ def _fallback(piece: str, limit: int, target: Target) -> list[str]:
     def measure(text: str) -> int:
         return utf16_len(target.escape(text))
 
-    return [target.escape(p) for p in split_message(piece, limit, measure=measure)]
+    try:
+        pieces = split_message(piece, limit, measure=measure)
+    except ValueError:  # fence lines and one escaped character exceed a tiny limit
+        pieces = _cut(piece, limit, measure)
+    return [target.escape(p) for p in pieces]
+
+
+def _cut(text: str, limit: int, measure: Callable[[str], int]) -> list[str]:
+    """``text`` cut greedily into runs that measure at most ``limit``, fences ignored: the
+    last resort of the fallback, for limits far below any platform's."""
+    parts: list[str] = []
+    current = ""
+    for ch in text:
+        if current and measure(current + ch) > limit:
+            parts.append(current)
+            current = ""
+        current += ch
+    parts.append(current)
+    return [p for p in parts if p.strip()]

@@ -231,6 +231,15 @@ def test_split_rendered_short_and_blank() -> None:
         split_rendered_telegram("x", limit=8)
 
 
+def test_the_fallback_fits_a_tiny_limit_when_escaping_and_fences_leave_no_room() -> None:
+    # found by hypothesis: '&' escapes to 5 units, and a fence line plus its closing marker
+    # around one of them did not fit in 16, so the fence-aware split raised ValueError
+    md = "&\n```py\n" * 3
+    parts = split_rendered_slack(md, 16)
+    assert parts and all(utf16_len(p) <= 16 for p in parts)
+    assert_content_kept(md, "".join(slack_visible(p) for p in parts), exact=False)
+
+
 def test_split_rendered_telegram_reparts_when_escaping_grows_past_the_limit() -> None:
     # 4000 units of Markdown fit one part, but every '<' becomes '&lt;' in HTML.
     code = "\n".join(f"if a{i} < b and c < d: x <<= 1" for i in range(125))
