@@ -3,6 +3,8 @@ toolset and system prompt, and the settings the tools run with."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agent_core import AIAgent, LLMClient, LLMSettings
 from agent_core.parallel import ToolExecutor
 from agent_core.prompt import build_system_prompt
@@ -83,17 +85,14 @@ def _vision_llm(config: Config, main: LLMClient) -> LLMClient:
     if not (v.model or v.base_url or v.api_key):
         return main
     key = v.api_key or (m.api_key if not v.base_url else "")
-    settings = _llm_settings(config)
-    return LLMClient(
-        LLMSettings(
-            base_url=v.base_url or m.base_url,
-            api_key=key,
-            model=v.model or m.name,
-            timeout_s=settings.timeout_s,
-            max_retries=settings.max_retries,
-            stream=settings.stream,
-        )
+    settings = replace(
+        _llm_settings(config),
+        base_url=v.base_url or m.base_url,
+        api_key=key,
+        model=v.model or m.name,
+        temperature=None,
     )
+    return LLMClient(settings)
 
 
 def _tool_settings(config: Config) -> ToolSettings:

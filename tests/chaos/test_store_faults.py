@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import create_async_engine
 from structlog.testing import capture_logs
 
 from hermes_gateway.server import Gateway
+from hermes_gateway.store_engine import StoreEngine
 from tests.chaos.kit import record
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI
@@ -226,11 +226,7 @@ async def test_a_database_locked_past_the_busy_timeout_holds_up_one_write_not_al
     Now one write waits it out; the others fail at once for a while, and the users get their
     answers (not stored, and logged as such)."""
 
-    def short_busy_timeout(url: str, **kwargs: Any) -> Any:
-        kwargs.setdefault("connect_args", {})["timeout"] = 1.0
-        return create_async_engine(url, **kwargs)
-
-    monkeypatch.setattr("hermes_gateway.store_engine.create_async_engine", short_busy_timeout)
+    monkeypatch.setattr(StoreEngine, "lock_wait_s", 1.0)  # SQLite's busy timeout
     config = make_config(tmp_path, llm.base_url, model={"api_key": keys.MODEL_KEY})
     db = config.home_path / "state.db"
     async with running_gateway(config) as (_, client):

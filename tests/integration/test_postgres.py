@@ -6,6 +6,7 @@ HERMES_TEST_POSTGRES; a socket file is reachable from inside the loopback-only n
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -126,8 +127,6 @@ async def test_a_lock_held_elsewhere_fails_writes_in_time_instead_of_stalling_th
     """Another process holding a lock on the inbox stalled every write for as long as it held
     it (PostgreSQL waits for a lock forever by default): no user got an answer. Now a write
     waits `lock_wait_s`, fails, and the user is answered; once the lock goes, writes resume."""
-    import asyncio
-
     import asyncpg
 
     monkeypatch.setattr(StoreEngine, "lock_wait_s", 0.5)
