@@ -76,8 +76,14 @@ class TelegramAdapter:
         self.monitor = PollMonitor()
         self.intake = Intake()
         self.lock = TokenLock(host.config.home_path, self.config.token)
+        t = self.request_timeout
+        # the bot's calls, and the sends and edits `Sender` makes on it directly
+        self.transport = AiohttpRequest(
+            connection_pool_size=16, read_timeout=t, write_timeout=t, connect_timeout=t
+        )
         self.app = self._build_app()
-        self.outbox = Outbox(Sender(self.app.bot), self.edit_interval, host.remember_preview)
+        sender = Sender(self.app.bot, self.transport)
+        self.outbox = Outbox(sender, self.edit_interval, host.remember_preview)
         self.me: BotIdentity | None = None
         self._state = "not started"
         self._attempts = 0
@@ -101,11 +107,7 @@ class TelegramAdapter:
             .token(self.config.token)
             .base_url(self.config.base_url)
             .base_file_url(self.config.base_file_url)
-            .request(
-                AiohttpRequest(
-                    connection_pool_size=16, read_timeout=t, write_timeout=t, connect_timeout=t
-                )
-            )
+            .request(self.transport)
         )
         if self.config.mode == "webhook":
             builder = builder.updater(None)

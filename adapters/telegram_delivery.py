@@ -9,10 +9,10 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
-from telegram import Bot, Message, ReplyParameters
+from telegram import Bot
 from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
@@ -25,6 +25,7 @@ from telegram.error import (
     TelegramError,
 )
 
+from adapters.telegram_http import AiohttpRequest
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -79,10 +80,22 @@ def render(markdown: str) -> list[str]:
 
 
 class Sender:
-    """Sends and edits messages through one bot, with the plain-text fallback."""
+    """Sends and edits messages through one bot, with the plain-text fallback.
 
-    def __init__(self, bot: Bot) -> None:
+    Sends and edits go through the bot's transport (``request``) as plain Bot API calls:
+    the gateway reads only the new message's id, and PTB's `send_message` would build a
+    `Message` and the message it quotes from every answer (see `AiohttpRequest.call`).
+    """
+
+    def __init__(self, bot: Bot, request: AiohttpRequest) -> None:
         self.bot = bot
+        self.request = request
+
+    async def _call(self, method: str, **fields: Any) -> Any:
+        try:
+            return await self.request.call(f"{self.bot.base_url}/{method}", fields)
+        except EndPointNotFound as exc:  # only do_api_request raises it; be safe all the same
+            raise InvalidToken(str(exc)) from exc
 
     async def send(
         self,
@@ -96,28 +109,37 @@ class Sender:
         """Send one part; returns its message id."""
         reply = None
         if reply_to and reply_to.isdigit():
-            reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True)
+            reply = {"message_id": int(reply_to), "allow_sending_without_reply": True}
         thread = int(thread_id) if thread_id and thread_id.isdigit() else None
 
-        async def op(text: str, parse_mode: str | None) -> Message:
-            return await self.bot.send_message(
-                chat_ref(chat_id),
-                text,
+        async def op(text: str, parse_mode: str | None) -> Any:
+            return await self._call(
+                "sendMessage",
+                chat_id=chat_ref(chat_id),
+                text=text,
                 parse_mode=parse_mode,
                 message_thread_id=thread,
                 reply_parameters=reply,
             )
 
-        msg = await self._deliver("telegram.sendMessage", html, op, attempts)
-        return msg.message_id
+        sent = await self._deliver("telegram.sendMessage", html, op, attempts)
+        message_id = sent.get("message_id") if isinstance(sent, dict) else None
+        if not isinstance(message_id, int):
+            # it was sent: a retry would post it twice
+            raise PermanentAdapterError(f"sendMessage answered without a message id: {sent!r:.200}")
+        return message_id
 
     async def edit(self, chat_id: str, message_id: int, html: str, *, attempts: int = 5) -> None:
         """Replace a message's text; "not modified" (it already says that) is success."""
 
         async def op(text: str, parse_mode: str | None) -> None:
             try:
-                await self.bot.edit_message_text(
-                    text, chat_ref(chat_id), message_id, parse_mode=parse_mode
+                await self._call(
+                    "editMessageText",
+                    chat_id=chat_ref(chat_id),
+                    message_id=message_id,
+                    text=text,
+                    parse_mode=parse_mode,
                 )
             except BadRequest as exc:
                 if NOT_MODIFIED not in str(exc).lower():

@@ -7,7 +7,9 @@ built for this seam: any `BaseRequest` can carry its calls.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, cast
+from urllib.parse import urlencode
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
@@ -75,9 +77,10 @@ class AiohttpRequest(BaseRequest):
         parts = [t for t in (read, connect, write) if t is not None]
         total = sum(parts) if len(parts) == 3 else None
         timeout = aiohttp.ClientTimeout(total=total, sock_connect=connect, sock_read=read)
+        data, headers = _body(request_data)
         try:
             async with self._session.request(
-                method, url, data=_body(request_data), timeout=timeout
+                method, url, data=data, headers=headers, timeout=timeout
             ) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:
@@ -85,15 +88,44 @@ class AiohttpRequest(BaseRequest):
         except aiohttp.ClientError as exc:
             raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
 
+    async def call(self, url: str, fields: dict[str, Any]) -> Any:
+        """POST one Bot API method with ``fields`` and return its ``result`` as parsed JSON,
+        raising PTB's errors like any other call. For the calls whose answer the gateway
+        reads one field of: PTB would build a `Message` (and the message it quotes) from it,
+        about 0.5 ms of CPU per reply for an id."""
+        return await self.post(url, request_data=cast(RequestData, Fields(fields)))
 
-def _body(request_data: RequestData | None) -> Any:
-    """Form fields as PTB encodes them (JSON for non-strings), multipart when files go along."""
+
+class Fields:
+    """What `do_request` reads of a `RequestData` (a final class), for `call`'s fields:
+    strings as they are, anything else as JSON, like PTB's own encoding."""
+
+    multipart_data = None
+
+    def __init__(self, parameters: dict[str, Any]) -> None:
+        self.parameters = {k: v for k, v in parameters.items() if v is not None}
+
+    @property
+    def json_parameters(self) -> dict[str, str]:
+        return {
+            k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+            for k, v in self.parameters.items()
+        }
+
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def _body(request_data: RequestData | None) -> tuple[Any, dict[str, str] | None]:
+    """Form fields as PTB encodes them (JSON for non-strings), multipart when files go along.
+    Plain fields are url-encoded here: aiohttp's `FormData` for a dict costs more than the
+    encoding itself."""
     if request_data is None:
-        return None
+        return None, None
     fields = request_data.json_parameters
     files = request_data.multipart_data
     if not files:
-        return fields or None
+        return (urlencode(fields).encode(), FORM) if fields else (None, None)
     form = aiohttp.FormData()
     for name, value in fields.items():
         form.add_field(name, value)
@@ -103,7 +135,7 @@ def _body(request_data: RequestData | None) -> Any:
             form.add_field(name, content, filename=filename, content_type=mimetype)
         else:
             form.add_field(name, part)
-    return form
+    return form, None
 
 
 __all__ = ["AiohttpRequest"]

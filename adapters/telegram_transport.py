@@ -112,7 +112,7 @@ class Intake:
         self._settled.set()
 
     async def settled(self) -> None:
-        while True:
+        while not self._settled.is_set():  # the usual case: no timer, no task
             try:
                 await asyncio.wait_for(self._settled.wait(), self.warn_after)
                 return

@@ -90,8 +90,11 @@ class StoreEngine:
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         if self._is_sqlite:
-            self._fast = SqliteFastPath()
-            await self._fast.open(engine)
+            fast = SqliteFastPath()
+            if await fast.open(engine):
+                self._fast = fast
+            else:
+                log.warning("store.fast_path_unavailable", driver="aiosqlite")
 
     async def close(self) -> None:
         if self._fast is not None:

@@ -64,10 +64,23 @@ class SqliteFastPath:
         self._holder: AsyncConnection | None = None
         self._db: Any = None
 
-    async def open(self, engine: AsyncEngine) -> None:
+    @staticmethod
+    def usable(driver_connection: Any) -> bool:
+        """Whether this aiosqlite has the seams `_commit` uses (it has had them since 0.1)."""
+        return callable(getattr(driver_connection, "_execute", None)) and hasattr(
+            type(driver_connection), "_conn"
+        )
+
+    async def open(self, engine: AsyncEngine) -> bool:
+        """Take a connection for the process's life; False (and nothing held) when the
+        driver lacks what the fast path needs: the store then runs on the engine alone."""
         self._holder = await engine.connect()
         raw = await self._holder.get_raw_connection()
+        if not self.usable(raw.driver_connection):
+            await self.close()
+            return False
         self._db = raw.driver_connection  # the aiosqlite connection the engine made
+        return True
 
     async def close(self) -> None:
         if self._holder is not None:
@@ -76,20 +89,13 @@ class SqliteFastPath:
             self._db = None
 
     async def _commit(self, statements: list[tuple[str, Any]]) -> Any:
-        """Run statements in one transaction; returns the last cursor's lastrowid."""
-        db = self._db
-        try:
-            last = None
-            for sql, params in statements:
-                if isinstance(params, list):
-                    await db.executemany(sql, params)
-                else:
-                    last = await db.execute(sql, params)
-            await db.commit()
-        except BaseException:
-            await db.rollback()
-            raise
-        return last.lastrowid if last is not None else None
+        """Run statements in one transaction; returns the last cursor's lastrowid.
+
+        The whole transaction runs as one call on aiosqlite's thread: one hop there and back
+        instead of one per statement and one for the commit (7 hops per message became 3).
+        `_execute` is how aiosqlite's own methods reach that thread; `open` checks it is there.
+        """
+        return await self._db._execute(_transaction, self._db._conn, statements)
 
     async def accept(self, row: dict[str, Any]) -> int | None:
         params = tuple(row[c] for c in INBOX_COLUMNS)
@@ -118,10 +124,9 @@ class SqliteFastPath:
         await self._commit([(_PREVIEW, (ref, *key))])
 
     async def session_id(self, key: str, *, create: bool, now: float) -> int | None:
-        cursor = await self._db.execute(_CURRENT_SESSION, (key,))
-        row = await cursor.fetchone()
-        if row is not None:
-            return int(row[0])
+        rows = await self._db.execute_fetchall(_CURRENT_SESSION, (key,))
+        if rows:
+            return int(rows[0][0])
         if not create:
             return None
         return int(await self._commit([(_NEW_SESSION, (key, now))]))
@@ -146,5 +151,20 @@ class SqliteFastPath:
             await self._commit(statements)
 
     async def history(self, session_id: int) -> list[tuple[Any, ...]]:
-        cursor = await self._db.execute(_HISTORY, (session_id,))
-        return list(await cursor.fetchall())
+        return list(await self._db.execute_fetchall(_HISTORY, (session_id,)))
+
+
+def _transaction(conn: sqlite3.Connection, statements: list[tuple[str, Any]]) -> int | None:
+    """On aiosqlite's thread: the statements, then commit; rolled back on any error."""
+    try:
+        last = None
+        for sql, params in statements:
+            if isinstance(params, list):
+                conn.executemany(sql, params)
+            else:
+                last = conn.execute(sql, params)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return last.lastrowid if last is not None else None

@@ -144,6 +144,24 @@ async def test_blocked_user_is_logged_once_and_the_session_goes_on(
     assert reply["text"] == "echo: second"
 
 
+async def test_a_send_answered_without_a_message_id_is_not_sent_again(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    # sends skip PTB's Message parsing, so the adapter itself checks what Telegram answered
+    tg.fail_next("sendMessage", 200, raw_body='{"ok": true, "result": true}')
+    async with running_gateway(tg_config(tmp_path, fake_llm, tg)) as (gw, _):
+        with capture_logs() as logs:
+            tg.send_text(555, "first")
+            await settled(gw, fake_llm)
+            await eventually(lambda: any(e["event"] == "delivery.permanent_failure" for e in logs))
+            tg.send_text(555, "second")
+            [reply] = await tg.wait_sent(1, chat_id=555)
+    [failure] = [e for e in logs if e["event"] == "delivery.permanent_failure"]
+    assert "without a message id" in failure["error"]
+    assert calls(tg, "sendMessage") == 2  # taken by Telegram once: never offered again
+    assert reply["text"] == "echo: second"
+
+
 async def test_typing_is_shown_while_the_model_works_and_stops_with_the_reply(
     tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
 ) -> None:
