@@ -57,7 +57,9 @@ PLANS = {
         mode="full",
         cold_reps=5,
         sequential=200,
-        latency_reps=3,
+        # the 1-session ratios are the noisiest (the floor's own CPU per message moved from
+        # 5.5 to 8.1 ms between runs): five interleaved runs per side, ~2 s each
+        latency_reps=5,
         history_extra=20,
         history_fresh=20,
         throughput={1: 100, 10: 20, 100: 5},
