@@ -9,22 +9,11 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_gateway.events import MessageEvent
 from hermes_gateway.store import Store
 from hermes_gateway.store_sqlite import SqliteFastPath
+from tests.test_store_migration import event
 
-TURN = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
-
-
-def event(message_id: str) -> MessageEvent:
-    return MessageEvent.create(
-        platform="telegram",
-        chat_type="dm",
-        chat_id="555",
-        user_id="555",
-        message_id=message_id,
-        text="hello",
-    )
+TURN = [{"role": "user", "content": "message 1"}, {"role": "assistant", "content": "hi"}]
 
 
 async def a_whole_turn(store: Store) -> None:
@@ -33,7 +22,7 @@ async def a_whole_turn(store: Store) -> None:
     inbox_id = await store.accept(ev)
     assert inbox_id is not None
     assert await store.accept(ev) is None  # a duplicate delivery is refused
-    await store.complete_turn(ev.session_key, TURN, [inbox_id], "hi there", "run1")
+    await store.complete_turn(ev.session_key, TURN, [inbox_id], "hi", "run1")
     await store.mark([inbox_id], "answered")
     assert await store.history(ev.session_key) == TURN
     to_run, to_send = await store.replayable(3600)
