@@ -16,6 +16,7 @@ import discord
 import structlog
 
 from adapters.discord_catchup import CatchUp
+from adapters.discord_cdn import CdnLinks
 from adapters.discord_client import Endpoints, HermesClient, point_at, restore
 from adapters.discord_inbound import command_event, looks_content_less, message_event
 from adapters.discord_outbound import DiscordOutbox, snowflake
@@ -53,6 +54,7 @@ class DiscordAdapter:
             self.config.media_max_bytes,
             origins(*CDN_HOSTS, self.config.cdn_base),
         )
+        self.links = CdnLinks(self.downloader, self._rest_client)
         self.indicator = (
             TypingIndicator(host.bus, self.name, self._send_typing) if self.config.typing else None
         )
@@ -328,9 +330,10 @@ class DiscordAdapter:
         return self.outbox.preview(event) if self.config.streaming else None
 
     async def download(self, attachment: Attachment) -> Path:
-        """Fetch an attachment from Discord's CDN into ``<home>/media`` (never at intake); a
-        foreign host or a file over `media_max_bytes` raises `PermanentAdapterError`."""
-        return await self.downloader.fetch(attachment)
+        """Fetch an attachment from Discord's CDN into ``<home>/media`` (never at intake), its
+        link renewed if it expired; a foreign host, a file over `media_max_bytes` or a link
+        Discord will not renew raises `PermanentAdapterError`."""
+        return await self.links.fetch(attachment)
 
     def adopt_preview(self, event: MessageEvent, ref: str) -> None:
         self.outbox.adopt(event, ref)

@@ -77,6 +77,11 @@ def allowed_url(url: str, allowed: Iterable[Origin]) -> yarl.URL:
     return parsed
 
 
+class LinkRefusedError(PermanentAdapterError):
+    """The file host answered 401, 403, 404 or 410: the link may have expired (Discord's signed
+    CDN links do after ~24 h), so the caller may renew it once; retrying it as is cannot help."""
+
+
 def safe_name(file_id: str, name: str) -> str:
     """A file name that stays inside its folder: ``<file_id>-<name>``, unsafe runs as ``_``."""
     fid = _UNSAFE.sub("_", file_id).lstrip("._")[:40]
@@ -127,12 +132,17 @@ class Downloader:
             raise
         return path
 
+    async def cached(self, attachment: Attachment) -> Path | None:
+        """The file if an earlier download finished it (only complete files get its name)."""
+        final = self.folder / safe_name(attachment.file_id, attachment.name)
+        return final if await asyncio.to_thread(final.is_file) else None
+
     async def _fetch(self, attachment: Attachment, label: str, headers: Mapping[str, str]) -> Path:
         url = allowed_url(attachment.url, self.allowed)
         self._check_size(label, attachment.size)
         final = self.folder / safe_name(attachment.file_id, attachment.name)
-        if await asyncio.to_thread(final.is_file):
-            return final  # fetched earlier: only complete files ever get this name
+        if await self.cached(attachment):
+            return final
         try:
             async with asyncio.timeout(self.deadline_s):
                 path = await with_retry(
@@ -199,7 +209,9 @@ class Downloader:
         if 300 <= status < 400:
             raise PermanentAdapterError(f"{where} (a redirect, not followed)")
         if status in (401, 403):
-            raise PermanentAdapterError(f"{where}{self.denied_hint}")
+            raise LinkRefusedError(f"{where}{self.denied_hint}")
+        if status in (404, 410):
+            raise LinkRefusedError(where)
         raise PermanentAdapterError(where)
 
     def _check_size(self, label: str, size: int, *, announced: int | None = None) -> None:

@@ -1,5 +1,6 @@
 """`adapters.downloader`: the host check, safe names, the size cap (announced, Content-Length,
-streamed), error classes and retries, against the fake Discord CDN and the fake Slack files."""
+streamed), error classes and retries, against the fake Discord CDN and the fake Slack files;
+the expiry of Discord's signed links."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.discord import CDN_HOSTS
+from adapters.discord_cdn import EXPIRY_MARGIN_S, expired, expires_at
 from adapters.downloader import Downloader, _Spool, allowed_url, origins, safe_name
 from adapters.slack_api import file_downloader
 from hermes_gateway.config_schema import SlackConfig
@@ -238,3 +240,13 @@ async def test_slack_needs_its_token_and_its_sign_in_page_is_no_file(tmp_path: P
             await dl.aclose()
     assert path.read_bytes() == PNG
     assert [d["authorization"] for d in slack.downloads] == [None, None, bearer["Authorization"]]
+
+
+def test_discord_link_expiry_is_read_from_the_signed_query() -> None:
+    signed = "https://cdn.discordapp.com/attachments/1/2/a.png?ex=65a0b1c2&is=659f6042&hm=ab"
+    assert expires_at(signed) == 0x65A0B1C2
+    assert expired(signed, now=0x65A0B1C2 - EXPIRY_MARGIN_S)
+    assert not expired(signed, now=0x65A0B1C2 - EXPIRY_MARGIN_S - 1)
+    for unsigned in ("https://cdn.discordapp.com/a.png", "https://cdn/a.png?ex=zz", "::"):
+        assert expires_at(unsigned) is None
+        assert not expired(unsigned)  # tried as is: the CDN says if it is dead

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import copy
 import hashlib
+import hmac
 import json
 import math
 import re
@@ -160,6 +161,11 @@ class FakeDiscord(FakeServer):
         self._messages: dict[int, dict] = {}
         self._files: dict[int, tuple[bytes, str, bool]] = {}  # id -> data, type, chunked
         self._file_faults: list[int] = []  # statuses for the next attachment downloads
+        # CDN links are signed (``ex``/``is``/``hm``) and die after `link_lifetime_s`; a CDN
+        # clock ahead by `cdn_clock_skew` s refuses links whose ``ex`` still looks valid
+        self._cdn_key = secrets.token_bytes(16)
+        self.link_lifetime_s = 86400
+        self.cdn_clock_skew = 0.0
         self._sessions: dict[str, _Session] = {}
         self._session: _Session | None = None
         self._conns: list[_Conn] = []
@@ -187,6 +193,7 @@ class FakeDiscord(FakeServer):
         self.interaction_responses: list[dict] = []
         self.requests: list[tuple[str, str]] = []  # (method, path after /api/v10)
         self.file_requests: list[dict] = []  # attachment downloads: path, headers
+        self.refreshed: list[str] = []  # URLs sent to POST /attachments/refresh-urls
         self.errors: list[BaseException] = []  # bugs inside the fake; tests assert it stays empty
         self.undelivered: list[tuple[str, dict]] = []  # dispatched while no session existed
         self.connected = threading.Event()
@@ -246,6 +253,7 @@ class FakeDiscord(FakeServer):
             ("GET", "/gateway", self._get_gateway),
             ("GET", "/gateway/bot", self._get_gateway),
             ("POST", "/users/@me/channels", self._create_dm),
+            ("POST", "/attachments/refresh-urls", self._refresh_urls),
             ("GET", "/channels/{cid}", self._get_channel),
             ("GET", "/channels/{cid}/messages", self._get_history),
             ("POST", "/channels/{cid}/messages", self._create_message),
@@ -461,6 +469,8 @@ class FakeDiscord(FakeServer):
         self.file_requests.append({"path": request.path, "headers": dict(request.headers)})
         if self._file_faults:
             return web.Response(status=self._file_faults.pop(0), text="CDN error")
+        if not self._link_alive(request):
+            return web.Response(status=404, text="This content is no longer available.")
         stored = self._files.get(_snow(request.match_info["aid"]))
         if stored is None:
             return _json(make_error(0, "404: Not Found"), 404)
@@ -468,6 +478,45 @@ class FakeDiscord(FakeServer):
         if not chunked:
             return web.Response(body=data, headers={"Content-Type": content_type})
         return await chunked_response(request, data, content_type)
+
+    def _cdn_link(self, path: str, attachment_id: int, expires_in: float | None = None) -> str:
+        issued = int(time.time() + self.cdn_clock_skew)
+        expiry = issued + int(self.link_lifetime_s if expires_in is None else expires_in)
+        mac = self._link_mac(attachment_id, expiry, issued)
+        return f"{self.url}{path}?ex={expiry:x}&is={issued:x}&hm={mac}"
+
+    def _link_mac(self, attachment_id: int, expiry: int, issued: int) -> str:
+        signed = f"{attachment_id}|{expiry:x}|{issued:x}".encode()
+        return hmac.new(self._cdn_key, signed, "sha256").hexdigest()[:32]
+
+    def _link_alive(self, request: web.Request) -> bool:
+        query = request.query
+        try:
+            expiry, issued = int(query["ex"], 16), int(query["is"], 16)
+            mac = self._link_mac(int(request.match_info["aid"]), expiry, issued)
+        except (KeyError, ValueError):
+            return False
+        alive = expiry > time.time() + self.cdn_clock_skew
+        return alive and hmac.compare_digest(query.get("hm", ""), mac)
+
+    async def _refresh_urls(self, request: web.Request) -> web.Response:
+        urls = (await request.json()).get("attachment_urls")
+        if not isinstance(urls, list) or not 1 <= len(urls) <= 50:
+            raise ApiError(400, 50035, "Invalid Form Body")
+        self.refreshed.extend(urls)
+        pairs = [{"original": u, "refreshed": self._refreshed_link(str(u))} for u in urls]
+        return _json({"refreshed_urls": pairs})
+
+    def _refreshed_link(self, url: str) -> str:
+        # like Discord, a link to a file that is gone (or not a CDN link) comes back unchanged
+        match = re.match(re.escape(self.url) + r"(/attachments/\d+/(\d+)/[^?#]+)", url)
+        if match is None or int(match[2]) not in self._files:
+            return url
+        return self._cdn_link(match[1], int(match[2]))
+
+    def delete_file(self, attachment: dict) -> None:
+        """Forget an attachment's bytes, as when its message is deleted: its links die."""
+        self._files.pop(int(attachment["id"]), None)
 
     def fail_file_next(self, status: int = 500, times: int = 1) -> None:
         """Answer the next ``times`` attachment downloads with ``status``."""
@@ -676,14 +725,16 @@ class FakeDiscord(FakeServer):
         content_type: str | None = None,
         size: int | None = None,
         chunked: bool = False,
+        expires_in: float | None = None,
         **_: Any,
     ) -> dict:
         """Keep the bytes and return an attachment whose url this fake serves (like the CDN).
-        ``size`` overrides the announced size; ``chunked`` serves it without a Content-Length."""
+        ``size`` overrides the announced size; ``chunked`` serves it without a Content-Length;
+        the signed link dies after ``expires_in`` s (`link_lifetime_s`; negative: already)."""
         attachment_id = snowflake()
         self._files[attachment_id] = (data, content_type or "application/octet-stream", chunked)
-        url = f"{self.url}/attachments/{channel_id}/{attachment_id}/{quote(filename, safe='')}"
-        url += f"?ex={int(time.time()) + 86400:x}&is={int(time.time()):x}&hm={secrets.token_hex(8)}"
+        path = f"/attachments/{channel_id}/{attachment_id}/{quote(filename, safe='')}"
+        url = self._cdn_link(path, attachment_id, expires_in)
         return make_attachment(
             filename,
             url=url,
@@ -701,11 +752,12 @@ class FakeDiscord(FakeServer):
         channel_id: int | None = None,
         size: int | None = None,
         chunked: bool = False,
+        expires_in: float | None = None,
     ) -> dict:
         """Register a file on the fake CDN; returns its attachment payload, for
-        `send_message(attachments=[...])` (see `_store_file` for ``size`` and ``chunked``)."""
+        `send_message(attachments=[...])` (see `_store_file` for the keywords)."""
         channel = channel_id or self.channel_id
-        return self._store_file(channel, filename, data, content_type, size, chunked)
+        return self._store_file(channel, filename, data, content_type, size, chunked, expires_in)
 
     def messages_in(self, channel_id: int) -> list[dict]:
         """Every message currently in a channel (users' and the bot's), oldest first."""

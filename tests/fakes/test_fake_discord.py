@@ -439,6 +439,31 @@ async def test_cdn_files_announced_sizes_chunking_and_faults(fake: FakeDiscord) 
     assert [r["path"].rsplit("/", 1)[-1] for r in fake.file_requests] == ["a.png"] * 2 + ["b.bin"]
 
 
+async def test_cdn_links_are_signed_expire_and_are_renewed(fake: FakeDiscord) -> None:
+    live = fake.add_file("a.png", b"live", "image/png")
+    dead = fake.add_file("b.png", b"dead", "image/png", expires_in=-60)
+    gone = fake.add_file("c.png", b"gone", "image/png")
+    fake.delete_file(gone)
+    forged = live["url"].replace("hm=", "hm=0")
+    bot = Bot()
+    async with running(bot), aiohttp.ClientSession() as session:
+        for url, status in [(live["url"], 200), (dead["url"], 404), (forged, 404)]:
+            async with session.get(url) as resp:
+                assert resp.status == status, url
+        urls = [dead["url"], gone["url"], "https://example.com/x.png"]
+        route = discord.http.Route("POST", "/attachments/refresh-urls")
+        answer = await bot.client.http.request(route, json={"attachment_urls": urls})
+        renewed, same_gone, same_foreign = (r["refreshed"] for r in answer["refreshed_urls"])
+        async with session.get(renewed) as resp:
+            assert (resp.status, await resp.read()) == (200, b"dead")
+        with pytest.raises(discord.HTTPException):
+            await bot.client.http.request(route, json={"attachment_urls": []})
+    assert [r["original"] for r in answer["refreshed_urls"]] == urls
+    assert renewed.split("?")[0] == dead["url"].split("?")[0] != renewed
+    assert (same_gone, same_foreign) == (gone["url"], "https://example.com/x.png")
+    assert fake.refreshed == urls
+
+
 def test_patched_sets_and_restores_discord_globals() -> None:
     route, ws = discord.http.Route, discord.gateway.DiscordWebSocket
     before = (route.BASE, ws.DEFAULT_GATEWAY)
