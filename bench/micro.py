@@ -167,6 +167,8 @@ def llm(n: int) -> list[Row]:
 async def _telegram(n: int) -> list[Row]:
     from telegram import Bot, ReplyParameters
 
+    from adapters.telegram_delivery import Sender
+    from adapters.telegram_http import AiohttpRequest
     from bench.procs import TOKEN, start_fake
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,6 +179,10 @@ async def _telegram(n: int) -> list[Row]:
                     quoted = (await resp.json())["message"]["message_id"]
                 bot = Bot(TOKEN, base_url=f"{url}/bot", base_file_url=f"{url}/file/bot")
                 await bot.initialize()
+                transport = AiohttpRequest()  # the gateway's: PTB on aiohttp
+                ours = Bot(TOKEN, base_url=f"{url}/bot", request=transport)
+                await ours.initialize()
+                sender = Sender(ours, transport)
                 raw = {"chat_id": 42, "text": "ok", "parse_mode": "HTML"}
                 raw["reply_parameters"] = {
                     "message_id": quoted,
@@ -196,6 +202,12 @@ async def _telegram(n: int) -> list[Row]:
                     "PTB do_api_request, same parameters": lambda: bot.do_api_request(
                         "sendMessage", api_kwargs=raw
                     ),
+                    "PTB on aiohttp, send_message as the gateway did": lambda: ours.send_message(
+                        42, "ok", parse_mode="HTML", reply_parameters=reply
+                    ),
+                    "the gateway's Sender.send (a plain call on aiohttp)": lambda: sender.send(
+                        "42", "ok", reply_to=str(quoted)
+                    ),
                     "raw aiohttp POST, same parameters": post,
                 }
                 rows = []
@@ -212,6 +224,7 @@ async def _telegram(n: int) -> list[Row]:
                         (f"sendMessage: {what}", ms, "process CPU; fake in its own process")
                     )
                 await bot.shutdown()
+                await ours.shutdown()
                 return rows
         finally:
             child.stop()
