@@ -18,18 +18,13 @@ from aiohttp import web
 from telegram import BotCommand, Update
 from telegram.constants import ChatAction
 from telegram.error import Conflict, InvalidToken, TelegramError
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.ext import Application, ApplicationBuilder
 
 from adapters.telegram_delivery import Outbox, Sender, call, chat_ref
 from adapters.telegram_http import AiohttpRequest
 from adapters.telegram_normalize import BotIdentity, normalize
-from adapters.telegram_transport import (
-    Intake,
-    PollMonitor,
-    PollRequest,
-    TokenLock,
-    download_media,
-)
+from adapters.telegram_poller import Poller
+from adapters.telegram_transport import PollMonitor, PollRequest, TokenLock, download_media
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -74,7 +69,6 @@ class TelegramAdapter:
         self.host = host
         self.config = host.config.platforms.telegram
         self.monitor = PollMonitor()
-        self.intake = Intake()
         self.lock = TokenLock(host.config.home_path, self.config.token)
         t = self.request_timeout
         # the bot's calls, and the sends and edits `Sender` makes on it directly
@@ -82,6 +76,10 @@ class TelegramAdapter:
             connection_pool_size=16, read_timeout=t, write_timeout=t, connect_timeout=t
         )
         self.app = self._build_app()
+        self.poller: Poller | None = None
+        self._polling: asyncio.Task[None] | None = None
+        if self.config.mode == "polling":
+            self.poller = self._build_poller()
         sender = Sender(self.app.bot, self.transport)
         self.outbox = Outbox(sender, self.edit_interval, host.remember_preview)
         self.me: BotIdentity | None = None
@@ -101,31 +99,38 @@ class TelegramAdapter:
             host.add_route("POST", self.config.webhook_path, self.webhook, public=True)
 
     def _build_app(self) -> App:
-        t = self.request_timeout
+        # PTB's Updater is not used: `Poller` polls (one parse per update, offsets moved only
+        # once updates are in the inbox) and the webhook handler takes updates itself
         builder = (
             ApplicationBuilder()
             .token(self.config.token)
             .base_url(self.config.base_url)
             .base_file_url(self.config.base_file_url)
             .request(self.transport)
+            .updater(None)
         )
-        if self.config.mode == "webhook":
-            builder = builder.updater(None)
-        else:
-            poll = PollRequest(
-                self.monitor,
-                self.intake,
-                connection_pool_size=2,
-                read_timeout=t,
-                write_timeout=t,
-                connect_timeout=t,
-                pool_timeout=t,
-            )
-            builder = builder.get_updates_request(poll)
         app: App = builder.build()
-        app.add_handler(TypeHandler(Update, self._on_update))
-        app.add_error_handler(self._on_error)
         return app
+
+    def _build_poller(self) -> Poller:
+        t = self.request_timeout
+        request = PollRequest(
+            self.monitor,
+            connection_pool_size=2,
+            read_timeout=t,
+            write_timeout=t,
+            connect_timeout=t,
+            pool_timeout=t,
+        )
+        return Poller(
+            self.app.bot,
+            request,
+            self._take,
+            timeout=self.poll_timeout,
+            read_margin=t,
+            allowed_updates=ALLOWED_UPDATES,
+            on_error=self._on_poll_error,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -145,13 +150,12 @@ class TelegramAdapter:
     async def stop(self) -> None:
         """Stop intake: no more polling or webhook updates; sending still works."""
         self._accepting = False
-        tasks = list(self._tasks)
+        tasks = list(self._tasks)  # polling and its watchdog among them
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        updater = self.app.updater
-        if updater is not None and updater.running:
-            await _bounded(updater.stop(), 5, "telegram.updater_stop")
+        if self.poller is not None and self._live:
+            await self.poller.confirm()
         if self.app.running:
             await _bounded(self.app.stop(), 5, "telegram.app_stop")
         self._live = False
@@ -164,12 +168,14 @@ class TelegramAdapter:
         if self.app.running:
             await self.stop()
         await _bounded(self.app.shutdown(), 5, "telegram.shutdown")
+        if self.poller is not None:
+            await self.poller.close()
         await asyncio.to_thread(self.lock.release)
 
     def health(self) -> Health:
         if not self._live:
             return Health(False, self._state)
-        if self.app.updater is not None:
+        if self.poller is not None:
             problem = self.monitor.problem(self._stall_after)
             if problem is not None:
                 return Health(False, problem)
@@ -231,12 +237,12 @@ class TelegramAdapter:
         self._live = True
         self._state = f"@{self.me.username} {self.config.mode} live"
         log.info("telegram.connected", bot=self.me.username, mode=self.config.mode)
-        if self.app.updater is not None:
+        if self.poller is not None:
             self._spawn(self._watch(), "watch")
         return True
 
     async def _go_live(self) -> None:
-        if self.app.updater is None:
+        if self.poller is None:
             ok = await call(
                 lambda: self.app.bot.set_webhook(
                     self.config.webhook_url,
@@ -247,15 +253,18 @@ class TelegramAdapter:
             if not ok:
                 raise PermanentAdapterError("setWebhook returned false")
             return
+        # a webhook left set (by an earlier deployment) makes every getUpdates a 409
+        await call(lambda: self.app.bot.delete_webhook())
         self.monitor.reset()
-        self.intake.reset()
-        await self.app.updater.start_polling(
-            poll_interval=0,
-            timeout=int(self.poll_timeout),
-            bootstrap_retries=0,
-            allowed_updates=ALLOWED_UPDATES,
-            error_callback=self._on_poll_error,
-        )
+        self._polling = self._spawn(self._poll(self.poller), "polling")
+
+    async def _poll(self, poller: Poller) -> None:
+        try:
+            await poller.run()
+        except AdapterAuthError as exc:  # revoked while running: nothing to retry
+            self._live = False
+            self._state = f"token rejected: {exc}"
+            log.error("telegram.token_rejected", error=str(exc))
 
     async def _register_commands(self) -> None:
         commands = [BotCommand(name, text) for name, text in COMMANDS]
@@ -265,17 +274,19 @@ class TelegramAdapter:
             log.warning("telegram.set_commands_failed", error=str(exc))
 
     async def _watch(self) -> None:
-        """Polling's watchdog: restarts polling whose loop has died (PTB gives up only on an
-        invalid token); stalls and errors show in `health()` meanwhile."""
-        updater = self.app.updater
-        assert updater is not None
+        """Polling's watchdog: restarts a polling loop that died (a bug) or hangs; stalls and
+        errors show in `health()` meanwhile."""
         while True:
             await asyncio.sleep(self.watch_interval)
+            task = self._polling
+            died = task is not None and task.done() and self._live
             idle = self.monitor.idle()
-            if idle < self._stall_after + self.retry_max:  # PTB backs off 30 s at most
+            if not died and idle < self._stall_after + Poller.backoff_max:
                 continue
-            log.error("telegram.polling_restart", idle_s=round(idle))
-            await _bounded(updater.stop(), 5, "telegram.updater_stop")
+            log.error("telegram.polling_restart", idle_s=round(idle), died=died)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
             await _bounded(self._go_live(), self.request_timeout * 2, "telegram.polling_restart")
 
     def _on_poll_error(self, exc: TelegramError) -> None:
@@ -310,19 +321,11 @@ class TelegramAdapter:
         await self._take(update)  # answer 200 (Telegram forgets it) only once it is stored
         return web.Response(text="ok")
 
-    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        await self._take(update)
-
     async def _take(self, update: Update) -> None:
         try:
             await self._handle(update)
         except Exception:  # one bad update must never stop the next
             log.exception("telegram.update_failed", update_id=update.update_id)
-        finally:
-            self.intake.taken(update.update_id)
-
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.error("telegram.handler_error", error=repr(context.error))
 
     async def _handle(self, update: Update) -> None:
         if self.me is None:

@@ -1,5 +1,5 @@
-"""Telegram transport pieces: the watched, sanitizing getUpdates request (what `/readyz` reports
-about polling), the per-token lock file that keeps two gateways on one host apart, and media
+"""Telegram transport pieces: the watched getUpdates transport (what `/readyz` reports about
+polling), the per-token lock file that keeps two gateways on one host apart, and media
 downloads."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import structlog
-from telegram import Bot, Update
+from telegram import Bot
 from telegram.request import RequestData
 
 from adapters.telegram_delivery import call
@@ -26,8 +26,6 @@ from hermes_gateway.events import Attachment
 from hermes_gateway.retry import with_retry
 
 log = structlog.get_logger("hermes.adapters.telegram")
-POLL_BATCH = 20  # updates per getUpdates answer (`_Limited`)
-INLINE_CHECK_BYTES = 4096  # a getUpdates answer this small (a few updates) is checked inline
 
 
 class PollMonitor:
@@ -81,58 +79,13 @@ class PollMonitor:
         return time.monotonic() - self.last_started
 
 
-class Intake:
-    """Update ids PTB fetched and the gateway has not taken yet (persisted to its inbox).
-
-    PTB confirms a batch to Telegram (the next getUpdates offset) as soon as it has queued it,
-    before any handler ran: a crash in between lost those messages for good (issue 9, crash
-    chaos). So the next getUpdates with an offset waits until the whole batch was taken.
-    """
-
-    warn_after = 10.0
-
-    def __init__(self) -> None:
-        self._open: set[int] = set()
-        self._settled = asyncio.Event()
-        self._settled.set()
-
-    def fetched(self, update_ids: list[int]) -> None:
-        self._open.update(update_ids)
-        if self._open:
-            self._settled.clear()
-
-    def taken(self, update_id: int) -> None:
-        self._open.discard(update_id)
-        if not self._open:
-            self._settled.set()
-
-    def reset(self) -> None:
-        """Polling restarts: PTB fetches again whatever it had not queued."""
-        self._open.clear()
-        self._settled.set()
-
-    async def settled(self) -> None:
-        while not self._settled.is_set():  # the usual case: no timer, no task
-            try:
-                await asyncio.wait_for(self._settled.wait(), self.warn_after)
-                return
-            except TimeoutError:
-                log.warning("telegram.intake_waiting", updates=sorted(self._open)[:10])
-
-
 class PollRequest(AiohttpRequest):
-    """The request object PTB's Updater uses for getUpdates only.
+    """The transport getUpdates runs on (its own connections, so a long poll never holds up a
+    reply): every call is recorded in a `PollMonitor`, with Telegram's own words for errors."""
 
-    It records each call in a `PollMonitor`, holds a getUpdates that would confirm updates the
-    gateway has not taken yet (`Intake`), and replaces any update PTB cannot parse with a
-    bare ``{"update_id": N}``: otherwise `Update.de_list` fails for the whole batch, PTB logs
-    it, never advances its offset and re-polls the same batch in a tight loop.
-    """
-
-    def __init__(self, monitor: PollMonitor, intake: Intake, **kwargs: Any) -> None:
+    def __init__(self, monitor: PollMonitor, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.monitor = monitor
-        self.intake = intake
 
     async def do_request(
         self,
@@ -144,10 +97,6 @@ class PollRequest(AiohttpRequest):
         connect_timeout: Any = AiohttpRequest.DEFAULT_NONE,
         pool_timeout: Any = AiohttpRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
-        if request_data is not None and request_data.parameters.get("offset"):
-            await self.intake.settled()
-        # PTB's RequestData is final: a stand-in with what our transport reads
-        request_data = cast(RequestData, _Limited(request_data))
         self.monitor.begin()
         try:
             code, payload = await super().do_request(
@@ -164,77 +113,11 @@ class PollRequest(AiohttpRequest):
             raise
         finally:
             self.monitor.in_flight_since = None
-        if code != 200:
-            self.monitor.failed(_describe_error(code, payload))
-            return code, payload
-        if len(payload) > INLINE_CHECK_BYTES:
-            # a worker thread: the check parses each update (~0.1 ms), the loop keeps its turns
-            code, payload, update_ids = await asyncio.to_thread(sanitize_updates, payload)
-        else:  # a few updates: cheaper here than the hop to a thread and back
-            code, payload, update_ids = sanitize_updates(payload)
         if code == 200:
             self.monitor.ok()
-            self.intake.fetched(update_ids)
         else:
             self.monitor.failed(_describe_error(code, payload))
         return code, payload
-
-
-class _Limited:
-    """getUpdates' parameters plus ``limit`` (PTB's Updater has no setting for it).
-
-    PTB parses a whole batch in one go on the loop: a 100-update burst held the loop for
-    ~25 ms (this check and PTB's parse). Slices of `POLL_BATCH` keep each stretch short, for
-    one more round trip per slice of a burst; Telegram keeps the rest until it is asked.
-    """
-
-    def __init__(self, inner: RequestData | None) -> None:
-        self._inner = inner or RequestData()
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return {**self._inner.parameters, "limit": POLL_BATCH}
-
-    @property
-    def json_parameters(self) -> dict[str, str]:
-        return {**self._inner.json_parameters, "limit": str(POLL_BATCH)}
-
-    @property
-    def multipart_data(self) -> Any:
-        return self._inner.multipart_data
-
-
-def sanitize_updates(payload: bytes) -> tuple[int, bytes, list[int]]:
-    """A getUpdates answer with every update PTB can parse, and placeholders for the rest;
-    with the ids of the updates PTB will queue."""
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        return 200, payload, []  # PTB reports invalid JSON as an error and backs off
-    if not isinstance(body, dict) or not body.get("ok"):
-        return 200, payload, []
-    result = body.get("result")
-    items = result if isinstance(result, list) else [result]
-    clean: list[Any] = []
-    for item in items:
-        uid = item.get("update_id") if isinstance(item, dict) else None
-        if not isinstance(item, dict) or not isinstance(uid, int) or isinstance(uid, bool):
-            log.warning("telegram.update_unusable", reason="no update_id", update=repr(item)[:200])
-            continue
-        try:
-            Update.de_json(item, None)
-            clean.append(item)
-        except Exception as exc:
-            log.warning("telegram.update_unparseable", update_id=uid, error=repr(exc)[:200])
-            clean.append({"update_id": uid})  # confirms it, so polling moves past it
-    if items and not clean:
-        # nothing to confirm: answering [] would make PTB re-poll at once, in a tight loop
-        error = {"ok": False, "error_code": 502, "description": "unusable getUpdates answer"}
-        return 502, json.dumps(error).encode(), []
-    update_ids = [item["update_id"] for item in clean]
-    if clean == result:
-        return 200, payload, update_ids
-    return 200, json.dumps({"ok": True, "result": clean}).encode(), update_ids
 
 
 def _describe_error(code: int, payload: bytes) -> str:

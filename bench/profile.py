@@ -40,8 +40,12 @@ ACTIVITIES = (
         "reply delivery (sendMessage)",
         ("hermes_gateway/delivery.py", "telegram_delivery.py", "on_text (bench/floor.py"),
     ),
-    ("long polling (getUpdates)", ("telegram/ext/_updater.py", "telegram_transport.py")),
+    # before polling: the gateway's poller calls intake (the floor's intake is PTB's dispatch)
     ("intake (normalize, access, submit)", ("adapters/telegram.py", "hermes_gateway/server.py")),
+    (
+        "long polling (getUpdates)",
+        ("telegram/ext/_updater.py", "telegram_transport.py", "telegram_poller.py"),
+    ),
     ("runner bookkeeping", ("hermes_gateway/runner.py", "hermes_gateway/bus.py")),
     ("watchdog", ("hermes_gateway/watchdog.py",)),
     ("control API (/metrics)", ("hermes_gateway/control.py",)),

@@ -144,4 +144,4 @@ async def test_replies_are_matched_by_chat_and_text_and_strays_counted() -> None
 def test_micro_benchmarks_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert micro.main(["-n", "3"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    assert len(rows) == 1 + 2 + 3 + 4  # the header, then store, llm, telegram
+    assert len(rows) == 1 + 2 + 3 + 6  # the header, then store, llm, telegram

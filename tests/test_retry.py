@@ -34,7 +34,8 @@ async def test_retry_after_is_honoured() -> None:
     calls, call = flaky(RateLimitedError("slow down", retry_after=0.2))
     started = time.monotonic()
     assert await with_retry(call, what="t") == "ok"  # type: ignore[arg-type]
-    assert len(calls) == 2 and time.monotonic() - started >= 0.2
+    # uvloop may fire a timer up to its 1 ms resolution early
+    assert len(calls) == 2 and time.monotonic() - started >= 0.19
 
 
 async def test_transient_errors_back_off_then_give_up() -> None:

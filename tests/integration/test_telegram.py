@@ -152,9 +152,9 @@ async def test_duplicate_update_is_processed_once(
 async def test_a_burst_is_taken_in_slices_and_all_of_it_answered(
     tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
 ) -> None:
-    """A burst waiting at start is fetched `POLL_BATCH` updates per getUpdates (PTB parses an
-    answer in one go on the loop), and slicing it loses and repeats nothing."""
-    from adapters.telegram_transport import POLL_BATCH
+    """A burst waiting at start is fetched `POLL_BATCH` updates per getUpdates (an answer is
+    parsed in one go on the loop), and slicing it loses and repeats nothing."""
+    from adapters.telegram_poller import POLL_BATCH
 
     burst = 2 * POLL_BATCH + 7
     for n in range(burst):
@@ -162,9 +162,11 @@ async def test_a_burst_is_taken_in_slices_and_all_of_it_answered(
     async with running_gateway(tg_config(tmp_path, fake_llm, tg)):
         for n in range(burst):
             await tg.wait_sent(1, chat_id=1000 + n)
-    polls = [p for name, p in tg.calls if name == "getUpdates"]
+        polls = [p for name, p in tg.calls if name == "getUpdates"]
     assert polls and all(int(p["limit"]) == POLL_BATCH for p in polls)
     assert len(polls) >= 3  # the burst took at least three answers
+    # the stop confirmed the last slice too: a restart does not fetch the burst again
+    assert tg.pending_updates == []
     assert sorted(user_texts(fake_llm)) == sorted(f"m{n}" for n in range(burst))
     assert all(texts(tg, 1000 + n) == [f"echo: m{n}"] for n in range(burst))
 

@@ -1,0 +1,130 @@
+"""Telegram long polling without PTB's `Updater`: getUpdates as a plain call on the gateway's
+transport, each update parsed once, and a batch confirmed to Telegram (the next offset) only
+after every update of it was taken into the inbox, so a crash never loses one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import structlog
+from telegram import Bot, Update
+from telegram.error import InvalidToken, RetryAfter, TelegramError, TimedOut
+
+from adapters.telegram_http import AiohttpRequest
+from hermes_gateway.errors import AdapterAuthError
+
+log = structlog.get_logger("hermes.adapters.telegram")
+POLL_BATCH = 20  # updates per getUpdates answer: a burst is parsed 20 at a time (loop lag)
+Take = Callable[[Update], Awaitable[None]]
+OnError = Callable[[TelegramError], None]
+
+
+def parse_updates(items: Any, bot: Bot | None) -> list[tuple[Update | None, int]]:
+    """Each usable item of a getUpdates ``result`` as (update, update_id); the update is None
+    when python-telegram-bot cannot parse it (logged): its id still moves the offset past it,
+    or Telegram would hand it over again forever. Items without an id are dropped."""
+    parsed: list[tuple[Update | None, int]] = []
+    for item in items if isinstance(items, list) else [items]:
+        uid = item.get("update_id") if isinstance(item, dict) else None
+        if not isinstance(uid, int) or isinstance(uid, bool):
+            log.warning("telegram.update_unusable", reason="no update_id", update=repr(item)[:200])
+            continue
+        try:
+            parsed.append((Update.de_json(item, bot), uid))
+        except Exception as exc:
+            log.warning("telegram.update_unparseable", update_id=uid, error=repr(exc)[:200])
+            parsed.append((None, uid))
+    return parsed
+
+
+class Poller:
+    """One getUpdates loop; `run` until cancelled, then `confirm` what was taken."""
+
+    backoff_first, backoff_max = 1.0, 30.0  # after an error (PTB's Updater used the same)
+
+    def __init__(
+        self,
+        bot: Bot,
+        request: AiohttpRequest,
+        take: Take,
+        *,
+        timeout: float,
+        read_margin: float,
+        allowed_updates: Sequence[str],
+        on_error: OnError,
+    ) -> None:
+        self.bot = bot
+        self.request = request
+        self.take = take
+        self.timeout = timeout
+        self.read_margin = read_margin  # getUpdates' read timeout is the wait plus this
+        self.allowed_updates = list(allowed_updates)
+        self.on_error = on_error
+        self.offset: int | None = None  # the next update wanted: confirms all before it
+        self._confirmed: int | None = None  # the offset Telegram last saw
+
+    async def run(self) -> None:
+        """Poll until cancelled. A rejected token ends it with `AdapterAuthError`; every other
+        failure is reported to ``on_error`` and retried with a growing pause."""
+        await self.request.initialize()  # its own connections (idempotent)
+        pause = 0.0
+        while True:
+            try:
+                items = await self._fetch(self.timeout)
+            except InvalidToken as exc:  # its text may quote the token
+                raise AdapterAuthError("Telegram rejected the bot token while polling") from exc
+            except RetryAfter as exc:
+                pause = 0.5 + exc._retry_after.total_seconds()  # the field; the property warns
+            except TimedOut:
+                pause = 0.0  # a long poll Telegram did not answer in time: ask again at once
+            except TelegramError as exc:
+                self.on_error(exc)
+                pause = self.backoff_first if pause == 0 else min(self.backoff_max, pause * 1.5)
+            else:
+                if await self._take_all(items) or not items:
+                    pause = 0.0
+                    continue
+                # nothing in the answer had an id, so nothing can be confirmed: asking again at
+                # once would get the same answer, in a tight loop
+                pause = self.backoff_max
+            if pause:
+                await asyncio.sleep(pause)
+
+    async def confirm(self, timeout: float = 2.0) -> None:
+        """Tell Telegram the updates taken since the last getUpdates are done (a stop), so a
+        restart does not fetch them again; best effort: the inbox drops repeats anyway."""
+        if self.offset is None or self.offset == self._confirmed:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self._fetch(0, limit=1)
+        except (TelegramError, TimeoutError) as exc:
+            log.debug("telegram.confirm_failed", error=repr(exc))
+
+    async def close(self) -> None:
+        await self.request.shutdown()
+
+    async def _fetch(self, wait: float, limit: int = POLL_BATCH) -> Any:
+        fields: dict[str, Any] = {
+            "timeout": int(wait),
+            "limit": limit,
+            "allowed_updates": self.allowed_updates,
+        }
+        if self.offset is not None:
+            fields["offset"] = self.offset
+        url = f"{self.bot.base_url}/getUpdates"
+        result = await self.request.call(url, fields, read_timeout=wait + self.read_margin)
+        self._confirmed = self.offset
+        return result
+
+    async def _take_all(self, items: Any) -> int:
+        """Take each update in order; returns how many had an id."""
+        parsed = parse_updates(items, self.bot)
+        for update, uid in parsed:
+            if update is not None:
+                await self.take(update)  # stored in the inbox before the offset moves past it
+            if self.offset is None or uid >= self.offset:
+                self.offset = uid + 1
+        return len(parsed)
