@@ -34,6 +34,7 @@ from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
     PermanentAdapterError,
+    StoreError,
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
@@ -248,7 +249,11 @@ class SlackAdapter:
             return False
         if (event.chat_id, event.thread_id) in self._threads:
             return True
-        return bool(await self.host.history(event.session_key))
+        try:
+            return bool(await self.host.history(event.session_key))
+        except StoreError as exc:  # the database is down: only a mention gets an answer now
+            log.warning("slack.thread_unknown", error=str(exc), channel=event.chat_id)
+            return False
 
     async def _http_events(self, request: web.Request) -> web.StreamResponse:
         """The Events API endpoint: bolt verifies the signature and timestamp (401 otherwise),

@@ -13,6 +13,7 @@ from typing import Literal
 import structlog
 
 from hermes_gateway.config_schema import _PlatformBase
+from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.pairing import PairingBook
 
@@ -26,6 +27,10 @@ PAIRING_REPLY = (
     "The code is valid for one hour."
 )
 PAIRING_FULL = "Hi! Too many people are waiting for approval right now; please try again later."
+PAIRING_DOWN = (
+    "Hi! I can't take pairing requests right now (my database is unavailable); please try "
+    "again in a few minutes."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +79,13 @@ class AccessPolicy:
         if self.is_allowed_user(event.user_id):
             return Admission("allow")
         if self.pairing is not None and event.chat_type == "dm":
-            request = await self.pairing.request(
-                self.platform, event.user_id, event.user_name, event.chat_id
-            )
+            try:
+                request = await self.pairing.request(
+                    self.platform, event.user_id, event.user_name, event.chat_id
+                )
+            except StoreError as exc:  # a code not stored could never be approved
+                log.error("pairing.request_failed", error=str(exc), user_id=event.user_id)
+                return Admission("pairing", PAIRING_DOWN)
             if request is None:
                 return Admission("pairing", PAIRING_FULL)
             return Admission(

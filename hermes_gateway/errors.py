@@ -8,7 +8,7 @@
     │   ├── TransientAdapterError  5xx, resets, timeouts: retried with bounded backoff
     │   │   └── PartialDeliveryError   a reply failed after `parts_sent` of its parts went out
     │   └── PermanentAdapterError  blocked bot, chat not found, bad request: logged once
-    ├── StoreError             the database failed (locked, read-only, full disk)
+    ├── StoreError             the database failed (locked, read-only, full, unreachable)
     └── RequestError           a control-API request is invalid (carries an HTTP status)
 
 `agent_core` and `tools` sit below this package and never raise out of their public API:

@@ -17,6 +17,10 @@ QUEUE_FULL = (
 )
 SUPERSEDED = "Skipped: a newer message of yours arrived while I was busy; I'll answer that one."
 CRASHED = "Something went wrong on my side while answering (run {run_id}). Please try again."
+STORE_DOWN = (
+    "I can't reach my database right now, so I can't see our conversation and did not answer "
+    "this. Please send it again in a minute."
+)
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 
 

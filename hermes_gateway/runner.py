@@ -28,6 +28,7 @@ from hermes_gateway.run import (
     CRASHED,
     EMPTY_ANSWER,
     QUEUE_FULL,
+    STORE_DOWN,
     SUPERSEDED,
     Run,
     inbox_ids,
@@ -134,7 +135,13 @@ class GatewayRunner:
         self.bus.emit("processing_start", run.primary, run_id=run.run_id, merged=len(run.items))
         status = "crashed"
         try:
-            ctx = await self.agents.acquire(run.key)
+            try:
+                ctx = await self.agents.acquire(run.key)
+            except StoreError as exc:  # its history cannot load: say so, not "crashed"
+                log.error("run.history_unavailable", error=str(exc))
+                status = "store_unavailable"
+                await self._reply(run, STORE_DOWN, "error", status)
+                return
             try:
                 result = await self._call_agent(run, ctx)
             finally:

@@ -335,6 +335,8 @@ class Gateway:
             reasons.append("shutting down")
         if not self.store.is_open:
             reasons.append("store: not open")
+        elif (problem := self.store.problem) is not None:
+            reasons.append(f"store: {problem}")
         for name, adapter in self.adapters.items():
             h = adapter.health()
             if not h.ready:

@@ -1,13 +1,12 @@
 """The store's engine room: the async engine (which also adds the columns an older database
-lacks), serialized write transactions, the SQLite fast path, and a circuit that stops every
-write waiting out a database held by another process.
+lacks), serialized write transactions, the SQLite fast path, and the circuit (store_health.py)
+that fails calls at once while the database is stuck or unreachable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,12 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateColumn
 
 from hermes_gateway.errors import StoreError
 from hermes_gateway.models import Base
+from hermes_gateway.store_health import StoreCircuit
 from hermes_gateway.store_search import create_search_index
 from hermes_gateway.store_sqlite import SqliteFastPath
 
@@ -31,16 +32,14 @@ log = structlog.get_logger("hermes.store")
 
 
 CONNECT_TIMEOUT_S = 10.0  # asyncpg waits 60 s for a server that does not answer
+# What a failing driver raises: asyncpg lets OSError (refused, TimeoutError) out of `connect`
+# unwrapped, and a stopped PostgreSQL server must fail a call like any other database error.
+DRIVER_ERRORS = (SQLAlchemyError, OSError)
 
 
 class StoreEngine:
     """Connections and transactions; `Store` builds the gateway's queries on top."""
 
-    # A write that waited this long and still failed (another process held the database past
-    # SQLite's busy timeout): the next writes fail at once for `stuck_pause_s`, instead of
-    # each waiting the whole timeout in turn while no user gets an answer (issue 9).
-    stuck_after_s = 1.0
-    stuck_pause_s = 10.0
     # How long a statement waits for a lock another process holds: SQLite's busy timeout, and
     # PostgreSQL's lock_timeout (unset, PostgreSQL waits forever, and so did every write).
     lock_wait_s = 30.0
@@ -53,8 +52,13 @@ class StoreEngine:
         # SQLite has one writer; serializing writes here avoids "database is locked" retries
         self._write_lock = asyncio.Lock()
         self._fast: SqliteFastPath | None = None
-        self._stuck_until = 0.0
-        self._stuck_error = ""
+        self._probe_engine: AsyncEngine | None = None
+        self.circuit = StoreCircuit(None)
+
+    @property
+    def problem(self) -> str | None:
+        """What keeps the store from working right now (for `/readyz`), or None."""
+        return self.circuit.problem
 
     @property
     def is_open(self) -> bool:
@@ -89,6 +93,10 @@ class StoreEngine:
             log.info("store.columns_added", columns=added)
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        if not self._is_sqlite:
+            # its own connection each time: a pooled one may be the one hanging
+            self._probe_engine = create_async_engine(self.url, poolclass=NullPool, **kwargs)
+            self.circuit = StoreCircuit(self._probe)
         if self._is_sqlite:
             fast = SqliteFastPath()
             if await fast.open(engine):
@@ -96,7 +104,16 @@ class StoreEngine:
             else:
                 log.warning("store.fast_path_unavailable", driver="aiosqlite")
 
+    async def _probe(self) -> None:
+        assert self._probe_engine is not None
+        async with self._probe_engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
     async def close(self) -> None:
+        await self.circuit.close()
+        if self._probe_engine is not None:
+            await self._probe_engine.dispose()
+            self._probe_engine = None
         if self._fast is not None:
             await self._fast.close()
             self._fast = None
@@ -111,11 +128,12 @@ class StoreEngine:
 
     async def read(self, fn: Any, *args: Any) -> Any:
         """Run ``await fn(db, *args)`` in a read session (for modules with tables of their own)."""
+        started = self.circuit.check(write=False)
         try:
-            async with self._session() as db:
+            async with self.circuit.watch(), self._session() as db:
                 return await fn(db, *args)
-        except SQLAlchemyError as exc:
-            raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+        except DRIVER_ERRORS as exc:
+            raise self.circuit.failed(exc, started, "read") from exc
 
     async def write(self, fn: Any, *args: Any) -> Any:
         """Run ``await fn(db, *args)`` in one serialized write transaction."""
@@ -123,14 +141,14 @@ class StoreEngine:
 
     async def _write(self, fn: Any, *args: Any) -> Any:
         async with self._write_lock:
-            started = self._not_stuck()
+            started = self.circuit.check()
             try:
-                async with self._session() as db, db.begin():
+                async with self.circuit.watch(), self._session() as db, db.begin():
                     return await fn(db, *args)
             except IntegrityError:
                 raise
-            except SQLAlchemyError as exc:
-                raise self._write_failed(exc, started) from exc
+            except DRIVER_ERRORS as exc:
+                raise self.circuit.failed(exc, started) from exc
 
     async def _tx(self, fn: Any) -> Any:
         """One serialized write transaction on a bare connection (Core, no ORM unit of work:
@@ -138,52 +156,35 @@ class StoreEngine:
         if self._engine is None:
             raise StoreError("the store is not open")
         async with self._write_lock:
-            started = self._not_stuck()
+            started = self.circuit.check()
             try:
-                async with self._engine.begin() as conn:
+                async with self.circuit.watch(), self._engine.begin() as conn:
                     return await fn(conn)
             except IntegrityError:
                 raise
-            except SQLAlchemyError as exc:
-                raise self._write_failed(exc, started) from exc
-
-    def _not_stuck(self) -> float:
-        """Raise at once while the database is known to be stuck; else the start time."""
-        now = time.monotonic()
-        if now < self._stuck_until:
-            raise StoreError(
-                f"store write skipped: the database is unavailable ({self._stuck_error}); "
-                f"trying it again in {self._stuck_until - now:.0f} s"
-            )
-        return now
+            except DRIVER_ERRORS as exc:
+                raise self.circuit.failed(exc, started) from exc
 
     async def _fast_tx(self, fn: Any, *, read: bool = False) -> Any:
         """Like `_tx`, on the SQLite fast path (reads too: it is one connection). A read is
         never skipped while writes are: WAL readers do not wait for another process's writer,
         and a session's history must load (issue 9)."""
         async with self._write_lock:
-            started = time.monotonic() if read else self._not_stuck()
+            started = self.circuit.check(write=not read)
             try:
                 return await fn(self._fast)
             except sqlite3.Error as exc:
-                if read:
-                    raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
-                raise self._write_failed(exc, started) from exc
-
-    def _write_failed(self, exc: Exception, started: float) -> StoreError:
-        if time.monotonic() - started >= self.stuck_after_s:
-            self._stuck_until = time.monotonic() + self.stuck_pause_s
-            self._stuck_error = str(getattr(exc, "orig", None) or exc)[:200]
-        return StoreError(f"store write failed: {exc.__class__.__name__}: {exc}")
+                raise self.circuit.failed(exc, started, "read" if read else "write") from exc
 
     async def _query(self, fn: Any) -> Any:
         if self._engine is None:
             raise StoreError("the store is not open")
+        started = self.circuit.check(write=False)
         try:
-            async with self._engine.connect() as conn:
+            async with self.circuit.watch(), self._engine.connect() as conn:
                 return await fn(conn)
-        except SQLAlchemyError as exc:
-            raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+        except DRIVER_ERRORS as exc:
+            raise self.circuit.failed(exc, started, "read") from exc
 
 
 def add_missing_columns(conn: Connection) -> list[str]:
