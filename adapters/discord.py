@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from adapters.discord_catchup import CatchUp
 from adapters.discord_cdn import CdnLinks
 from adapters.discord_client import Endpoints, HermesClient, point_at, restore
 from adapters.discord_inbound import command_event, looks_content_less, message_event
+from adapters.discord_interactions import reply_context
 from adapters.discord_outbound import DiscordOutbox, snowflake
 from adapters.downloader import Downloader, origins
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
@@ -315,7 +317,8 @@ class DiscordAdapter:
             if admission.reply:
                 await interaction.response.send_message(admission.reply, ephemeral=True)
             return
-        await self.outbox.defer(interaction, event.session_key)
+        if await self.outbox.defer(interaction, event.session_key):
+            event = replace(event, reply_context=reply_context(interaction))  # for a replay
         outcome = await self.host.submit(event)
         if outcome == "closed":
             text = "The gateway is restarting; please try again in a moment."
@@ -337,6 +340,9 @@ class DiscordAdapter:
 
     def adopt_preview(self, event: MessageEvent, ref: str) -> None:
         self.outbox.adopt(event, ref)
+
+    def resume_reply(self, event: MessageEvent) -> None:
+        self.outbox.resume(event)
 
     async def _send_typing(self, event: MessageEvent) -> None:
         await self.outbox.typing(snowflake(event.thread_id or event.chat_id, "channel"))

@@ -15,6 +15,7 @@ import aiohttp
 import discord
 import structlog
 
+from adapters.discord_interactions import INTERACTION_TTL_S, StoredInteraction
 from adapters.discord_preview import Preview
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -33,7 +34,6 @@ T = TypeVar("T")
 Remember = Callable[[MessageEvent, str], Awaitable[None]]  # where a preview is, for a replay
 
 LIMIT = 2000
-INTERACTION_TTL_S = 14 * 60.0  # interaction tokens live 15 minutes
 _REMEMBERED = 1024  # interaction id -> the message that answered it, for later references
 _MAX_PREVIEWS = 256
 
@@ -87,9 +87,9 @@ def snowflake(value: str | None, what: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Deferred:
-    interaction: discord.Interaction[Any]
+    followup: Callable[[], discord.Webhook]  # the live interaction's, or rebuilt after a restart
     session_key: str
-    expires: float
+    expires: float  # monotonic
 
 
 class DiscordOutbox:
@@ -162,16 +162,36 @@ class DiscordOutbox:
 
     # -- slash commands -----------------------------------------------------------------------
 
-    async def defer(self, interaction: discord.Interaction[Any], session_key: str) -> None:
-        """Acknowledge within Discord's 3 s ("thinking..."); the answer follows up."""
+    async def defer(self, interaction: discord.Interaction[Any], session_key: str) -> bool:
+        """Acknowledge within Discord's 3 s ("thinking..."); the answer follows up. False when
+        Discord refused: the answer then goes to the channel."""
         self._expire()
         try:
             await guarded(lambda: interaction.response.defer(thinking=True), "defer")
         except AdapterError as exc:
             log.warning("discord.defer_failed", error=str(exc), interaction_id=interaction.id)
-            return  # the answer then goes to the channel
+            return False
         expires = time.monotonic() + INTERACTION_TTL_S
-        self._deferred[str(interaction.id)] = _Deferred(interaction, session_key, expires)
+        deferred = _Deferred(lambda: interaction.followup, session_key, expires)
+        self._deferred[str(interaction.id)] = deferred
+        return True
+
+    def resume(self, event: MessageEvent) -> None:
+        """After a restart: answer ``event`` through the interaction its `reply_context` kept,
+        while the token lives (past that, the answer goes to the channel)."""
+        stored = StoredInteraction.decode(event.reply_context)
+        if stored is None:
+            return
+        left = stored.remaining()
+        if left <= 0:
+            log.info("discord.interaction_expired", interaction_id=event.message_id)
+            return
+        followup = partial(self._rebuilt_followup, stored)
+        expires = time.monotonic() + left
+        self._deferred[event.message_id] = _Deferred(followup, event.session_key, expires)
+
+    def _rebuilt_followup(self, stored: StoredInteraction) -> discord.Webhook:
+        return stored.webhook(self._client())
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -193,14 +213,18 @@ class DiscordOutbox:
     async def _via_interaction(
         self, key: str, deferred: _Deferred, out: OutboundMessage, parts: list[str]
     ) -> bool:
-        followup = deferred.interaction.followup
         delivered = 0
 
         async def one(index: int, part: str) -> None:
             nonlocal delivered
 
             async def call() -> discord.WebhookMessage:
-                return await followup.send(part, wait=True)
+                try:
+                    return await deferred.followup().send(part, wait=True)
+                except discord.HTTPException as exc:
+                    if exc.status == 401:  # the interaction's token, not the bot's: it expired
+                        raise PermanentAdapterError(f"discord followup: {exc.text}") from exc
+                    raise
 
             message = await self._call(call, "followup", True)
             delivered += 1
@@ -216,6 +240,9 @@ class DiscordOutbox:
                 raise
             log.warning("discord.followup_failed", error=str(exc), interaction_id=key)
             return False
+        except AdapterError:
+            self._deferred[key] = deferred  # the redelivery answers through it too
+            raise
         return True
 
     # -- replies ------------------------------------------------------------------------------

@@ -68,6 +68,9 @@ class MessageEvent:
     reply_to: str | None = None
     mentioned: bool = False
     received_at: float = field(default_factory=time.time)
+    # what the adapter needs to answer this message after a restart too (a Discord slash
+    # command's interaction), opaque here; it may hold a credential, so it stays out of repr
+    reply_context: str = field(default="", repr=False, compare=False)
 
     @classmethod
     def create(

@@ -28,6 +28,14 @@ _TOKEN_PATTERNS = re.compile(
     r"|\bxapp-[A-Za-z0-9-]{8,}"  # Slack app token
     r"|(?<=Bearer )[A-Za-z0-9._~+/=-]{8,}"
     r"|(?<=Bot )[A-Za-z0-9._-]{24,}"  # Discord Authorization header
+    r"|\baW50ZXJhY3Rpb246[A-Za-z0-9._-]+"  # Discord interaction token ("interaction:" base64)
+)
+# Discord interaction and webhook tokens travel in URLs and in gateway payloads, and discord.py
+# logs both at debug: the part after the prefix (a URL path; a "token" key, quoted as in a repr
+# or JSON, escaped at any depth: an inbox row's payload inside a logged SQL call) is the secret
+_PREFIXED_TOKENS = re.compile(
+    r"(/(?:webhooks|interactions)/\d+/)[A-Za-z0-9._~-]{16,}"
+    r"""|((?:'|\\*")token(?:'|\\*")\s*:\s*(?:'|\\*"))[^'"\\]{8,}"""
 )
 
 
@@ -49,6 +57,7 @@ class Redactor:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, "***")
+        text = _PREFIXED_TOKENS.sub(lambda m: f"{m[1] or m[2]}***", text)
         return _TOKEN_PATTERNS.sub("***", text)
 
 

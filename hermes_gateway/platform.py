@@ -118,6 +118,17 @@ class PreviewResumer(Protocol):
         ...
 
 
+@runtime_checkable
+class ReplyResumer(Protocol):
+    """An adapter that keeps how to answer a message in its `MessageEvent.reply_context`."""
+
+    def resume_reply(self, event: MessageEvent) -> None:
+        """``event`` came back from the inbox after a restart and is about to be answered:
+        answer it the way its `reply_context` says while that still works (a Discord
+        interaction whose token lives), else as a plain reply."""
+        ...
+
+
 def adapter_class(name: str) -> Any:
     """Import an adapter's class (blocking: an SDK import takes a few hundred ms, so the
     gateway calls this on a worker thread)."""

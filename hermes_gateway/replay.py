@@ -18,7 +18,7 @@ from hermes_gateway.config import Config
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.platform import Adapter, PreviewResumer
+from hermes_gateway.platform import Adapter, PreviewResumer, ReplyResumer
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sessions import Pending
 from hermes_gateway.store import Store, Undelivered
@@ -103,8 +103,17 @@ class Replayer:
             run_id=newest[0].run_id,
             skip_parts=sent,
         )
+        self._resume([u.event for u in group])
         ids = [u.inbox_id for u in group]
         await self.delivery.send(out, ids, outcome="replayed", event=event)
+
+    def _resume(self, events: list[MessageEvent]) -> None:
+        """Let the adapter answer these messages the way it meant to (a slash command through
+        its interaction) rather than as a plain reply, when it kept how in the inbox."""
+        for ev in events:
+            adapter = self.adapters.get(ev.platform)
+            if ev.reply_context and isinstance(adapter, ReplyResumer):
+                adapter.resume_reply(ev)
 
     def _adopt(self, event: MessageEvent, refs: list[str | None]) -> None:
         """Hand the newest half-written preview to the adapter, keyed where the next preview
@@ -130,6 +139,7 @@ class Replayer:
             log.info("replay.session", session_key=key, messages=len(items))
             # the run answering them streams into (or replies in) the killed run's preview
             self._adopt(items[-1].event, [previews.get(p.inbox_id or 0) for p in items])
+            self._resume([p.event for p in items])
             if self.runner.table.active(key) is None:
                 self.runner.start(items)
             else:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 
 import pytest
 
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage, build_session_key
+from hermes_gateway.store import event_from_json
 
 
 class TestSessionKey:
@@ -114,6 +116,18 @@ class TestMessageEvent:
             out.text = "changed"  # type: ignore[misc]
         with pytest.raises(dataclasses.FrozenInstanceError):
             Attachment(kind="image").path = "/tmp/x"  # type: ignore[misc]
+
+    def test_reply_context_survives_the_inbox_and_stays_out_of_repr(self) -> None:
+        """It may hold a credential (a Discord interaction token); rows written before it
+        existed load with none."""
+        event = dataclasses.replace(_event(), reply_context='{"token": "s3cr3t-token"}')
+        assert "s3cr3t-token" not in repr(event)
+        assert event_from_json(json.dumps(dataclasses.asdict(event))).reply_context == (
+            event.reply_context
+        )
+        old_row = dataclasses.asdict(_event())
+        del old_row["reply_context"]
+        assert event_from_json(json.dumps(old_row)).reply_context == ""
 
     @pytest.mark.parametrize(
         "make",

@@ -231,3 +231,31 @@ class TestRedactor:
     def test_telegram_token_inside_a_bot_url(self) -> None:
         url = f"https://api.telegram.org/bot{LOOSE_TELEGRAM}/getMe"
         assert LOOSE_TELEGRAM not in Redactor()(url)
+
+    def test_discord_interaction_tokens(self) -> None:
+        """In the URLs discord.py logs at debug (callback, followup, @original), and bare."""
+        token = "Xk3_" + "q" * 40
+        base = "https://discord.com/api/v10"
+        urls = [
+            f"POST {base}/interactions/1234567/{token}/callback with None has returned 204",
+            f"Webhook ID 1000 with POST {base}/webhooks/1000/{token}?wait=true has returned 200",
+            f"PATCH {base}/webhooks/1000/{token}/messages/@original",
+        ]
+        for line in urls:
+            redacted = Redactor()(line)
+            assert token not in redacted
+            assert "/***" in redacted
+        real = "aW50ZXJhY3Rpb246OjEyMzQ1Njc4OTAxMjM0NTY3ODk6" + "Ab-_" * 20
+        assert Redactor()(f"token={real} end") == "token=*** end"
+
+    def test_token_keys_in_payloads(self) -> None:
+        """discord.py logs gateway payloads (a dict repr) at debug; JSON log lines escape."""
+        token = "I2TuOC0_VfEfSGxJGQSYjDLU"
+        for line in (
+            f"WebSocket Event: {{'id': '1', 'token': '{token}', 'version': 1}}",
+            json.dumps({"event": json.dumps({"token": token, "n": 1})}),
+            json.dumps({"event": repr((json.dumps({"ctx": json.dumps({"token": token})}),))}),
+        ):
+            redacted = Redactor()(line)
+            assert token not in redacted
+            assert "token" in redacted and "***" in redacted

@@ -118,6 +118,7 @@ class _Interaction:
     user: dict
     responded: bool = False
     original: dict | None = None
+    created: float = field(default_factory=time.time)
 
 
 class FakeDiscord(FakeServer):
@@ -151,6 +152,8 @@ class FakeDiscord(FakeServer):
         self.message_content_intent = True
         # Discord echoes the bot's own messages/edits/deletes back over the gateway.
         self.echo_bot_messages = True
+        # Interaction tokens die this long after the interaction: webhooks then answer 401.
+        self.interaction_lifetime_s = 15 * 60.0
         self._init_observations()
         self.bot_user = make_user(bot_id, bot_name, bot=True)
         self._owner = make_user(owner_id, "owner")
@@ -321,6 +324,11 @@ class FakeDiscord(FakeServer):
         fault = _Fault(method.upper(), re.compile(path_regex), status, retry_after, times, body)
         with self._faults_lock:
             self._faults.append(fault)
+
+    def clear_faults(self) -> None:
+        """Forget the faults `fail_next` armed and no request has taken yet."""
+        with self._faults_lock:
+            self._faults.clear()
 
     def _take_fault(self, method: str, path: str) -> web.Response | None:
         with self._faults_lock:
@@ -560,6 +568,8 @@ class FakeDiscord(FakeServer):
             raise ApiError(404, 10062, "Unknown interaction")
         if app not in (None, str(self.application_id)):
             raise ApiError(404, 10015, "Unknown Webhook")
+        if app is not None and time.time() - inter.created > self.interaction_lifetime_s:
+            raise ApiError(401, 50027, "Invalid Webhook Token")
         return inter
 
     async def _interaction_callback(self, request: web.Request) -> web.Response:
