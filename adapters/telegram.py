@@ -24,7 +24,13 @@ from adapters.telegram_delivery import Outbox, Sender, call, chat_ref
 from adapters.telegram_http import AiohttpRequest
 from adapters.telegram_normalize import BotIdentity, normalize
 from adapters.telegram_poller import Poller
-from adapters.telegram_transport import PollMonitor, PollRequest, TokenLock, download_media
+from adapters.telegram_transport import (
+    PollMonitor,
+    PollRequest,
+    TokenLock,
+    bounded,
+    download_media,
+)
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -157,7 +163,7 @@ class TelegramAdapter:
         if self.poller is not None and self._live:
             await self.poller.confirm()
         if self.app.running:
-            await _bounded(self.app.stop(), 5, "telegram.app_stop")
+            await bounded(self.app.stop(), 5, "telegram.app_stop")
         self._live = False
         self._state = "stopped"
 
@@ -167,7 +173,7 @@ class TelegramAdapter:
         await self.outbox.close()
         if self.app.running:
             await self.stop()
-        await _bounded(self.app.shutdown(), 5, "telegram.shutdown")
+        await bounded(self.app.shutdown(), 5, "telegram.shutdown")
         if self.poller is not None:
             await self.poller.close()
         await asyncio.to_thread(self.lock.release)
@@ -287,7 +293,7 @@ class TelegramAdapter:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-            await _bounded(self._go_live(), self.request_timeout * 2, "telegram.polling_restart")
+            await bounded(self._go_live(), self.request_timeout * 2, "telegram.polling_restart")
 
     def _on_poll_error(self, exc: TelegramError) -> None:
         failures = self.monitor.failures
@@ -392,10 +398,3 @@ class TelegramAdapter:
         `media_max_bytes` raise `PermanentAdapterError`."""
         media = self.host.config.home_path / "media"
         return await download_media(self.app.bot, attachment, self.config.media_max_bytes, media)
-
-
-async def _bounded(coro: Any, seconds: float, what: str) -> None:
-    try:
-        await asyncio.wait_for(coro, seconds)
-    except Exception as exc:
-        log.warning(what, error=repr(exc))

@@ -192,3 +192,12 @@ async def download_media(bot: Bot, attachment: Attachment, cap: int, folder: Pat
 def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+
+
+async def bounded(coro: Any, seconds: float, what: str) -> None:
+    """Await ``coro`` for at most ``seconds``; a failure or timeout is logged as ``what``
+    (shutting down and restarting must go on whatever one step does)."""
+    try:
+        await asyncio.wait_for(coro, seconds)
+    except Exception as exc:
+        log.warning(what, error=repr(exc))

@@ -266,7 +266,8 @@ class GatewayRunner:
         """Hand the guard to the next pending turn, or release it. No await: atomic."""
         if run.grace_timer is not None:
             run.grace_timer.cancel()
-        items = [] if self.draining else self._take_turn(run.key)
+        merge = self.config.busy_policy not in ("queue", "latest")
+        items = [] if self.draining else self.table.take_turn(run.key, merge=merge)
         if items:
             nxt = Run(run.key, items, run.carry_forward)
             self.table.hand_over(run.key, run, nxt)
@@ -278,20 +279,6 @@ class GatewayRunner:
             self._background(
                 self._reply(run, "Interrupted.", "notice", "interrupted", run.carry_forward)
             )
-
-    def _take_turn(self, key: str) -> list[Pending]:
-        first = self.table.pop_one(key)
-        if first is None:
-            return []
-        if first.separate or self.config.busy_policy in ("queue", "latest"):
-            return [first]
-        items = [first]
-        while (nxt := self.table.pop_one(key)) is not None:
-            if nxt.separate:
-                self.table.push_front(key, [nxt])
-                break
-            items.append(nxt)
-        return items
 
     # -- interrupting, stopping, shutting down ------------------------------------------
 

@@ -82,6 +82,22 @@ class SessionTable(Generic[R]):
         slot = self._slots.get(key)
         return slot.pending.popleft() if slot and slot.pending else None
 
+    def take_turn(self, key: str, *, merge: bool) -> list[Pending]:
+        """What the next run answers: the first pending message, with (``merge``) those after
+        it up to a separate one (`/queue`), which waits for a turn of its own."""
+        first = self.pop_one(key)
+        if first is None:
+            return []
+        if first.separate or not merge:
+            return [first]
+        items = [first]
+        while (nxt := self.pop_one(key)) is not None:
+            if nxt.separate:
+                self.push_front(key, [nxt])
+                break
+            items.append(nxt)
+        return items
+
     def pop_all(self, key: str) -> list[Pending]:
         slot = self._slots.get(key)
         if not slot:
