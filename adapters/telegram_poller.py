@@ -5,7 +5,7 @@ after every update of it was taken into the inbox, so a crash never loses one.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import structlog
@@ -21,22 +21,23 @@ Take = Callable[[Update], Awaitable[None]]
 OnError = Callable[[TelegramError], None]
 
 
-def parse_updates(items: Any, bot: Bot | None) -> list[tuple[Update | None, int]]:
-    """Each usable item of a getUpdates ``result`` as (update, update_id); the update is None
-    when python-telegram-bot cannot parse it (logged): its id still moves the offset past it,
-    or Telegram would hand it over again forever. Items without an id are dropped."""
-    parsed: list[tuple[Update | None, int]] = []
+def parse_updates(items: Any, bot: Bot | None) -> Iterator[tuple[Update | None, int]]:
+    """Each usable item of a getUpdates ``result`` as (update, update_id), parsed as it is
+    reached (the caller's awaits between items keep a 20-update burst off the loop in one
+    stretch); the update is None when python-telegram-bot cannot parse it (logged): its id
+    still moves the offset past it, or Telegram would hand it over again forever. Items
+    without an id are dropped."""
     for item in items if isinstance(items, list) else [items]:
         uid = item.get("update_id") if isinstance(item, dict) else None
         if not isinstance(uid, int) or isinstance(uid, bool):
             log.warning("telegram.update_unusable", reason="no update_id", update=repr(item)[:200])
             continue
         try:
-            parsed.append((Update.de_json(item, bot), uid))
+            update: Update | None = Update.de_json(item, bot)
         except Exception as exc:
             log.warning("telegram.update_unparseable", update_id=uid, error=repr(exc)[:200])
-            parsed.append((None, uid))
-    return parsed
+            update = None
+        yield update, uid
 
 
 class Poller:
@@ -121,10 +122,11 @@ class Poller:
 
     async def _take_all(self, items: Any) -> int:
         """Take each update in order; returns how many had an id."""
-        parsed = parse_updates(items, self.bot)
-        for update, uid in parsed:
+        count = 0
+        for update, uid in parse_updates(items, self.bot):
+            count += 1
             if update is not None:
                 await self.take(update)  # stored in the inbox before the offset moves past it
             if self.offset is None or uid >= self.offset:
                 self.offset = uid + 1
-        return len(parsed)
+        return count
