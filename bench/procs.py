@@ -115,7 +115,8 @@ class Child:
 
 def start_fake(workdir: Path, kind: str, name: str) -> tuple[Child, str]:
     """A fake (``telegram``: its root URL; ``openai``: its …/v1 URL) as a process."""
-    args = ["--token", TOKEN] if kind == "telegram" else ["--api-key", "sk-fake"]
+    # the fake model keeps only the last request body: the gateway's carry its whole history
+    args = ["--token", TOKEN] if kind == "telegram" else ["--api-key", "sk-fake", "--keep", "1"]
     child = Child(name, _module(f"tests.fakes.{kind}", *args), workdir, stdout=True)
     try:
         line = child.read_line(20)

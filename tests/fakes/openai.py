@@ -168,7 +168,11 @@ class FakeOpenAI(FakeServer):
     """Scripted OpenAI-compatible server; see the module docstring and `push`."""
 
     def __init__(
-        self, api_key: str | None = "sk-fake", models: list[str] | None = None, port: int = 0
+        self,
+        api_key: str | None = "sk-fake",
+        models: list[str] | None = None,
+        port: int = 0,
+        keep: int | None = None,
     ) -> None:
         super().__init__(port)
         self.api_key = api_key  # None accepts any key
@@ -177,7 +181,11 @@ class FakeOpenAI(FakeServer):
         self.delay = 0.0
         self._lock = threading.Lock()
         self._script: deque[Response] = deque()
-        self._requests: list[dict[str, Any]] = []
+        # every request body (tests read them), or the last ``keep``: a benchmark's thousands
+        # of requests, each with the whole history, made this process's heap grow by the
+        # square of the history and its garbage collections stall the side that sends one
+        self._requests: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._count = 0
         self._ids = {"call_": 0, "chatcmpl-": 0}
         self.in_flight = 0
         self.max_in_flight = 0
@@ -217,6 +225,7 @@ class FakeOpenAI(FakeServer):
         with self._lock:
             self._script.clear()
             self._requests.clear()
+            self._count = 0
             self.max_in_flight = self.in_flight
             self.cancelled = 0
 
@@ -274,7 +283,7 @@ class FakeOpenAI(FakeServer):
         with self._lock:
             last = self._requests[-1] if self._requests else {}
             return {
-                "requests": len(self._requests),
+                "requests": self._count,
                 "last_messages": len(last.get("messages") or []),  # history sent, by turns
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
@@ -311,6 +320,7 @@ class FakeOpenAI(FakeServer):
             return web.json_response(error_body(400, "body is not valid JSON"), status=400)
         with self._lock:
             self._requests.append(body)
+            self._count += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -464,11 +474,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--api-key", default="sk-fake")
     parser.add_argument("--model", action="append", dest="models")
+    parser.add_argument("--keep", type=int, default=None, help="request bodies kept (all)")
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    fake = FakeOpenAI(api_key=args.api_key, models=args.models, port=args.port)
+    fake = FakeOpenAI(api_key=args.api_key, models=args.models, port=args.port, keep=args.keep)
     fake.delay = args.delay
     fake.start()
     print(f"READY {fake.base_url}", flush=True)

@@ -313,3 +313,13 @@ def test_cli_prints_ready_and_serves() -> None:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_keep_bounds_the_bodies_held_but_not_the_count() -> None:
+    with FakeOpenAI(api_key="sk-fake", keep=1) as bounded:
+        client = openai.OpenAI(base_url=bounded.base_url, api_key="sk-fake", max_retries=0)
+        for n in range(3):
+            chat(client, [{"role": "user", "content": f"message {n}"}])
+        assert bounded.stats()["requests"] == 3
+        [last] = bounded.requests
+        assert last["messages"] == [{"role": "user", "content": "message 2"}]
