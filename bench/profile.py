@@ -41,7 +41,7 @@ ACTIVITIES = (
         ("hermes_gateway/delivery.py", "telegram_delivery.py", "on_text (bench/floor.py"),
     ),
     # before polling: the gateway's poller calls intake (the floor's intake is PTB's dispatch)
-    ("intake (normalize, access, submit)", ("adapters/telegram.py", "hermes_gateway/server.py")),
+    ("intake (normalize, access, submit)", ("TelegramAdapter._take", "hermes_gateway/server.py")),
     (
         "long polling (getUpdates)",
         ("telegram/ext/_updater.py", "telegram_transport.py", "telegram_poller.py"),
