@@ -19,11 +19,16 @@ from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.platform import Adapter, PreviewResumer, ReplyResumer
+from hermes_gateway.run import with_text
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sessions import Pending
 from hermes_gateway.store import Store, Undelivered
 
 log = structlog.get_logger("hermes.replay")
+RESTARTED = (
+    "I restarted before I could act on /{command}, so I did not; send it again if you still "
+    "need it."
+)
 
 
 class Replayer:
@@ -127,14 +132,18 @@ class Replayer:
         self, entries: list[tuple[int, MessageEvent]], previews: dict[int, str]
     ) -> None:
         by_session: dict[str, list[Pending]] = {}
-        stale_commands: list[int] = []
+        commands: list[tuple[int, MessageEvent, str]] = []
         for inbox_id, ev in entries:
-            if parse_command(ev.text) is not None:
-                stale_commands.append(inbox_id)  # a /stop from before the restart means nothing now
+            parsed = parse_command(ev.text)
+            if parsed is None:
+                by_session.setdefault(ev.session_key, []).append(Pending(ev, inbox_id))
                 continue
-            by_session.setdefault(ev.session_key, []).append(Pending(ev, inbox_id))
-        if stale_commands:
-            await self.store.mark(stale_commands, "expired")
+            name, args = parsed
+            if name in ("queue", "steer") and args:  # they carry a message: it runs
+                item = Pending(with_text(ev, args), inbox_id, separate=name == "queue")
+                by_session.setdefault(ev.session_key, []).append(item)
+            else:
+                commands.append((inbox_id, ev, name))
         for key, items in by_session.items():
             log.info("replay.session", session_key=key, messages=len(items))
             # the run answering them streams into (or replies in) the killed run's preview
@@ -144,6 +153,14 @@ class Replayer:
                 self.runner.start(items)
             else:
                 self.runner.table.push_front(key, items)
+        await asyncio.gather(*(self._not_done(*c) for c in commands))
+
+    async def _not_done(self, inbox_id: int, ev: MessageEvent, command: str) -> None:
+        """A command from before the restart is not carried out now (a /stop or /new meant a
+        state that is gone), but not dropped unsaid either."""
+        self._resume([ev])
+        notice = OutboundMessage.to(ev, RESTARTED.format(command=command), kind="notice")
+        await self.delivery.send(notice, [inbox_id], outcome="expired", status="dropped", event=ev)
 
 
 def by_reply(undelivered: list[Undelivered]) -> list[list[Undelivered]]:
