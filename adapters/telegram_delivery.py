@@ -92,10 +92,7 @@ class Sender:
         self.request = request
 
     async def _call(self, method: str, **fields: Any) -> Any:
-        try:
-            return await self.request.call(f"{self.bot.base_url}/{method}", fields)
-        except EndPointNotFound as exc:  # only do_api_request raises it; be safe all the same
-            raise InvalidToken(str(exc)) from exc
+        return await self.request.call(f"{self.bot.base_url}/{method}", fields)
 
     async def send(
         self,
