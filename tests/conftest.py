@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
 
+from hermes_gateway.store import Store
 from tests.fakes.openai import FakeOpenAI
 
 
@@ -34,6 +36,15 @@ def fake_llm(openai_server: FakeOpenAI) -> Iterator[FakeOpenAI]:
     openai_server.reset()
     openai_server.responder = None
     openai_server.delay = 0.0
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """An open SQLite store in the test's directory (``state.db``)."""
+    s = Store(f"sqlite+aiosqlite:///{tmp_path}/state.db")
+    await s.open()
+    yield s
+    await s.close()
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,29 @@ import aiohttp
 import yaml
 
 from hermes_gateway.config import Config, load_config
+from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway
+
+
+def dm(
+    message_id: str,
+    text: str,
+    *,
+    platform: str = "telegram",
+    chat: str = "555",
+    user: str | None = None,
+    **fields: Any,
+) -> MessageEvent:
+    """A direct message as an adapter would normalize it (the user is the chat unless given)."""
+    return MessageEvent.create(
+        platform=platform,
+        chat_type="dm",
+        chat_id=chat,
+        user_id=user or chat,
+        message_id=message_id,
+        text=text,
+        **fields,
+    )
 
 
 def make_config(tmp_path: Path, llm_url: str | None, **sections: Any) -> Config:

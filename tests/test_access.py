@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from hermes_gateway.access import AccessPolicy
@@ -12,14 +9,6 @@ from hermes_gateway.config import TelegramConfig
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.pairing import MAX_BAD_TRIES, PairingBook, PairingError
 from hermes_gateway.store import Store
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(f"sqlite+aiosqlite:///{tmp_path}/state.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 def msg(user: str = "42", chat_type: str = "dm", mentioned: bool = False) -> MessageEvent:

@@ -4,8 +4,6 @@ reply got and resumes there (in the background and at the next start), never fro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +23,7 @@ from hermes_gateway.parts import send_parts
 from hermes_gateway.platform import Health
 from hermes_gateway.replay import by_reply
 from hermes_gateway.store import Store, Undelivered
+from tests.harness import dm
 
 PARTS = ["one", "two", "three"]
 
@@ -128,23 +127,7 @@ class SplittingAdapter:
 
 
 def event(message_id: str = "m1", received_at: float = 1.0) -> MessageEvent:
-    return MessageEvent.create(
-        platform="fake",
-        chat_type="dm",
-        chat_id="c1",
-        user_id="u1",
-        message_id=message_id,
-        text="hi",
-        received_at=received_at,
-    )
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(f"sqlite+aiosqlite:///{tmp_path}/state.db")
-    await s.open()
-    yield s
-    await s.close()
+    return dm(message_id, "hi", platform="fake", chat="c1", user="u1", received_at=received_at)
 
 
 async def parts_sent(store: Store, inbox_id: int) -> tuple[str, int]:

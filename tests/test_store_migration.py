@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.store import Store
+from tests.harness import dm
 
 # The inbox exactly as the release before `parts_sent` and `preview` created it.
 OLD_INBOX = """
@@ -37,14 +38,7 @@ CREATE INDEX ix_inbox_status ON inbox (status);
 
 
 def event(message_id: str) -> MessageEvent:
-    return MessageEvent.create(
-        platform="telegram",
-        chat_type="dm",
-        chat_id="555",
-        user_id="555",
-        message_id=message_id,
-        text=f"message {message_id}",
-    )
+    return dm(message_id, f"message {message_id}")
 
 
 INSERT_OLD_ROW = (

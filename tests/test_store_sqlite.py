@@ -29,15 +29,10 @@ async def a_whole_turn(store: Store) -> None:
     assert (to_run, to_send) == ([], [])
 
 
-async def test_sqlite_runs_on_the_fast_path(tmp_path: Path) -> None:
-    store = Store(f"sqlite+aiosqlite:///{tmp_path / 'state.db'}")
-    await store.open()
-    try:
-        # an aiosqlite release without the seam would fall back silently: fail here instead
-        assert store._fast is not None
-        await a_whole_turn(store)
-    finally:
-        await store.close()
+async def test_sqlite_runs_on_the_fast_path(store: Store) -> None:
+    # an aiosqlite release without the seam would fall back silently: fail here instead
+    assert store._fast is not None
+    await a_whole_turn(store)
 
 
 async def test_a_failing_statement_undoes_the_whole_transaction(tmp_path: Path) -> None:

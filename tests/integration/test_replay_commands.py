@@ -14,7 +14,7 @@ from hermes_gateway.events import MessageEvent
 from hermes_gateway.store import Store
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram
-from tests.harness import running_gateway
+from tests.harness import dm, running_gateway
 from tests.integration.test_telegram import TOKEN, tg_config, user_texts
 from tests.integration.test_telegram import fast_adapter as fast_adapter  # autouse fixture
 
@@ -28,14 +28,7 @@ def tg() -> Iterator[FakeTelegram]:
 
 
 def left_over(chat: int, text: str) -> MessageEvent:
-    return MessageEvent.create(
-        platform="telegram",
-        chat_type="dm",
-        chat_id=str(chat),
-        user_id=str(chat),
-        message_id="1",
-        text=text,
-    )
+    return dm("1", text, chat=str(chat))
 
 
 async def test_left_over_commands_are_run_or_answered_after_a_restart(

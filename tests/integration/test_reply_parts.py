@@ -23,7 +23,7 @@ from tests.fakes.discord import FakeDiscord
 from tests.fakes.openai import FakeOpenAI, text
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import ApiError, FakeTelegram, plain_text
-from tests.harness import eventually, running_gateway
+from tests.harness import dm, eventually, running_gateway
 from tests.integration.test_discord_kit import ALICE, bot_posts, discord_config, discord_gateway
 from tests.integration.test_discord_kit import fake_discord as discord_fake
 from tests.integration.test_slack import slack_config, started, texts
@@ -152,13 +152,9 @@ async def test_slack_resumes_at_the_part_that_failed(
 
 
 def left_over(message_id: str, received_at: float = 0.0) -> MessageEvent:
-    return MessageEvent.create(
-        platform="telegram",
-        chat_type="dm",
-        chat_id="555",
-        user_id="555",
-        message_id=message_id,
-        text=f"question {message_id}",
+    return dm(
+        message_id,
+        f"question {message_id}",
         **({"received_at": received_at} if received_at else {}),
     )
 
