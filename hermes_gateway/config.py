@@ -6,6 +6,7 @@ resulting frozen `Config` is passed down explicitly.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import re
@@ -96,7 +97,34 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     return config
 
 
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_CONFIG_BYTES = 1024 * 1024  # a real config is a few KB; /dev/zero or a 50 MB file is not
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's parser when present (deep nesting stops at its depth limit in milliseconds
+    where the pure-Python loader recursed for a second), with duplicate keys refused: YAML
+    would keep the last one silently, and a second ``token:`` is usually a paste mistake."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may be overridden by the mapping's own keys
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(str(key), seen[key], line)
+                seen[key] = line
+            except TypeError:
+                pass  # an unhashable key: the constructor below names it
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
 def _read_yaml(path: str | Path | None, env: Mapping[str, str]) -> Any:
@@ -106,16 +134,13 @@ def _read_yaml(path: str | Path | None, env: Mapping[str, str]) -> Any:
         if candidate is None or not candidate.exists():
             return {}
         path = candidate
+    text = _read_text(Path(path))
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("", f"cannot read config file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError("", f"{path} is not UTF-8 text (byte {exc.start})") from None
-    try:
-        # libyaml when present: much faster, and deep nesting stops at its depth limit in
-        # milliseconds where the pure-Python loader recursed for a second
-        loaded = yaml.load(text, Loader=_SAFE_LOADER)
+        loaded = yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as exc:
+        raise ConfigError(
+            exc.key, f"appears twice in the same mapping (lines {exc.first} and {exc.second})"
+        ) from None
     except RecursionError:
         raise ConfigError("", f"{path} nests too deeply to be a config") from None
     except yaml.YAMLError as exc:
@@ -123,6 +148,22 @@ def _read_yaml(path: str | Path | None, env: Mapping[str, str]) -> Any:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError("", f"{path} is not valid YAML{where}") from None
     return {} if loaded is None else loaded
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, read no further than `MAX_CONFIG_BYTES` (a device or a huge file
+    must not take seconds and gigabytes before it is refused)."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError("", f"cannot read config file {path}: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError("", f"{path} is larger than {MAX_CONFIG_BYTES // 1024} KiB: not a config")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
 MAX_VALUES = 100_000  # YAML aliases can make a few lines expand to billions of values
@@ -224,10 +265,8 @@ def _check_semantics(config: Config) -> None:
             raise ConfigError(
                 key, f"must be set when platforms.{platform}.enabled is true (or set {var})"
             )
-    if not _is_loopback(config.control.host) and not config.control.token:
-        raise ConfigError(
-            "control.token", "must be set when control.host is not a loopback address"
-        )
+    _check_control_token(config)
+    _check_store_url(config.store.url)
     tg = p.telegram
     if tg.enabled and tg.mode == "webhook":
         if not tg.webhook_url:
@@ -236,6 +275,45 @@ def _check_semantics(config: Config) -> None:
             raise ConfigError("platforms.telegram.webhook_secret", "must be set in webhook mode")
     if config.watchdog.fatal_s * 1000 <= config.watchdog.warn_ms:
         raise ConfigError("watchdog.fatal_s", "must be longer than watchdog.warn_ms")
+
+
+MIN_TOKEN_CHARS = 16
+
+
+def _check_control_token(config: Config) -> None:
+    token = config.control.token
+    if _is_loopback(config.control.host):
+        return
+    if not token:
+        raise ConfigError(
+            "control.token", "must be set when control.host is not a loopback address"
+        )
+    if token != token.strip() or len(set(token)) < 4 or len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            "control.token",
+            f"is too weak for a non-loopback control.host: use at least {MIN_TOKEN_CHARS} "
+            "random characters with no surrounding spaces (e.g. `openssl rand -hex 24`)",
+        )
+
+
+_STORE_DRIVERS = {"sqlite+aiosqlite": None, "postgresql+asyncpg": "asyncpg"}
+
+
+def _check_store_url(url: str | None) -> None:
+    if url is None:
+        return
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in _STORE_DRIVERS:
+        raise ConfigError(
+            "store.url",
+            f"unsupported database {scheme or url[:40]!r}: use sqlite+aiosqlite:///PATH or "
+            "postgresql+asyncpg://USER:PASSWORD@HOST/DB",
+        )
+    module = _STORE_DRIVERS[scheme]
+    if module and importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            "store.url", f"needs the {module} driver: pip install 'hermes-gateway[postgres]'"
+        )
 
 
 def _is_loopback(host: str) -> bool:

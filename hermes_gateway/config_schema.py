@@ -33,7 +33,7 @@ class RunnerConfig(_Section):
 
 
 class StoreConfig(_Section):
-    url: str | None = None
+    url: str | None = None  # sqlite+aiosqlite:///PATH or postgresql+asyncpg://...
     replay_max_age_s: float = Field(3600, ge=0)
     inbox_retention_days: float = Field(7, ge=1)
     media_retention_days: float = Field(7, gt=0)
@@ -54,7 +54,8 @@ class ModelConfig(_Section):
     max_retries: int = Field(2, ge=0, le=10)
     stream: bool = True
     temperature: float | None = None
-    system_prompt: str = ""
+    # a system prompt rides along with every model call: 64 K characters is ~16 K tokens
+    system_prompt: str = Field("", max_length=65_536)
     context_budget: int = Field(100_000, ge=0)  # tokens; 0 = never compact on its own
 
 

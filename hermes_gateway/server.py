@@ -221,6 +221,17 @@ class Gateway:
         logging.getLogger().setLevel(new.logging.level.upper())
         log.info("config.reloaded", log_level=new.logging.level)
 
+    async def _listen(self) -> None:
+        """Open the control port; an address we cannot listen on is the operator's to fix, so
+        it is a configuration error (exit 78: systemd must not restart into the same wall)."""
+        try:
+            await self.control.start()
+        except OSError as exc:
+            where = f"{self.config.control.host}:{self.config.control.port}"
+            raise ConfigError(
+                "control.port", f"cannot listen on {where}: {exc.strerror or exc}"
+            ) from None
+
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()
         self.tool_host.bind(loop)
@@ -242,7 +253,7 @@ class Gateway:
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
             self.adapters[name] = load_adapter(name, self, cls)
-        await self.control.start()
+        await self._listen()
         for name, adapter in self.adapters.items():
             await adapter.start()
             log.info("adapter.started", platform=name)

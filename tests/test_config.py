@@ -253,8 +253,8 @@ class TestSemantics:
 
     @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5"])
     def test_public_control_host_with_token(self, load: Any, host: str) -> None:
-        config = load(f"control:\n  host: '{host}'\n  token: s3cret\n")
-        assert config.control.token == "s3cret"
+        config = load(f"control:\n  host: '{host}'\n  token: s3cret-0123456789abcdef\n")
+        assert config.control.token == "s3cret-0123456789abcdef"
 
     @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
     def test_loopback_host_needs_no_token(self, load: Any, host: str) -> None:

@@ -29,6 +29,28 @@ def system_resolver(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
+# Prefixes that reach an IPv4 (or site-local) address through a translator or a tunnel:
+# NAT64's local-use prefix and the IPv4-compatible block. Python's `is_global` calls them
+# global, and a router would carry a request to 64:ff9b:1::a00:1 on to 10.0.0.1.
+_TRANSLATING_V6 = (
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+    ipaddress.IPv6Network("::/96"),
+)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries to its translator: NAT64's well-known
+    prefix, 6to4, Teredo's client; the guard checks it as if it were the address."""
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    return None
+
+
 class SsrfGuard:
     """Decides which addresses the web tools may reach."""
 
@@ -53,7 +75,15 @@ class SsrfGuard:
             return True
         if ip.is_multicast or ip.is_unspecified:
             return False
-        return self.allow_private or ip.is_global
+        if self.allow_private:
+            return True
+        if isinstance(ip, ipaddress.IPv6Address):
+            if any(ip in net for net in _TRANSLATING_V6):
+                return False
+            inner = embedded_ipv4(ip)
+            if inner is not None and not self.address_allowed(str(inner)):
+                return False
+        return ip.is_global
 
     def pin(self, url: httpx.URL) -> str:
         """The checked address to connect to for ``url``; `ToolError` when refused."""
