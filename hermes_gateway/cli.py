@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 
 from hermes_gateway import __version__
-from hermes_gateway.config import Config, load_config
+from hermes_gateway.config import Config, config_path, load_config
 from hermes_gateway.errors import AdapterAuthError, ConfigError, StoreError
 
 EXIT_OK = 0
@@ -101,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"http://{_client_host(config.control.host)}:{config.control.port}"
     )
     if args.command == "config":
-        print(f"config OK (home: {config.home})")
+        checked = config_path(args.config)
+        print(f"config OK: {checked or 'no config file, built-in defaults'} (home: {config.home})")
         return EXIT_OK
     if args.command == "chat":
         from hermes_gateway.chat import run_chat

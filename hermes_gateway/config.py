@@ -59,7 +59,9 @@ __all__ = [
     "VisionToolConfig",
     "WatchdogConfig",
     "WebToolConfig",
+    "config_path",
     "load_config",
+    "read_env_file",
     "systemd_notify_socket",
     "tool_environment",
 ]
@@ -71,12 +73,16 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """Read, interpolate and validate the config; raise `ConfigError` naming the key.
 
-    Precedence: ``path``, else ``$HERMES_HOME/config.yaml``, else built-in defaults.
-    ``HERMES_HOME`` overrides ``home``.
+    Precedence: ``path``, else ``$HERMES_HOME/config.yaml`` (``~/.hermes`` when unset), else
+    built-in defaults. ``HERMES_HOME`` overrides ``home``. ``${VAR}`` is looked up in the
+    environment, then in ``<home>/gateway.env``.
     """
     env = dict(os.environ if environ is None else environ)
     try:
         raw = _read_yaml(path, env)
+        # the secrets file systemd's unit reads: every command (`config check`, `chat`,
+        # `doctor`, a foreground run) sees it too; the real environment wins
+        env = {**read_env_file(_home_of(raw, env) / "gateway.env"), **env}
         data = _interpolate(raw, env, "", [MAX_VALUES])
     except RecursionError:
         raise ConfigError("", "the config nests too deeply or refers to itself") from None
@@ -97,6 +103,7 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     return config
 
 
+DEFAULT_HOME = "~/.hermes"
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config is a few KB; /dev/zero or a 50 MB file is not
 
 
@@ -127,13 +134,48 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ign
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
+def config_path(path: str | Path | None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The file `load_config` reads: ``path``, else ``<home>/config.yaml`` when it exists."""
+    if path is not None:
+        return Path(path)
+    env = os.environ if environ is None else environ
+    candidate = Path(_expand_user(env.get("HERMES_HOME") or DEFAULT_HOME, env)) / "config.yaml"
+    return candidate if candidate.exists() else None
+
+
+def _home_of(raw: Any, env: Mapping[str, str]) -> Path:
+    home = env.get("HERMES_HOME")
+    if not home and isinstance(raw, dict) and isinstance(raw.get("home"), str):
+        home = raw["home"] if "${" not in raw["home"] else None
+    return Path(_expand_user(home or DEFAULT_HOME, env))
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines as systemd's ``EnvironmentFile=`` reads them (comments with # or ;,
+    optional quotes, an ``export`` prefix tolerated); a missing file is empty."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        name, sep, value = line.removeprefix("export ").partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            continue
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[name] = value
+    return out
+
+
 def _read_yaml(path: str | Path | None, env: Mapping[str, str]) -> Any:
+    path = config_path(path, env)
     if path is None:
-        home = env.get("HERMES_HOME")
-        candidate = Path(_expand_user(home, env)) / "config.yaml" if home else None
-        if candidate is None or not candidate.exists():
-            return {}
-        path = candidate
+        return {}
     text = _read_text(Path(path))
     try:
         loaded = yaml.load(text, Loader=_StrictLoader)
