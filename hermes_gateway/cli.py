@@ -25,7 +25,7 @@ EXIT_CONFIG = 78
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hermes", description="Hermes Gateway")
     parser.add_argument("--version", action="version", version=f"hermes {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command")
     _gateway_parser(sub)
 
     chat = _with_config(sub.add_parser("chat", help="chat with the running gateway"))
@@ -88,7 +88,22 @@ def _scope(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare `hermes`: what it can do, not a usage error
+        parser.print_help()
+        return EXIT_OK
+    try:
+        return _dispatch(args)
+    except BrokenPipeError:
+        # `hermes gateway logs | head`: the reader has seen enough; no traceback, and no
+        # second error when Python flushes stdout at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "version":
         print(f"hermes {__version__}")
         return EXIT_OK
