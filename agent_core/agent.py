@@ -10,7 +10,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -234,6 +234,7 @@ class _Turn:
             prefix = self._within_budget(prefix, tool_specs)
             if self.control.interrupted:
                 return self._interrupted("")
+            started = time.monotonic()
             try:
                 completion = self.agent.llm.complete(
                     self.new,
@@ -244,8 +245,11 @@ class _Turn:
                     wait=self.control.wait,
                 )
             except ModelError as exc:
+                self._model_call(started, "error", {"status": exc.status})
                 self.new.append({"role": "assistant", "content": f"[error: {exc.user_message}]"})
                 return self._finish("failed", exc.user_message, error=str(exc))
+            outcome = "interrupted" if completion.interrupted else "ok"
+            self._model_call(started, outcome, completion.usage)
             self._add_usage(completion)
             if completion.interrupted:
                 return self._interrupted(completion.content)
@@ -301,6 +305,11 @@ class _Turn:
         for steer in self.control.take_steers():
             self.steered += 1
             self.new.append({"role": "user", "content": steer})
+
+    def _model_call(self, started: float, outcome: str, data: Mapping[str, Any]) -> None:
+        """Tell the host about one model request (its metrics), from this thread."""
+        seconds = time.monotonic() - started
+        self.on_event("model_call", {"seconds": seconds, "outcome": outcome, **data})
 
     def _add_usage(self, completion: Completion) -> None:
         for key, value in completion.usage.items():

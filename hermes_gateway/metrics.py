@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 # fine below 50 ms: the target for loop lag p99 is 20 ms and must be decidable from the buckets
 _LAG_BUCKETS = (
@@ -12,6 +21,7 @@ _LAG_BUCKETS = (
     0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 )  # fmt: skip
 _RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_TOKEN_KINDS = ("prompt_tokens", "completion_tokens")
 
 
 class Metrics:
@@ -51,6 +61,36 @@ class Metrics:
         self.loop_lag_last = Gauge(
             "hermes_loop_lag_last_seconds", "The latest event-loop lag sample", registry=r
         )
+
+        self.model_calls = Histogram(
+            "hermes_model_call_duration_seconds",
+            "Model requests (retries included) by outcome: ok, interrupted, error",
+            ["outcome"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.model_errors = Counter(
+            "hermes_model_errors",
+            "Model requests that failed for good, by HTTP status (none: network/timeout)",
+            ["status"],
+            registry=r,
+        )
+        self.model_tokens = Counter(
+            "hermes_model_tokens", "Tokens the model reported using", ["kind"], registry=r
+        )
+        ProcessCollector(registry=r)  # RSS, CPU, open fds: process_* as Prometheus names them
+        PlatformCollector(registry=r)
+
+    def model_call(self, data: Mapping[str, Any]) -> None:
+        """One model request as the agent reports it (any thread: the client is thread-safe)."""
+        outcome = str(data.get("outcome", "ok"))
+        self.model_calls.labels(outcome).observe(float(data.get("seconds", 0.0)))
+        if outcome == "error":
+            self.model_errors.labels(str(data.get("status") or "none")).inc()
+        for kind in _TOKEN_KINDS:
+            value = data.get(kind)
+            if isinstance(value, int) and value > 0:
+                self.model_tokens.labels(kind.removesuffix("_tokens")).inc(value)
 
     def gauge(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         """A gauge read at scrape time (active sessions, pool use, ...)."""

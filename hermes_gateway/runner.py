@@ -176,7 +176,10 @@ class GatewayRunner:
                     loop.call_soon_threadsafe(push, text)
 
         def on_event(kind: str, data: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(self._tool_event, run, kind, data)
+            if kind == "model_call":
+                self.metrics.model_call(data)  # counted here: no hop to the loop for it
+            else:
+                loop.call_soon_threadsafe(self._tool_event, run, kind, data)
 
         self.bus.emit("agent_run", run.primary, run_id=run.run_id)
         run.future = self.pool.submit(
