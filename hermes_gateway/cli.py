@@ -111,6 +111,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"hermes: configuration error: {exc}", file=sys.stderr)
+        for other in exc.others if args.command == "config" else ():
+            print(f"hermes: configuration error: {other}", file=sys.stderr)
         return EXIT_CONFIG
     url = getattr(args, "url", None) or (
         f"http://{_client_host(config.control.host)}:{config.control.port}"
@@ -118,6 +120,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "config":
         checked = config_path(args.config)
         print(f"config OK: {checked or 'no config file, built-in defaults'} (home: {config.home})")
+        stray = config.home_path / "config.yml"
+        if checked is None and stray.exists():
+            print(f"note: {stray} is not read; the file must be named config.yaml")
         return EXIT_OK
     if args.command == "chat":
         from hermes_gateway.chat import run_chat

@@ -6,6 +6,7 @@ resulting frozen `Config` is passed down explicitly.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import ipaddress
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from hermes_gateway.config_schema import (
     PLATFORM_NAMES,
@@ -368,12 +369,23 @@ def _is_loopback(host: str) -> bool:
 
 
 def _config_error(exc: ValidationError) -> ConfigError:
-    err = exc.errors()[0]
-    key = ".".join(str(part) for part in err["loc"])
+    """The first problem as the error (its key), the others carried along for `config check`."""
+    problems = [_problem(err) for err in exc.errors()]
+    key, reason = problems[0]
+    others = tuple(f"{k}: {r}" for k, r in problems[1:])
+    return ConfigError(key, reason, others=others)
+
+
+def _problem(err: Any) -> tuple[str, str]:
+    loc = [str(part) for part in err["loc"]]
+    key = ".".join(loc)
     kind = err["type"]
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         reason = "unknown key"
+        guess = _close_key(loc)
+        if guess:
+            reason += f" (did you mean {guess!r}?)"
     elif kind == "literal_error":
         choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         reason = "must be one of " + ", ".join(choices)
@@ -382,8 +394,21 @@ def _config_error(exc: ValidationError) -> ConfigError:
     else:
         reason = err["msg"][0].lower() + err["msg"][1:]
         if "input" in err and not isinstance(err["input"], dict | list):
-            reason += f" (got {err['input']!r})"
-    return ConfigError(key, reason)
+            shown = repr(err["input"])
+            reason += f" (got {shown[:80]}{'...' if len(shown) > 80 else ''})"
+    return key, reason
+
+
+def _close_key(loc: list[str]) -> str | None:
+    """The known key of the same section closest to a misspelled one (`workres`)."""
+    model: Any = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(part)
+        model = field.annotation if field is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 # Never handed to a tool's shell: the service's own plumbing, and anything named like a secret.

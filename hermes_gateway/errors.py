@@ -26,10 +26,11 @@ class HermesError(Exception):
 class ConfigError(HermesError):
     """Invalid configuration; `key` names the offending key path (``runner.busy_policy``)."""
 
-    def __init__(self, key: str, reason: str) -> None:
+    def __init__(self, key: str, reason: str, *, others: tuple[str, ...] = ()) -> None:
         super().__init__(f"{key}: {reason}" if key else reason)
         self.key = key
         self.reason = reason
+        self.others = others  # further problems found in the same pass (`config check`)
 
 
 class AdapterError(HermesError):

@@ -68,3 +68,35 @@ def test_config_check_sees_gateway_env_and_names_the_file(tmp_path: Path) -> Non
     )
     assert result.returncode == 0, result.stderr
     assert str(home / "config.yaml") in result.stdout
+
+
+def test_config_check_reports_every_problem_with_suggestions(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("runner:\n  workres: 4\n  busy_policy: whatever\nmodle:\n  name: x\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_gateway", "config", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 78
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3, result.stderr
+    assert any("runner.workres: unknown key (did you mean 'workers'?)" in x for x in lines)
+    assert any("modle: unknown key (did you mean 'model'?)" in x for x in lines)
+    assert any("runner.busy_policy: must be one of" in x for x in lines)
+
+
+def test_a_stray_config_yml_is_pointed_out(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yml").write_text("model:\n  name: x\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_gateway", "config", "check"],
+        env={**os.environ, "HERMES_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0
+    assert "built-in defaults" in result.stdout and "config.yml is not read" in result.stdout
