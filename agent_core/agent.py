@@ -358,7 +358,13 @@ class _Turn:
     def _call_tool(self, call: ToolCall) -> ToolOutcome:
         self.on_event("tool_start", {"tool": call.name, "call_id": call.id})
         outcome = self.agent.tools.dispatch(call.name, call.arguments, self.ctx)
-        log.info("tool.call", tool=call.name, ok=outcome.ok, seconds=round(outcome.duration_s, 4))
+        seconds = round(outcome.duration_s, 4)
+        if outcome.ok:
+            log.info("tool.call", tool=call.name, ok=True, seconds=seconds)
+        else:  # what the model was told, so the operator need not guess
+            log.info(
+                "tool.call", tool=call.name, ok=False, seconds=seconds, error=outcome.content[:300]
+            )
         self.on_event(
             "tool_end",
             {

@@ -109,15 +109,26 @@ class LLMClient:
             try:
                 return self._complete_once(body, should_stop, on_delta)
             except ModelError as exc:
+                where: dict[str, str | None] = {"url": self.settings.base_url}
+                if exc.status is None:  # a status says it all; a network failure needs its cause
+                    where["cause"] = _cause(exc)
                 if not exc.retryable or attempt >= self.settings.max_retries:
                     log.warning(
-                        "model.failed", status=exc.status, error=str(exc), attempts=attempt + 1
+                        "model.failed",
+                        status=exc.status,
+                        error=str(exc),
+                        attempts=attempt + 1,
+                        **where,
                     )
                     raise
                 delay = exc.retry_after if exc.retry_after is not None else _backoff(attempt)
                 attempt += 1
                 log.warning(
-                    "model.retry", status=exc.status, attempt=attempt, delay_s=round(delay, 2)
+                    "model.retry",
+                    status=exc.status,
+                    attempt=attempt,
+                    delay_s=round(delay, 2),
+                    **where,
                 )
                 sleeper = wait or self._wait or _sleep
                 if sleeper(delay) or should_stop():
@@ -257,3 +268,16 @@ def _is_local(base_url: str) -> bool:
     except ValueError:
         return False
     return addr.is_loopback or addr.is_private or addr.is_link_local
+
+
+def _cause(exc: BaseException) -> str | None:
+    """What lies under a `ModelError` (``ConnectError: [Errno 111] Connection refused``), for
+    the operator: the user's message names only the kind of failure."""
+    cause = exc.__cause__
+    if cause is None:
+        return None
+    inner = cause.__cause__ or cause.__context__
+    text = f"{type(cause).__name__}: {cause}"
+    if inner is not None and str(inner) and str(inner) not in text:
+        text += f" ({type(inner).__name__}: {inner})"
+    return text[:300]

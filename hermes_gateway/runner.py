@@ -133,7 +133,7 @@ class GatewayRunner:
             session_key=run.key, run_id=run.run_id, platform=run.primary.platform
         )
         self.bus.emit("processing_start", run.primary, run_id=run.run_id, merged=len(run.items))
-        status = "crashed"
+        status, error = "crashed", None
         try:
             try:
                 ctx = await self.agents.acquire(run.key)
@@ -148,7 +148,7 @@ class GatewayRunner:
                 self.agents.release(run.key, ctx)
             if result is not None:
                 # also after a /stop that raced with the answer: it was ready, so it goes out
-                status = result.status
+                status, error = result.status, result.error
                 await self._settle(run, ctx, result)
             else:
                 status = "abandoned"
@@ -159,7 +159,8 @@ class GatewayRunner:
         finally:
             elapsed = time.monotonic() - run.started
             self.metrics.run_duration.labels(status).observe(elapsed)
-            log.info("run.finished", status=status, seconds=round(elapsed, 3))
+            say, why = (log.warning, {"error": error}) if error else (log.info, {})
+            say("run.finished", status=status, seconds=round(elapsed, 3), **why)
             self.bus.emit("processing_complete", run.primary, run_id=run.run_id, status=status)
             if not run.stopped:
                 self._next(run)
