@@ -223,6 +223,8 @@ class _Turn:
     def run(self, text: str, history: Sequence[Message] | History) -> RunResult:
         self.new.append({"role": "user", "content": text})
         if not self.agent.llm.configured:
+            # nothing was asked: the prompt must not wait in the history for a model to come
+            self.new = []
             return self._finish("failed", NOT_CONFIGURED, error="model not configured")
         self.history = history if isinstance(history, History) else History(history)
         prefix = [self.agent.system_json, *self.history.encoded]
@@ -246,7 +248,8 @@ class _Turn:
                 )
             except ModelError as exc:
                 self._model_call(started, "error", {"status": exc.status})
-                self.new.append({"role": "assistant", "content": f"[error: {exc.user_message}]"})
+                # the user's message stays (the next turn sees what was asked); the error text
+                # does not: stored as the assistant's words, the model would read it as its own
                 return self._finish("failed", exc.user_message, error=str(exc))
             outcome = "interrupted" if completion.interrupted else "ok"
             self._model_call(started, outcome, completion.usage)
