@@ -24,7 +24,7 @@ from hermes_gateway.agent_factory import AgentFactory
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
-from hermes_gateway.config import Config, load_config, systemd_notify_socket
+from hermes_gateway.config import Config, config_path, load_config, systemd_notify_socket
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
@@ -269,7 +269,15 @@ class Gateway:
             platforms=list(self.adapters),
             model=self.config.model.name,
             workers=self.config.runner.workers,
+            home=str(self.config.home_path),
+            config=str(config_path(self.config_path) or "built-in defaults"),
         )
+        if not self.agent_factory.llm.configured:
+            log.warning(
+                "model.not_configured",
+                hint="every chat is answered with how to set one: put model.api_key (or "
+                "OPENAI_API_KEY in <home>/gateway.env) or a local model.base_url in the config",
+            )
 
     async def shutdown(self) -> None:
         self.notifier.notify("STOPPING=1")
@@ -344,6 +352,8 @@ class Gateway:
         reasons = []
         if self.closing:
             reasons.append("shutting down")
+        if not self.agent_factory.llm.configured:
+            reasons.append("model: not configured (set model.api_key or model.base_url)")
         if not self.store.is_open:
             reasons.append("store: not open")
         elif (problem := self.store.problem) is not None:

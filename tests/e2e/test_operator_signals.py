@@ -91,3 +91,20 @@ def test_a_model_retry_names_the_url_and_the_cause(tmp_path: Path) -> None:
     retry = next(e for e in events if e["event"] == "model.retry")
     assert retry["url"] == dead
     assert "Connect" in retry["cause"] and "refused" in retry["cause"].lower()
+
+
+def test_with_no_model_startup_and_readyz_say_what_to_set(tmp_path: Path) -> None:
+    gw = GatewayProcess(tmp_path / "home", {"model": {"api_key": ""}})
+    try:
+        gw.start()
+        ready = httpx.get(f"{gw.url}/readyz", timeout=5)
+        answer = gw.chat("hello?").json()["choices"][0]["message"]["content"]
+        events = gw.log_events()
+    finally:
+        gw.kill()
+    assert ready.status_code == 503
+    assert any("model: not configured" in r for r in ready.json()["reasons"])
+    assert "No model is configured" in answer
+    started = next(e for e in events if e["event"] == "gateway.ready")
+    assert started["home"] == str(tmp_path / "home") and started["config"] == str(gw.config_path)
+    assert any(e["event"] == "model.not_configured" for e in events)
