@@ -63,6 +63,7 @@ __all__ = [
     "config_path",
     "load_config",
     "read_env_file",
+    "reload_changes",
     "systemd_notify_socket",
     "tool_environment",
 ]
@@ -446,6 +447,31 @@ def tool_environment(config: Config, environ: Mapping[str, str] | None = None) -
             continue
         kept[name] = value
     return kept
+
+
+# What SIGHUP takes without a restart: who may talk to the bot, and the log level.
+RELOADABLE = frozenset({"allowed_users", "allow_all", "require_mention", "pairing"})
+
+
+def reload_changes(old: Config, new: Config) -> tuple[list[str], list[str]]:
+    """The keys that differ between two configs, split into (taken by SIGHUP, need a restart)."""
+    changed = _diff(old.model_dump(), new.model_dump(), "")
+    taken = [k for k in changed if k == "logging.level" or _reloadable_platform_key(k)]
+    return taken, [k for k in changed if k not in taken]
+
+
+def _reloadable_platform_key(key: str) -> bool:
+    parts = key.split(".")
+    return len(parts) == 3 and parts[0] == "platforms" and parts[2] in RELOADABLE
+
+
+def _diff(old: Any, new: Any, key: str) -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(old.keys() | new.keys()):
+            out += _diff(old.get(k), new.get(k), f"{key}.{k}".lstrip("."))
+        return out
+    return [] if old == new else [key]
 
 
 def systemd_notify_socket(environ: Mapping[str, str] | None = None) -> str | None:

@@ -24,7 +24,13 @@ from hermes_gateway.agent_factory import AgentFactory
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
-from hermes_gateway.config import Config, config_path, load_config, systemd_notify_socket
+from hermes_gateway.config import (
+    Config,
+    config_path,
+    load_config,
+    reload_changes,
+    systemd_notify_socket,
+)
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
@@ -213,13 +219,16 @@ class Gateway:
         except ConfigError as exc:
             log.error("config.reload_failed", error=str(exc))
             return
+        taken, ignored = reload_changes(self.config, new)
         self.config = self.config.model_copy(
             update={"platforms": new.platforms, "logging": new.logging}
         )
         for name, policy in self._access.items():
             policy.reconfigure(getattr(new.platforms, name))
         logging.getLogger().setLevel(new.logging.level.upper())
-        log.info("config.reloaded", log_level=new.logging.level)
+        log.info("config.reloaded", log_level=new.logging.level, applied=taken)
+        if ignored:  # said out loud: an edit that silently does nothing is the worst kind
+            log.warning("config.needs_restart", keys=ignored)
 
     async def _listen(self) -> None:
         """Open the control port; an address we cannot listen on is the operator's to fix, so

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_gateway.config import config_path, load_config, read_env_file
+from hermes_gateway.config import config_path, load_config, read_env_file, reload_changes
 
 
 def test_the_default_home_config_is_read_without_hermes_home(tmp_path: Path) -> None:
@@ -100,3 +100,18 @@ def test_a_stray_config_yml_is_pointed_out(tmp_path: Path) -> None:
     )
     assert result.returncode == 0
     assert "built-in defaults" in result.stdout and "config.yml is not read" in result.stdout
+
+
+def test_reload_changes_split_what_sighup_takes_from_what_needs_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("platforms:\n  telegram:\n    allowed_users: [1]\n")
+    old = load_config(path, {"HOME": str(tmp_path)})
+    path.write_text(
+        "logging:\n  level: debug\nrunner:\n  workers: 2\n"
+        "platforms:\n  telegram:\n    allowed_users: [1, 2]\n    base_url: http://x/bot\n"
+    )
+    new = load_config(path, {"HOME": str(tmp_path)})
+    taken, restart = reload_changes(old, new)
+    assert taken == ["logging.level", "platforms.telegram.allowed_users"]
+    assert restart == ["platforms.telegram.base_url", "runner.workers"]
+    assert reload_changes(new, new) == ([], [])

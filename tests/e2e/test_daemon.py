@@ -169,6 +169,7 @@ def test_sighup_reloads_without_dropping_the_session(
     assert gateway.chat("before reload").status_code == 200
     data = yaml.safe_load(gateway.config_path.read_text())
     data["logging"]["level"] = "debug"
+    data["runner"] = {**data.get("runner", {}), "workers": 3}  # only a restart applies this
     gateway.config_path.write_text(yaml.safe_dump(data))
     gateway.signal(signal.SIGHUP)
     wait_until(lambda: any(e["event"] == "config.reloaded" for e in gateway.log_events()))
@@ -180,4 +181,6 @@ def test_sighup_reloads_without_dropping_the_session(
         "echo: after reload",
     ]
     reloaded = next(e for e in gateway.log_events() if e["event"] == "config.reloaded")
-    assert reloaded["log_level"] == "debug"
+    assert reloaded["log_level"] == "debug" and reloaded["applied"] == ["logging.level"]
+    restart = next(e for e in gateway.log_events() if e["event"] == "config.needs_restart")
+    assert restart["keys"] == ["runner.workers"]
