@@ -195,7 +195,12 @@ class Gateway:
             loop.add_signal_handler(sig, self.handle_exit, sig)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
         try:
-            await self.startup()
+            try:
+                await self.startup()
+            except Exception as exc:  # the log must not end on a clean "stopped" line
+                log.error("gateway.start_failed", error=str(exc), error_type=type(exc).__name__)
+                self.exit_code = -1  # the CLI picks the real code from the exception
+                raise
             await self.should_exit.wait()
         finally:
             await self.shutdown()
@@ -319,7 +324,8 @@ class Gateway:
         if self.watchdog is not None:
             self.watchdog.stop()
         self.notifier.close()
-        log.info("gateway.stopped", exit_code=self.exit_code)
+        if self.exit_code >= 0:
+            log.info("gateway.stopped", exit_code=self.exit_code)
 
     async def _drain(self, timeout: float) -> bool:
         drain = asyncio.create_task(self.runner.drain(timeout))

@@ -94,6 +94,9 @@ def test_the_daemon_exits_78_naming_a_port_that_is_taken(tmp_path: Path) -> None
     assert proc.returncode == 78, proc.stderr
     assert "control.port" in proc.stderr and f"127.0.0.1:{port}" in proc.stderr
     assert "Traceback" not in proc.stderr
+    log = (tmp_path / "home" / "logs" / "gateway.log").read_text()
+    assert '"gateway.start_failed"' in log and f"127.0.0.1:{port}" in log
+    assert '"gateway.stopped"' not in log  # a failed start is not a clean stop
 
 
 @pytest.mark.parametrize(
