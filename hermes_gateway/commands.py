@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import ModelError
-from hermes_gateway.agents import AgentCache
+from hermes_gateway.agents import AgentCache, SessionContext
 from hermes_gateway.bus import EventBus
 from hermes_gateway.config import Config
 from hermes_gateway.delivery import Delivery
@@ -169,6 +169,14 @@ class Commands:
             except StoreError as exc:
                 log.error("inbox.mark_failed", error=str(exc))
 
+    async def _history_size(self, key: str, ctx: SessionContext | None) -> str:
+        if ctx is not None:
+            return str(len(ctx.history))
+        try:  # not cached (just reset, or evicted): the store has it
+            return str(len(await self.store.history(key)))
+        except StoreError:
+            return "unknown (the database is unavailable)"
+
     async def _status(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
         key = event.session_key
         run = self.runner.table.active(key)
@@ -180,7 +188,7 @@ class Commands:
         lines = [
             f"Session: {key}",
             f"State: {state}; {self.runner.table.pending_count(key)} message(s) waiting",
-            f"History: {len(ctx.history) if ctx else 'not loaded'} message(s)",
+            f"History: {await self._history_size(key, ctx)} message(s)",
             f"Model: {self.config.model.name}",
             f"Busy policy: {self.config.runner.busy_policy}",
             f"Workers: {pool['busy']}/{pool['workers']} busy, {pool['waiting']} waiting",

@@ -180,7 +180,11 @@ async def test_stop_when_idle_and_new_resets_history(tmp_path: Path, fake_llm: F
         history = await client.history()
         help_text = await client.chat("/help")
         status = await client.chat("/status")
+        await client.chat("/new")
+        fresh = await client.chat("/status")  # nothing cached for the session now
     assert idle["text"] == "Nothing is running."
+    assert "History: 2 message(s)" in status["text"]
+    assert "History: 0 message(s)" in fresh["text"]
     assert reset["text"] == "Started a new conversation."
     assert [m["content"] for m in fake_llm.requests[-1]["messages"][1:]] == ["who am I?"]
     assert [m["content"] for m in history] == ["who am I?", "echo: who am I?"]
