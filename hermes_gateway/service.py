@@ -38,6 +38,16 @@ LockPersonality=yes
 SystemCallArchitectures=native
 """
 
+# What a user manager can enforce without privileges (seccomp filters under NoNewPrivileges);
+# the filesystem protections above need a system unit (or unprivileged user namespaces there).
+_USER_HARDENING = """\
+NoNewPrivileges=yes
+RestrictSUIDSGID=yes
+RestrictRealtime=yes
+LockPersonality=yes
+SystemCallArchitectures=native
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class UnitParams:
@@ -80,11 +90,12 @@ def render_service(p: UnitParams, *, user_unit: bool) -> str:
         shlex.quote(a)
         for a in (p.python, "-m", "hermes_gateway", "gateway", "run", "--config", p.config)
     )
+    # a user manager has no network-online.target: naming it there orders nothing
+    network = [] if user_unit else ["After=network-online.target", "Wants=network-online.target"]
     lines = [
         "[Unit]",
         "Description=Hermes Gateway (chat gateway for an AI agent)",
-        "After=network-online.target",
-        "Wants=network-online.target",
+        *network,
         # a crash loop of a broken release stops here instead of spinning forever
         "StartLimitIntervalSec=300",
         "StartLimitBurst=10",
@@ -109,7 +120,7 @@ def render_service(p: UnitParams, *, user_unit: bool) -> str:
         "UMask=0077",
     ]
     if user_unit:
-        lines.append("NoNewPrivileges=yes")
+        lines.extend(_USER_HARDENING.splitlines())
     else:
         lines.insert(lines.index("Restart=always"), f"User={p.user}")
         rw = " ".join(dict.fromkeys((p.home, p.workspace)))

@@ -90,6 +90,15 @@ def test_example_units_in_deploy_are_current(name: str, user_unit: bool) -> None
     )
 
 
+def test_the_user_unit_is_sandboxed_as_far_as_a_user_manager_allows() -> None:
+    unit = render_service(EXAMPLE, user_unit=True)
+    assert "network-online.target" not in unit  # a user manager has no such target
+    for line in ("NoNewPrivileges=yes", "RestrictSUIDSGID=yes", "LockPersonality=yes"):
+        assert line in unit.splitlines()
+    assert "SystemCallArchitectures=native" in unit.splitlines()
+    assert "network-online.target" in render_service(EXAMPLE, user_unit=False)
+
+
 def test_example_selfcheck_units_are_current() -> None:
     check, timer = render_selfcheck(EXAMPLE, user_unit=False)
     assert (ROOT / "deploy/systemd" / SELFCHECK_SERVICE).read_text() == check
