@@ -226,6 +226,9 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     from hermes_gateway.logs import configure_logging
     from hermes_gateway.server import Gateway
 
+    # what the gateway creates (home, state.db, logs, workspace) holds every user's messages:
+    # private to its user, as the systemd units' UMask=0077 makes it there
+    os.umask(0o077)
     try:
         sink = configure_logging(config)
     except OSError as exc:

@@ -73,6 +73,10 @@ class Doctor:
         return Check("home", "ok", str(home))
 
     def store(self) -> Check:
+        if self.config.store.url is None and not (self.config.home_path / "state.db").exists():
+            # a check must not create what it checks: the first start makes the database
+            return Check("store", "warn", "no database yet (created at first start)")
+
         async def probe() -> None:
             store = Store(self.config.store_url)
             await store.open()

@@ -108,3 +108,17 @@ def test_with_no_model_startup_and_readyz_say_what_to_set(tmp_path: Path) -> Non
     started = next(e for e in events if e["event"] == "gateway.ready")
     assert started["home"] == str(tmp_path / "home") and started["config"] == str(gw.config_path)
     assert any(e["event"] == "model.not_configured" for e in events)
+
+
+def test_a_foreground_run_keeps_its_files_private(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    home = tmp_path / "home"
+    gw = GatewayProcess(home, {"model": {"base_url": fake_llm.base_url, "api_key": "sk-fake"}})
+    try:
+        gw.start()
+        assert gw.chat("hello").status_code == 200
+    finally:
+        gw.kill()
+    for path in (home, home / "logs", home / "workspace"):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    for path in (home / "state.db", home / "logs" / "gateway.log"):
+        assert path.stat().st_mode & 0o777 == 0o600, path

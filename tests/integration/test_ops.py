@@ -68,7 +68,7 @@ async def test_doctor_passes_against_healthy_fakes(tmp_path: Path, fake_llm: Fak
 
 async def test_doctor_names_what_is_broken(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     with FakeTelegram(token="123:ABCDEF") as tg:
-        make_config(
+        config = make_config(
             tmp_path,
             fake_llm.base_url,
             model={"api_key": "sk-wrong"},
@@ -86,7 +86,9 @@ async def test_doctor_names_what_is_broken(tmp_path: Path, fake_llm: FakeOpenAI)
     rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
     assert "FAIL" in rows["model"] and "rejected the API key" in rows["model"]
     assert "FAIL" in rows["telegram"] and "token rejected" in rows["telegram"]
-    assert "ok" in rows["store"]
+    # a check creates nothing: the database is made by the first start, not by the doctor
+    assert "no database yet" in rows["store"]
+    assert not (Path(config.home) / "state.db").exists()
 
 
 async def test_sighup_reload_changes_access_and_level_keeps_sessions(
