@@ -31,6 +31,7 @@ pytestmark = [
 TOKEN = "123:ABC"
 CHAT = 555
 POISON = "summarize the huge file"
+WAIT = 30.0  # generous: a start on a loaded 2-core host takes ~10 s
 
 
 @pytest.fixture
@@ -75,14 +76,15 @@ def poison_requests(llm: FakeOpenAI) -> int:
 
 
 def start_ready(gw: GatewayProcess) -> None:
-    gw.start()
-    wait_until(lambda: httpx.get(f"{gw.url}/readyz", timeout=2).status_code == 200, timeout=20)
+    gw.start(wait=False)
+    gw.wait_healthy(WAIT)
+    wait_until(lambda: httpx.get(f"{gw.url}/readyz", timeout=2).status_code == 200, timeout=WAIT)
 
 
 def run_until_in_flight(gw: GatewayProcess, llm: FakeOpenAI, nth: int) -> None:
     """Start the gateway and wait for the poison message's ``nth`` model request."""
     start_ready(gw)
-    wait_until(lambda: poison_requests(llm) >= nth, timeout=20)
+    wait_until(lambda: poison_requests(llm) >= nth, timeout=WAIT)
     assert poison_requests(llm) == nth
 
 
@@ -115,14 +117,15 @@ def test_a_message_that_kills_the_gateway_twice_is_quarantined_then_retried(
     try:
         start_ready(gw)
         tg.send_text(CHAT, POISON)
-        wait_until(lambda: poison_requests(poisoned) == 1, timeout=20)
+        wait_until(lambda: poison_requests(poisoned) == 1, timeout=WAIT)
         sigkill(gw)  # death 1, the run in flight
         run_until_in_flight(gw, poisoned, 2)  # replayed, and in flight again
         sigkill(gw)  # death 2
         start_ready(gw)
-        wait_until(lambda: told(tg), timeout=20)
+        wait_until(lambda: told(tg), timeout=WAIT)
         tg.send_text(CHAT, "are you there?")  # the gateway and the session work on
-        wait_until(lambda: any(m["text"] == "echo: are you there?" for m in tg.messages_to(CHAT)))
+        echoed = "echo: are you there?"
+        wait_until(lambda: echoed in [m["text"] for m in tg.messages_to(CHAT)], timeout=WAIT)
         assert poison_requests(poisoned) == 2  # not run a third time
         [held] = quarantined_logs(gw)
         assert (held["attempts"], held["session_key"]) == (2, f"telegram:dm:{CHAT}")
@@ -139,7 +142,8 @@ def test_a_message_that_kills_the_gateway_twice_is_quarantined_then_retried(
         poisoned.responder = lambda body: text(f"echo: {last_user_text(body)}")  # fixed
         retried = hermes(gw, "inbox", "retry", str(inbox_id))
         assert retried.returncode == 0, retried
-        wait_until(lambda: f"echo: {POISON}" in [m["text"] for m in tg.messages_to(CHAT)])
+        answered = f"echo: {POISON}"
+        wait_until(lambda: answered in [m["text"] for m in tg.messages_to(CHAT)], timeout=WAIT)
         assert httpx.get(f"{gw.url}/status", timeout=5).json()["quarantined"] == []
         assert hermes(gw, "inbox", "retry", str(inbox_id)).returncode == 1  # not held now
     finally:
@@ -156,14 +160,14 @@ def test_a_sigterm_drain_is_no_crash_and_drop_works_offline(
     try:
         start_ready(gw)
         tg.send_text(CHAT, POISON)
-        wait_until(lambda: poison_requests(poisoned) == 1, timeout=20)
+        wait_until(lambda: poison_requests(poisoned) == 1, timeout=WAIT)
         gw.signal(signal.SIGTERM)  # the drain (1 s) interrupts the run: a clean stop
         assert gw.wait(20) == 0
         run_until_in_flight(gw, poisoned, 2)  # replayed as before, not quarantined
         assert quarantined_logs(gw) == []
         sigkill(gw)  # a death
         start_ready(gw)
-        wait_until(lambda: told(tg), timeout=20)
+        wait_until(lambda: told(tg), timeout=WAIT)
         assert poison_requests(poisoned) == 2
         [held] = quarantined_logs(gw)
         assert held["attempts"] == 1
