@@ -9,6 +9,7 @@ gets it answered. A SIGTERM whose drain interrupts the run is no crash and does 
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -19,10 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.store import Store
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, Response, hang, last_user_text, text
 from tests.fakes.server import wait_until
 from tests.fakes.telegram import FakeTelegram
+from tests.harness import make_config, running_gateway
 
 pytestmark = [
     pytest.mark.e2e,
@@ -181,3 +185,59 @@ def test_a_sigterm_drain_is_no_crash_and_drop_works_offline(
     dropped = hermes(gw, "inbox", "drop", str(held["inbox_id"]))
     assert dropped.returncode == 0 and "not running" in dropped.stdout, dropped
     assert "no quarantined messages" in hermes(gw, "inbox", "list").stdout
+
+
+async def test_the_inbox_routes_list_release_and_refuse(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """In process, on the local API platform: an entry an earlier start quarantined is in
+    `/status`; the routes want the token, a number, a quarantined entry; a retry answers it."""
+    token = "q" * 32
+    config = make_config(tmp_path, fake_llm.base_url, control={"token": token})
+    store = Store(config.store_url)
+    await store.open()
+    event = MessageEvent.create(
+        platform="api",
+        chat_type="dm",
+        chat_id="alice",
+        user_id="alice",
+        message_id="m1",
+        text="hello again",
+        user_name="alice",
+    )
+    inbox_id = await store.accept(event)
+    assert inbox_id is not None
+    for _ in range(2):
+        await store.begin_attempt([inbox_id])
+    assert len(await store.quarantine(2, 3600)) == 1
+    await store.close()
+    auth = {"Authorization": f"Bearer {token}"}
+    async with running_gateway(config) as (gw, client):
+        http, base = client.http, client.base
+
+        async def post(path: str, headers: dict[str, str] = auth) -> int:
+            async with http.post(f"{base}{path}", headers=headers) as resp:
+                return resp.status
+
+        async with http.get(f"{base}/status", headers=auth) as resp:
+            [held] = (await resp.json())["quarantined"]
+        assert (held["id"], held["attempts"], held["text"]) == (inbox_id, 2, "hello again")
+        assert await post(f"/inbox/{inbox_id}/retry", headers={}) == 401
+        assert await post("/inbox/abc/retry") == 400
+        assert await post(f"/inbox/{inbox_id + 1}/drop") == 404
+        assert fake_llm.requests == []
+        assert await post(f"/inbox/{inbox_id}/retry") == 200
+
+        async def answered() -> bool:
+            async with http.get(f"{base}/v1/history", params={"user": "alice"}, headers=auth) as r:
+                return any(
+                    m["content"] == "echo: hello again" for m in (await r.json())["messages"]
+                )
+
+        for _ in range(300):
+            if await answered():
+                break
+            await asyncio.sleep(0.1)
+        assert await answered()
+        assert gw.inbox.summaries() == []
+        assert await post(f"/inbox/{inbox_id}/drop") == 404  # not quarantined any more
