@@ -5,6 +5,7 @@ run stays in flight) and the process SIGKILLed in it, as a frozen gateway would 
 After two such deaths the third start holds the message back: no model request for it, the
 user is told, `hermes gateway status` and `hermes inbox list` show it, and `hermes inbox retry`
 gets it answered. A SIGTERM whose drain interrupts the run is no crash and does not count.
+The control routes behind `hermes inbox` are checked in process too.
 """
 
 from __future__ import annotations
