@@ -1,4 +1,5 @@
-"""The `hermes` command line: run, install and inspect the gateway; chat; pairing; doctor.
+"""The `hermes` command line: run, install and inspect the gateway; chat; pairing; the
+inbox's quarantined messages; doctor.
 
 The only module that picks exit codes (returned by `main`): 0 clean stop, 75 restart wanted,
 78 configuration error (systemd must not restart).
@@ -43,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = psub.add_parser("revoke", help="remove an approved user")
     revoke.add_argument("platform")
     revoke.add_argument("user_id")
+
+    inbox = _with_config(sub.add_parser("inbox", help="messages held back after crashes"))
+    inbox.add_argument("--url", help="control API base URL (default: from the config)")
+    isub = inbox.add_subparsers(dest="action", required=True)
+    isub.add_parser("list", help="quarantined messages")
+    for name, text in (("retry", "process a quarantined message again"), ("drop", "discard it")):
+        isub.add_parser(name, help=text).add_argument("inbox_id", type=int)
 
     _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
     config = sub.add_parser("config", help="configuration tools")
@@ -138,6 +146,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from hermes_gateway.control_client import run_pairing
 
         return run_pairing(args, url, config.control.token)
+    if args.command == "inbox":
+        from hermes_gateway.inbox_cli import run_inbox
+
+        return run_inbox(args, url, config.control.token, config.store_url)
     if args.command == "doctor":
         return run_doctor(config)
     if args.action == "run":

@@ -35,6 +35,7 @@ class RunnerConfig(_Section):
 class StoreConfig(_Section):
     url: str | None = None  # sqlite+aiosqlite:///PATH or postgresql+asyncpg://...
     replay_max_age_s: float = Field(3600, ge=0)
+    quarantine_after: int = Field(2, ge=1)
     inbox_retention_days: float = Field(7, ge=1)
     media_retention_days: float = Field(7, gt=0)
 

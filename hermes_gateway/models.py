@@ -39,11 +39,15 @@ class InboxRow(Base):
 
     status: accepted -> done (turn and reply stored, not yet confirmed sent: re-sent at the
     next start) -> answered; or dropped (the user was told why not), undeliverable (the
-    platform refuses us: blocked, chat gone), expired (too old to replay at start).
+    platform refuses us: blocked, chat gone), expired (too old to replay at start),
+    quarantined (in flight across `store.quarantine_after` crashes: not replayed until an
+    operator retries it, back to accepted, or drops it).
 
     parts_sent: how many parts of a reply split into several messages went out (the next
     attempt resumes after them). preview: where the run's live preview message is (a message
     id, a Slack ts), so a replay after a crash finishes it instead of leaving it half-written.
+    attempts: runs started on the entry that never ended (committed before the run works on
+    it; a clean shutdown takes its count back), so a crash loop shows as a growing count.
     Columns added after the first release carry a server default or are nullable: opening an
     older database adds them (`store_engine.add_missing_columns`).
     """
@@ -66,6 +70,7 @@ class InboxRow(Base):
     reply: Mapped[str | None] = mapped_column(Text, nullable=True)
     parts_sent: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     preview: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class PairingRow(Base):

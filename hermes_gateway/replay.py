@@ -3,7 +3,8 @@
 Replies computed but never confirmed sent are sent again (no second model call), from their
 first undelivered part; messages accepted but never answered run again, merged per session into
 one turn. A live preview the crash left half-written is finished by either. Entries older than
-`store.replay_max_age_s` were already expired by the store.
+`store.replay_max_age_s` were already expired by the store; entries that runs kept dying on
+(`store.quarantine_after` of them) are quarantined, not run again, and their users told so.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.platform import Adapter, PreviewResumer, ReplyResumer
+from hermes_gateway.quarantine import NOTICE, log_quarantined
 from hermes_gateway.run import with_text
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sessions import Pending
-from hermes_gateway.store import Store, Undelivered
+from hermes_gateway.store import Quarantined, Store, Undelivered
 
 log = structlog.get_logger("hermes.replay")
 RESTARTED = (
@@ -46,12 +48,17 @@ class Replayer:
         self.adapters = adapters
         self.config = config
         self._left: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] | None = None
+        self.held: list[Quarantined] = []  # quarantined by this start: their users are told
 
     async def load(self) -> None:
         """Read what the last run left in the inbox. Call it before intake starts: read later,
         a message this run already took would look left over and be answered twice."""
+        cfg = self.config.store
         try:
-            self._left = await self.store.replayable(self.config.store.replay_max_age_s)
+            # first: a message the last runs died on must not be among the ones run again
+            self.held = await self.store.quarantine(cfg.quarantine_after, cfg.replay_max_age_s)
+            log_quarantined(self.held)
+            self._left = await self.store.replayable(cfg.replay_max_age_s)
         except StoreError as exc:
             log.error("replay.failed", error=str(exc))
             self._left = ([], [])
@@ -61,17 +68,37 @@ class Replayer:
             await self.load()
         assert self._left is not None
         to_run, to_send = self._left
-        if not to_run and not to_send:
+        if not to_run and not to_send and not self.held:
             return
-        log.info("replay.start", reruns=len(to_run), resends=len(to_send))
-        previews = await self._previews([i for i, _ in to_run] + [u.inbox_id for u in to_send])
+        log.info(
+            "replay.start", reruns=len(to_run), resends=len(to_send), quarantined=len(self.held)
+        )
+        held_ids = [q.inbox_id for q in self.held]
+        previews = await self._previews(
+            [i for i, _ in to_run] + [u.inbox_id for u in to_send] + held_ids
+        )
         platforms = {ev.platform for _, ev in to_run} | {u.event.platform for u in to_send}
-        for platform in sorted(platforms):
+        for platform in sorted(platforms | {q.event.platform for q in self.held}):
             if not await self._wait_ready(platform):
                 continue
+            await self._tell_held([q for q in self.held if q.event.platform == platform], previews)
             for reply in by_reply([u for u in to_send if u.event.platform == platform]):
                 await self._resend(reply, previews)
             await self._rerun([(i, ev) for i, ev in to_run if ev.platform == platform], previews)
+
+    async def _tell_held(self, held: list[Quarantined], previews: dict[int, str]) -> None:
+        """One notice per session for its quarantined messages (in the preview the crash left,
+        if any). It settles nothing: the entries stay quarantined for the operator."""
+        by_session: dict[str, list[Quarantined]] = {}
+        for q in held:
+            by_session.setdefault(q.event.session_key, []).append(q)
+        for group in by_session.values():
+            events = [q.event for q in group]
+            newest = max(events, key=lambda ev: ev.received_at)
+            self._adopt(newest, [previews.get(q.inbox_id) for q in group])
+            self._resume(events)
+            notice = OutboundMessage.to(newest, NOTICE, kind="notice")
+            await self.delivery.send(notice, outcome="quarantined", event=newest)
 
     async def _previews(self, inbox_ids: list[int]) -> dict[int, str]:
         try:

@@ -135,6 +135,7 @@ class GatewayRunner:
         self.bus.emit("processing_start", run.primary, run_id=run.run_id, merged=len(run.items))
         status, error = "crashed", None
         try:
+            await self.store.begin_attempt(inbox_ids(run.items))  # before it can crash us
             try:
                 ctx = await self.agents.acquire(run.key)
             except StoreError as exc:  # its history cannot load: say so, not "crashed"
@@ -367,7 +368,8 @@ class GatewayRunner:
 
     async def interrupt_all(self, timeout: float = 1.0) -> None:
         """Shutdown: interrupt every run, persist nothing half-done, leave them for replay."""
-        for run in list(self.table.active_runs()):
+        runs = list(self.table.active_runs())
+        for run in runs:
             run.shutdown = True
             run.control.interrupt()
         tasks = [t for t in self._tasks if not t.done()]
@@ -375,6 +377,8 @@ class GatewayRunner:
             _done, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
+        # stopped on purpose, not by a crash: the replay must not count it toward quarantine
+        await self.store.undo_attempt(inbox_ids([p for r in runs for p in r.items]))
 
     # -- helpers ------------------------------------------------------------------------
 

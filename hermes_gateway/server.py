@@ -47,6 +47,7 @@ from hermes_gateway.platform import (
     load_adapter,
 )
 from hermes_gateway.pool import AgentPool
+from hermes_gateway.quarantine import InboxRoutes
 from hermes_gateway.replay import Replayer
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sdnotify import SystemdNotifier
@@ -122,6 +123,8 @@ class Gateway:
             metrics=self.metrics.render,
         )
         AdminRoutes(self.pairing, self.adapters, self.delivery).mount(self.control.add_route)
+        self.inbox = InboxRoutes(self.store, self.route)
+        self.inbox.mount(self.control.add_route)
         self.notifier = SystemdNotifier(systemd_notify_socket())
         self.watchdog: LoopWatchdog | None = None
         self._background: list[asyncio.Task[Any]] = []
@@ -264,6 +267,7 @@ class Gateway:
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
         await replayer.load()  # before intake: what this run takes is not a leftover (issue 9)
+        await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
             self.adapters[name] = load_adapter(name, self, cls)
@@ -400,6 +404,7 @@ class Gateway:
             },
             "model": {"name": self.config.model.name, "configured": self.llm.configured},
             "busy_policy": self.config.runner.busy_policy,
+            "quarantined": self.inbox.summaries(),
         }
 
     def _register_gauges(self) -> None:

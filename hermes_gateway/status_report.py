@@ -7,6 +7,8 @@ from typing import Any, TextIO
 
 import httpx
 
+from hermes_gateway.inbox_cli import print_quarantined
+
 EXIT_READY = 0
 EXIT_UNHEALTHY = 1
 EXIT_DOWN = 3  # systemctl's "program is not running"
@@ -48,6 +50,10 @@ def _render(s: dict[str, Any], out: TextIO) -> None:
     )
     last, p99, worst = lag.get("last"), lag.get("p99"), lag.get("max")
     out.write(f"loop lag     last {last} ms, p99 {p99} ms, max {worst} ms\n")
+    held = s.get("quarantined") or []
+    if held:  # messages the gateway kept dying on: the operator decides (`hermes inbox`)
+        out.write(f"quarantined  {len(held)} (hermes inbox retry ID | drop ID)\n")
+        print_quarantined(held, out.write)
 
 
 def _duration(seconds: float) -> str:

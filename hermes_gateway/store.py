@@ -19,9 +19,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.context import restore as restore_compacted
-from hermes_gateway.events import Attachment, MessageEvent
+from hermes_gateway.events import MessageEvent
 from hermes_gateway.models import InboxRow, MessageRow, SessionRow
-from hermes_gateway.store_engine import StoreEngine
+from hermes_gateway.store_inbox import InboxGuard, Quarantined, event_from_json
 from hermes_gateway.store_search import WORD, Hit, search_statement
 from hermes_gateway.store_sqlite import SqliteFastPath
 
@@ -86,7 +86,7 @@ class Undelivered:
     parts_sent: int = 0  # of a reply in several parts: these went out before the crash
 
 
-class Store(StoreEngine):
+class Store(InboxGuard):
     """The gateway's persistence: inbox, sessions and history; one instance per process."""
 
     def __init__(self, url: str) -> None:
@@ -377,7 +377,4 @@ def _to_message(
     return msg
 
 
-def event_from_json(payload: str) -> MessageEvent:
-    data = json.loads(payload)
-    data["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
-    return MessageEvent(**data)
+__all__ = ["Quarantined", "Store", "Undelivered", "event_from_json"]

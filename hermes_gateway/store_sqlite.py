@@ -120,6 +120,15 @@ class SqliteFastPath:
         sql = f"UPDATE {_INBOX} SET parts_sent = ?, updated_at = ? WHERE id IN ({_in(len(ids))})"
         await self._commit([(sql, (parts_sent, now, *ids))])
 
+    async def attempt(self, ids: list[int], delta: int) -> None:
+        """`InboxGuard.begin_attempt` (+1) and `undo_attempt` (-1) on unanswered entries."""
+        floor = "" if delta > 0 else " AND attempts > 0"
+        sql = (
+            f"UPDATE {_INBOX} SET attempts = attempts + ? "
+            f"WHERE status = 'accepted'{floor} AND id IN ({_in(len(ids))})"
+        )
+        await self._commit([(sql, (delta, *ids))])
+
     async def remember_preview(self, key: tuple[str, str, str], ref: str) -> None:
         await self._commit([(_PREVIEW, (ref, *key))])
 

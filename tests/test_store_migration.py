@@ -1,5 +1,5 @@
-"""A database made by an older release gets the columns added since (`parts_sent`, `preview`)
-when the store opens it, keeps its rows, and is not changed again on the next open."""
+"""A database made by an older release gets the columns added since (`parts_sent`, `preview`,
+`attempts`) when the store opens it, keeps its rows, and is not changed again on the next open."""
 
 from __future__ import annotations
 
@@ -74,13 +74,17 @@ async def check_upgrade(url: str) -> None:
         await store.open()
     try:
         added = [e["columns"] for e in logs if e["event"] == "store.columns_added"]
-        assert added == [["inbox.parts_sent", "inbox.preview"]]
+        assert added == [["inbox.parts_sent", "inbox.preview", "inbox.attempts"]]
         to_run, [left] = await store.replayable(3600)
         assert to_run == []
         assert (left.reply, left.parts_sent) == ("reply", 0)  # the default
         await store.progress([left.inbox_id], 1)
         await store.remember_preview(event("1"), "42")
-        assert await store.accept(event("2")) is not None  # the fast path's insert still fits
+        fresh = await store.accept(event("2"))  # the fast path's insert still fits
+        assert fresh is not None
+        for _ in range(2):  # counted on the new column, from its default
+            await store.begin_attempt([fresh, left.inbox_id])
+        assert [q.inbox_id for q in await store.quarantine(2, 3600)] == [fresh]
         assert await store.previews([left.inbox_id]) == {left.inbox_id: "42"}
         assert [u.parts_sent for u in (await store.replayable(3600))[1]] == [1]
     finally:
