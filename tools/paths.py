@@ -69,6 +69,7 @@ def open_regular(path: Path, flags: int, shown: str) -> int:
     except IsADirectoryError:
         raise ToolError(f"{shown!r} is a directory, not a file") from None
     except OSError as exc:  # ENXIO (a socket), ELOOP (a link swapped in), EACCES...
+        refuse_special(path, shown)
         raise ToolError(f"{shown!r} cannot be opened: {exc.strerror}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
