@@ -42,9 +42,12 @@ class SearchFilesArgs(BaseModel):
         description="Regular expression to search file contents for (Python/Rust syntax, e.g. "
         "'def \\\\w+_handler'). Omit it to list files matching glob instead.",
         min_length=1,
+        max_length=10_000,  # it travels to the search child in its argv
     )
     glob: str | None = Field(
-        None, description="Only files whose name matches, e.g. '*.py' or 'src/**/*.ts'."
+        None,
+        description="Only files whose name matches, e.g. '*.py' or 'src/**/*.ts'.",
+        max_length=10_000,
     )
     path: str = Field(".", description="Directory to search, relative to the workspace root.")
     case_sensitive: bool = Field(True, description="Match case exactly. Default true.")
@@ -112,6 +115,8 @@ class SearchFilesTool(ModelTool):
             "limit": args.max_results + 1,
             "budget_s": self.timeout_s * 0.75,  # then the lines so far, before the kill
         }
+        # -I: nothing in the workspace (the child's cwd) can shadow a module; -S: the worker
+        # needs the standard library only, and skipping `site` halves its start-up
         argv = [sys.executable, "-I", "-S", str(_WORKER), json.dumps(spec)]
         result = self._run(argv, root, ctx)
         if result.returncode != 0:
