@@ -17,6 +17,8 @@ from tests.fakes.openai import FakeOpenAI
 from tests.hostile.tool_kit import gateway, reply_text, tool_responder
 from tools import ToolContext, ToolRegistry
 from tools.catalog import ToolSettings, build_registry
+from tools.errors import ToolError
+from tools.paths import read_regular
 from tools.search import SearchFilesTool
 
 
@@ -156,3 +158,11 @@ def test_oversized_writes_and_patches_are_refused(tools: ToolRegistry, workspace
     assert (workspace / "many.txt").stat().st_size == 1_000_000
     ok = call(tools, workspace, "write_file", path="fine.txt", content="z" * 1024 * 1024)
     assert ok == "Created fine.txt (1048576 bytes, 1 lines)."
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_a_device_is_refused_without_reading(device: str) -> None:
+    # a workspace cannot hold a device node without root (and links out are refused before
+    # this point), so the opener is asked directly: /dev/zero would otherwise read forever
+    with pytest.raises(ToolError, match=r"'dev' is a device, not a regular file"):
+        read_regular(Path(device), 1 << 30, "dev")
