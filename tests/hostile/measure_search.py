@@ -53,6 +53,7 @@ def main() -> None:
         tree(ws, 200)
         ctx = ToolContext(workspace=ws)
         rg = shutil.which("rg")
+        cases: list[tuple[str, SearchFilesTool, dict[str, object]]]
         cases = [("python grep", SearchFilesTool(None), {"pattern": r"def \w+_x"})]
         if rg:
             cases.append(("ripgrep", SearchFilesTool(rg), {"pattern": r"def \w+_x"}))

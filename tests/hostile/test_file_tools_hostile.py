@@ -151,8 +151,8 @@ def test_oversized_writes_and_patches_are_refused(tools: ToolRegistry, workspace
     assert "at most 1048576" in call(tools, workspace, "patch", path="notes.txt", diff=diff)
     # a small edit applied everywhere can still multiply a file: the result is capped too
     (workspace / "many.txt").write_text("a" * 1_000_000)
-    edits = [{"old": "a", "new": "b" * 100, "replace_all": True}]
-    grown = call(tools, workspace, "patch", path="many.txt", edits=edits)
+    edits_all: list[dict[str, object]] = [{"old": "a", "new": "b" * 100, "replace_all": True}]
+    grown = call(tools, workspace, "patch", path="many.txt", edits=edits_all)
     assert grown == "Error: edit 1 would make the file larger than 4194304 bytes"
     assert (workspace / "notes.txt").read_text() == "x marks the spot\n"
     assert (workspace / "many.txt").stat().st_size == 1_000_000

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.server import wait_until
 from tests.hostile.tool_kit import WORKER, Prober, children, gateway, reply_text, tool_responder
@@ -35,7 +36,7 @@ def search_path(engine: str, tmp_path: Path) -> str:
     return os.path.dirname(rg)
 
 
-def bomb_gateway(tmp_path: Path, llm: FakeOpenAI, engine: str, timeout_s: float):  # type: ignore[no-untyped-def]
+def bomb_gateway(tmp_path: Path, llm: FakeOpenAI, engine: str, timeout_s: float) -> GatewayProcess:
     workspace = tmp_path / "home" / "workspace"
     workspace.mkdir(parents=True)
     (workspace / "bomb.txt").write_text(BOMB + "\n")
@@ -44,7 +45,9 @@ def bomb_gateway(tmp_path: Path, llm: FakeOpenAI, engine: str, timeout_s: float)
     return gateway(tmp_path / "home", llm, path, tools={"search_timeout_s": timeout_s})
 
 
-def chat_in_background(gw, message: str, user: str, out: dict[str, object]) -> threading.Thread:  # type: ignore[no-untyped-def]
+def chat_in_background(
+    gw: GatewayProcess, message: str, user: str, out: dict[str, object]
+) -> threading.Thread:
     def run() -> None:
         started = time.monotonic()
         try:
