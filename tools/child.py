@@ -8,6 +8,7 @@ timeout and as soon as the tool is asked to stop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import selectors
@@ -20,7 +21,8 @@ from pathlib import Path
 
 _POLL_S = 0.05
 _MAX_OUTPUT = 4 * 1024 * 1024
-_MEMORY_BYTES = 2 * 1024 * 1024 * 1024  # address space; ripgrep's threads reserve a lot of it
+_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
+_NICE = 10  # address space; ripgrep's threads reserve a lot of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +68,15 @@ def run_child(
 
 def _limit(pid: int, timeout_s: float) -> None:
     """CPU and memory limits, a backstop should the wall-clock kill not come (the gateway
-    itself killed); set from outside, since `preexec_fn` is unsafe in a threaded process."""
+    itself killed); set from outside, since `preexec_fn` is unsafe in a threaded process.
+    A lower priority keeps a runaway child from crowding out the gateway on a small machine."""
     cpu = int(timeout_s) + 5
-    try:
+    with contextlib.suppress(OSError, ValueError):  # it already ended, or they are not ours
         resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.prlimit(pid, resource.RLIMIT_AS, (_MEMORY_BYTES, _MEMORY_BYTES))
-    except (OSError, ValueError):  # it already ended, or limits are not ours to set
-        pass
+    with contextlib.suppress(OSError):
+        nice = max(os.getpriority(os.PRIO_PROCESS, 0), _NICE)  # never above the gateway's
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
 
 
 def _collect(
