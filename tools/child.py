@@ -71,7 +71,8 @@ def _limit(pid: int, timeout_s: float) -> None:
     itself killed); set from outside, since `preexec_fn` is unsafe in a threaded process.
     A lower priority keeps a runaway child from crowding out the gateway on a small machine."""
     cpu = int(timeout_s) + 5
-    with contextlib.suppress(OSError, ValueError):  # it already ended, or they are not ours
+    # it may have ended already, the limits may not be ours to set, prlimit is Linux-only
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.prlimit(pid, resource.RLIMIT_AS, (_MEMORY_BYTES, _MEMORY_BYTES))
     with contextlib.suppress(OSError):
