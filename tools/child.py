@@ -125,13 +125,13 @@ def _result(
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child's whole session (ripgrep's threads, anything it started), reap it."""
+    """SIGKILL the child's whole group (anything it started, even after it exited: a group's
+    id is not reused while a member lives), and reap it."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
     if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-        proc.wait()
+        proc.kill()
+    proc.wait()
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
