@@ -87,7 +87,7 @@ def test_a_regex_bomb_is_stopped_at_its_limit_while_all_else_is_answered(
     )
     assert 3 <= float(alice["seconds"]) < 20  # type: ignore[arg-type]
     assert probe.slow == [], f"/healthz missed or slow: {probe.slow}"
-    assert len(probe.answers) >= 10
+    assert len(probe.answers) >= 5
     assert left == []  # the child was killed, not left running
 
 
@@ -102,18 +102,16 @@ def test_stop_kills_a_running_search_at_once(
         assert gw.proc is not None
         pid = gw.proc.pid
         searching = chat_in_background(gw, "bomb the search", "alice", alice)
-        wait_until(lambda: len(fake_llm.requests) >= 1, timeout=10)
-        time.sleep(0.5)
-        running = children(pid, WORKER)
+        running = wait_until(lambda: children(pid, WORKER), timeout=15, interval=0.1)
         started = time.monotonic()
         stopped = reply_text(gw, "/stop", "alice", timeout=10)
-        wait_until(lambda: not children(pid, WORKER), timeout=10)
+        wait_until(lambda: not children(pid, WORKER), timeout=10, interval=0.1)
         killed_after = time.monotonic() - started
         searching.join(10)
         after = reply_text(gw, "still there?", "alice", timeout=10)
     finally:
         gw.kill()
-    assert running, "the pattern should run in a child process"
+    assert running  # the pattern runs in a child process
     assert stopped == "Stopped."
     assert killed_after < 5  # not the 120 s limit
     assert "seconds" in alice and float(alice["seconds"]) < 15  # type: ignore[arg-type]
