@@ -116,4 +116,6 @@ def _tool_settings(config: Config) -> ToolSettings:
         ),
         vision_max_bytes=t.vision.max_bytes,
         memory_max_chars=t.memory_max_chars,
+        search_timeout_s=t.search_timeout_s,
+        max_write_bytes=t.max_write_bytes,
     )

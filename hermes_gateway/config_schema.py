@@ -202,6 +202,8 @@ class ToolsConfig(_Section):
     max_output_chars: int = Field(50_000, ge=100)
     parallel_workers: int = Field(4, ge=1, le=64)
     memory_max_chars: int = Field(50_000, ge=1000)
+    search_timeout_s: float = Field(20, gt=0)  # a regex search's child is killed after it
+    max_write_bytes: int = Field(1024 * 1024, ge=1024)  # write_file content, patch edit text
     terminal: TerminalToolConfig = TerminalToolConfig()
     web: WebToolConfig = WebToolConfig()
     vision: VisionToolConfig = VisionToolConfig()

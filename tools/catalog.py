@@ -66,6 +66,8 @@ class ToolSettings:
     web: WebSettings = WebSettings()
     vision_max_bytes: int = 10 * 1024 * 1024
     memory_max_chars: int = 50_000
+    search_timeout_s: float = 20.0  # wall clock of one regex search (a child process)
+    max_write_bytes: int = 1024 * 1024  # content of one write_file, edit text of one patch
 
 
 def factory(name: str) -> Callable[[ToolSettings], Tool]:

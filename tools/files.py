@@ -1,4 +1,5 @@
-"""File tools confined to the workspace: `read_file` (line ranges, size caps) and `write_file`."""
+"""File tools confined to the workspace: `read_file` (line ranges, size caps) and `write_file`
+(size-capped). Both open regular files only, never blocking on a FIFO or device."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.errors import ToolError
-from tools.paths import resolve_in_workspace
+from tools.paths import open_regular, read_regular, refuse_special, resolve_in_workspace
 from tools.registry import ModelTool, ToolContext
 
 if TYPE_CHECKING:
     from tools.catalog import ToolSettings
 
 _MAX_READ_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_WRITE_BYTES = 1024 * 1024
 
 
 class ReadFileArgs(BaseModel):
@@ -44,12 +46,7 @@ class ReadFileTool(ModelTool):
 
     def call(self, args: ReadFileArgs, ctx: ToolContext) -> str:
         path = resolve_in_workspace(ctx.workspace, args.path)
-        if not path.exists():
-            raise ToolError(f"file {args.path.strip()!r} does not exist")
-        if path.is_dir():
-            raise ToolError(f"{args.path.strip()!r} is a directory, not a file")
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_READ_BYTES + 1)
+        data = read_regular(path, _MAX_READ_BYTES + 1, args.path.strip())
         if b"\x00" in data[:8192]:
             raise ToolError(f"{args.path.strip()!r} looks like a binary file")
         text = data[:_MAX_READ_BYTES].decode("utf-8", errors="replace")
@@ -93,15 +90,24 @@ class WriteFileTool(ModelTool):
     parallel_safe = False
     Args = WriteFileArgs
 
+    def __init__(self, max_bytes: int = DEFAULT_MAX_WRITE_BYTES) -> None:
+        self.max_bytes = max_bytes
+
     def call(self, args: WriteFileArgs, ctx: ToolContext) -> str:
         path = resolve_in_workspace(ctx.workspace, args.path)
         shown = args.path.strip()
         if path.is_dir():
             raise ToolError(f"{shown!r} is a directory, not a file")
+        refuse_special(path, shown)
         data = args.content.encode("utf-8", errors="surrogatepass")
+        if len(data) > self.max_bytes:
+            raise ToolError(
+                f"content is {len(data)} bytes; write_file writes at most {self.max_bytes} "
+                "bytes in one call"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         if args.mode == "append" and path.exists():
-            with path.open("ab") as fh:
+            with os.fdopen(open_regular(path, os.O_WRONLY | os.O_APPEND, shown), "ab") as fh:
                 fh.write(data)
             verb = "Appended"
         else:
@@ -132,4 +138,4 @@ def make_read_file(settings: ToolSettings) -> ReadFileTool:
 
 
 def make_write_file(settings: ToolSettings) -> WriteFileTool:
-    return WriteFileTool()
+    return WriteFileTool(settings.max_write_bytes)

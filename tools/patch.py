@@ -1,7 +1,8 @@
 """`patch`: change part of a workspace file by search/replace edits or a unified diff.
 
 All edits apply or none do; when a search text or a hunk's context does not match, the error
-shows what the file holds there, so the model can correct itself instead of guessing.
+shows what the file holds there, so the model can correct itself instead of guessing. The edit
+text and the patched file are size-capped; only regular files are opened.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tools.errors import ToolError
-from tools.files import atomic_write
-from tools.paths import resolve_in_workspace
+from tools.files import DEFAULT_MAX_WRITE_BYTES, atomic_write
+from tools.paths import read_regular, resolve_in_workspace
 from tools.registry import ModelTool, ToolContext
 
 if TYPE_CHECKING:
@@ -70,13 +71,17 @@ class PatchTool(ModelTool):
     parallel_safe = False
     Args = PatchArgs
 
+    def __init__(self, max_bytes: int = DEFAULT_MAX_WRITE_BYTES) -> None:
+        self.max_bytes = max_bytes
+
     def call(self, args: PatchArgs, ctx: ToolContext) -> str:
         path = resolve_in_workspace(ctx.workspace, args.path)
         shown = args.path.strip()
-        if not path.is_file():
+        if not path.exists() or path.is_dir():
             what = "is a directory" if path.is_dir() else "does not exist"
             raise ToolError(f"{shown!r} {what}; patch changes existing files (use write_file)")
-        raw = path.read_bytes()
+        self._check_size(args)
+        raw = read_regular(path, _MAX_BYTES + 1, shown)
         if len(raw) > _MAX_BYTES or b"\x00" in raw[:8192]:
             raise ToolError(f"{shown!r} is binary or too large to patch")
         text = raw.decode("utf-8", errors="surrogateescape")
@@ -87,10 +92,19 @@ class PatchTool(ModelTool):
         else:
             assert args.diff is not None
             result, summary = apply_diff(text, args.diff)
+        if len(result) > _MAX_BYTES:
+            raise ToolError(f"the patched {shown!r} would exceed {_MAX_BYTES} bytes; not written")
         if result == text:
             return f"{shown}: nothing changed ({summary})."
         atomic_write(path, result.replace("\n", newline).encode("utf-8", "surrogateescape"))
         return f"Patched {shown}: {summary}."
+
+    def _check_size(self, args: PatchArgs) -> None:
+        size = len(args.diff or "") + sum(len(e.old) + len(e.new) for e in args.edits or ())
+        if size > self.max_bytes:
+            raise ToolError(
+                f"the edits are {size} characters; patch takes at most {self.max_bytes} in one call"
+            )
 
 
 def apply_edits(text: str, edits: list[Edit]) -> tuple[str, str]:
@@ -106,6 +120,9 @@ def apply_edits(text: str, edits: list[Edit]) -> tuple[str, str]:
                 f"{', '.join(map(str, lines[:10]))}); include more surrounding lines to make it "
                 "unique, or set replace_all"
             )
+        growth = count * (len(edit.new) - len(old))
+        if len(text) + growth > _MAX_BYTES:  # replace_all of a short text can multiply it
+            raise ToolError(f"edit {number} would make the file larger than {_MAX_BYTES} bytes")
         text = text.replace(old, edit.new.replace("\r\n", "\n"))
     return text, f"{len(edits)} edit(s) applied"
 
@@ -198,4 +215,4 @@ def _mismatch(number: int, header: str, lines: list[str], old: list[str], at: in
 
 
 def make_patch(settings: ToolSettings) -> PatchTool:
-    return PatchTool()
+    return PatchTool(settings.max_write_bytes)

@@ -1,33 +1,37 @@
 """`search_files`: find files by glob and lines by regex in the workspace.
 
 ripgrep does the work when it is installed (fast, skips ignored and binary files); otherwise a
-pure-Python walk does the same within a time budget. Results are capped either way.
+pure-Python walk does the same. Either way the regex runs in a child process killed at a
+time limit or on a stop (a backtracking pattern must not hold the gateway's GIL); listing
+files by glob needs no regex and stays in-process. Results are capped either way.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import os
+import json
 import re
 import shutil
-import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools import search_walk
+from tools.child import ChildResult, run_child
 from tools.errors import ToolError
 from tools.paths import resolve_in_workspace
 from tools.registry import ModelTool, ToolContext
+from tools.search_walk import LINE_CHARS, MAX_FILE_BYTES, matches_glob, walk
 
 if TYPE_CHECKING:
     from tools.catalog import ToolSettings
 
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv"})
-_MAX_FILE_BYTES = 5 * 1024 * 1024
-_LINE_CHARS = 300
-_BUDGET_S = 20.0
+_LIST_BUDGET_S = 20.0
+DEFAULT_TIMEOUT_S = 20.0
+_WORKER = Path(search_walk.__file__).resolve()
 
 
 class SearchFilesArgs(BaseModel):
@@ -38,9 +42,12 @@ class SearchFilesArgs(BaseModel):
         description="Regular expression to search file contents for (Python/Rust syntax, e.g. "
         "'def \\\\w+_handler'). Omit it to list files matching glob instead.",
         min_length=1,
+        max_length=10_000,  # it travels to the search child in its argv
     )
     glob: str | None = Field(
-        None, description="Only files whose name matches, e.g. '*.py' or 'src/**/*.ts'."
+        None,
+        description="Only files whose name matches, e.g. '*.py' or 'src/**/*.ts'.",
+        max_length=10_000,
     )
     path: str = Field(".", description="Directory to search, relative to the workspace root.")
     case_sensitive: bool = Field(True, description="Match case exactly. Default true.")
@@ -57,8 +64,9 @@ class SearchFilesTool(ModelTool):
     parallel_safe = True
     Args = SearchFilesArgs
 
-    def __init__(self, rg: str | None = None) -> None:
+    def __init__(self, rg: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.rg = rg
+        self.timeout_s = timeout_s
 
     def call(self, args: SearchFilesArgs, ctx: ToolContext) -> str:
         base = resolve_in_workspace(ctx.workspace, args.path)
@@ -70,17 +78,62 @@ class SearchFilesTool(ModelTool):
                 raise ToolError("give a regex 'pattern', a 'glob', or both")
             files = list_files(root, base, args.glob, args.max_results + 1, ctx)
             return _report(files, args.max_results, "files", "no files match")
-        flags = 0 if args.case_sensitive else re.IGNORECASE
         try:
-            regex = re.compile(args.pattern, flags)
+            re.compile(args.pattern, 0 if args.case_sensitive else re.IGNORECASE)
         except re.error as exc:
             raise ToolError(f"pattern is not a valid regular expression: {exc}") from None
         found = None
         if self.rg:
-            found = _ripgrep(self.rg, root, base, args, args.max_results + 1)
+            found = self._ripgrep(root, base, args, ctx)
         if found is None:
-            found = grep(root, base, regex, args.glob, args.max_results + 1, ctx)
+            found = self._python_grep(root, base, args, ctx)
         return _report(found, args.max_results, "matches", "no matches")
+
+    def _ripgrep(
+        self, root: Path, base: Path, args: SearchFilesArgs, ctx: ToolContext
+    ) -> list[str] | None:
+        """Lines from ripgrep, or None when it cannot take this pattern (then Python
+        searches)."""
+        assert self.rg is not None
+        result = self._run([self.rg, *ripgrep_args(args, base)], root, ctx)
+        if result.returncode not in (0, 1) and not result.truncated:
+            return None  # e.g. a look-around the Rust regex engine does not have
+        lines = result.stdout.decode("utf-8", "replace").splitlines()
+        if result.truncated:
+            lines = lines[:-1]  # cut mid-line by the output cap
+        return [line for line in map(_relative(root), lines[: args.max_results + 1]) if line]
+
+    def _python_grep(
+        self, root: Path, base: Path, args: SearchFilesArgs, ctx: ToolContext
+    ) -> list[str]:
+        spec = {
+            "root": str(root),
+            "base": str(base),
+            "pattern": args.pattern,
+            "case_sensitive": args.case_sensitive,
+            "glob": args.glob,
+            "limit": args.max_results + 1,
+            "budget_s": self.timeout_s * 0.75,  # then the lines so far, before the kill
+        }
+        # -I: nothing in the workspace (the child's cwd) can shadow a module; -S: the worker
+        # needs the standard library only, and skipping `site` halves its start-up
+        argv = [sys.executable, "-I", "-S", str(_WORKER), json.dumps(spec)]
+        result = self._run(argv, root, ctx)
+        if result.returncode != 0:
+            tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+            raise ToolError(f"the search failed: {tail[0] if tail else result.returncode}")
+        return [json.loads(line) for line in result.stdout.decode("utf-8").splitlines()]
+
+    def _run(self, argv: list[str], root: Path, ctx: ToolContext) -> ChildResult:
+        result = run_child(argv, cwd=root, timeout_s=self.timeout_s, should_stop=ctx.should_stop)
+        if result.timed_out:
+            raise ToolError(
+                f"the search took longer than {self.timeout_s:g} s and was stopped; simplify "
+                "the pattern (nested repeats like '(a+)+' backtrack) or narrow 'path'/'glob'"
+            )
+        if result.stopped:
+            raise ToolError("the search was stopped")
+        return result
 
 
 def _report(items: list[str], cap: int, nouns: str, empty: str) -> str:
@@ -92,91 +145,38 @@ def _report(items: list[str], cap: int, nouns: str, empty: str) -> str:
     return body
 
 
-def _matches_glob(rel: str, glob: str | None) -> bool:
-    if not glob:
-        return True
-    if "/" in glob:
-        return fnmatch.fnmatch(rel, glob) or fnmatch.fnmatch(rel, glob.replace("**/", ""))
-    return fnmatch.fnmatch(rel.rsplit("/", 1)[-1], glob)
-
-
-def _walk(root: Path, base: Path, ctx: ToolContext) -> list[tuple[Path, str]]:
-    """Files under ``base`` as (path, path relative to the workspace), sorted, inside it."""
-    out: list[tuple[Path, str]] = []
-    deadline = time.monotonic() + _BUDGET_S
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
-        if ctx.should_stop() or time.monotonic() > deadline:
-            break
-        for name in sorted(filenames):
-            path = Path(dirpath, name)
-            if path.is_symlink():
-                target = path.resolve()
-                if target != root and root not in target.parents:
-                    continue  # a link out of the workspace is not followed
-            out.append((path, path.relative_to(root).as_posix()))
-    return sorted(out, key=lambda item: item[1].split("/"))  # the order `rg --sort path` has
-
-
 def list_files(root: Path, base: Path, glob: str, limit: int, ctx: ToolContext) -> list[str]:
-    return [rel for _path, rel in _walk(root, base, ctx) if _matches_glob(rel, glob)][:limit]
+    """Files matching ``glob``: a walk and `fnmatch`, cheap and bounded, so no child."""
+    files = walk(root, base, time.monotonic() + _LIST_BUDGET_S, ctx.should_stop)
+    return [rel for _path, rel in files if matches_glob(rel, glob)][:limit]
 
 
-def grep(
-    root: Path, base: Path, regex: re.Pattern[str], glob: str | None, limit: int, ctx: ToolContext
-) -> list[str]:
-    found: list[str] = []
-    for path, rel in _walk(root, base, ctx):
-        if not _matches_glob(rel, glob):
-            continue
-        try:
-            if path.stat().st_size > _MAX_FILE_BYTES:
-                continue
-            data = path.read_bytes()
-        except OSError:
-            continue
-        if b"\x00" in data[:8192]:
-            continue
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            if regex.search(line):
-                found.append(f"{rel}:{number}: {line[:_LINE_CHARS]}")
-                if len(found) >= limit:
-                    return found
-        if ctx.should_stop():
-            break
-    return found
-
-
-def _ripgrep(
-    rg: str, root: Path, base: Path, args: SearchFilesArgs, limit: int
-) -> list[str] | None:
-    """Lines from ripgrep, or None when it cannot take this pattern (then Python searches)."""
+def ripgrep_args(args: SearchFilesArgs, base: Path) -> list[str]:
     assert args.pattern is not None
-    cmd = [rg, "--no-heading", "--line-number", "--color", "never", "--no-messages"]
+    cmd = ["--no-heading", "--line-number", "--color", "never", "--no-messages"]
     cmd += ["--sort", "path"]  # stable results (and the cap keeps the same ones)
-    cmd += ["--max-filesize", str(_MAX_FILE_BYTES), "--max-columns", str(_LINE_CHARS)]
+    cmd += ["--max-filesize", str(MAX_FILE_BYTES), "--max-columns", str(LINE_CHARS)]
     if not args.case_sensitive:
         cmd.append("--ignore-case")
     if args.glob:
         cmd += ["--glob", args.glob]
-    cmd += ["--regexp", args.pattern, "--", str(base)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=_BUDGET_S, cwd=root, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode not in (0, 1):
-        return None  # e.g. a look-around the Rust regex engine does not have
-    out = []
-    for line in proc.stdout.decode("utf-8", "replace").splitlines()[:limit]:
+    return [*cmd, "--regexp", args.pattern, "--", str(base)]
+
+
+def _relative(root: Path) -> Callable[[str], str]:
+    """'path:line:text' from ripgrep as 'relative/path:line: text' ('' for a path outside)."""
+
+    def convert(line: str) -> str:
         path, _, rest = line.partition(":")
         try:
             rel = Path(path).resolve().relative_to(root).as_posix()
-        except ValueError:
-            continue
+        except (ValueError, OSError, RuntimeError):
+            return ""
         number, _, text = rest.partition(":")
-        out.append(f"{rel}:{number}: {text}")
-    return out
+        return f"{rel}:{number}: {text}"
+
+    return convert
 
 
 def make_search_files(settings: ToolSettings) -> SearchFilesTool:
-    return SearchFilesTool(shutil.which("rg"))
+    return SearchFilesTool(shutil.which("rg"), settings.search_timeout_s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +23,38 @@ from tests.fakes.openai import FakeOpenAI, tool_calls
 from tests.fakes.server import wait_until
 from tests.harness import eventually, running_gateway
 from tests.security import keys
+from tools.catalog import BUILTINS
+from tools.files import ReadFileArgs
+from tools.registry import ModelTool, ToolContext
 
 pytestmark = pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
+
+
+class StuckTool(ModelTool):
+    """A `read_file` stand-in that blocks its thread until released and ignores `/stop`, as a
+    long C call would (a FIFO did this until the file tools learnt to refuse FIFOs)."""
+
+    name = "read_file"
+    description = "Blocks until the test releases it."
+    parallel_safe = True
+    Args = ReadFileArgs
+    released = threading.Event()
+
+    def call(self, args: ReadFileArgs, ctx: ToolContext) -> str:
+        self.released.wait(60)
+        return "released"
+
+
+def make_stuck_tool(settings: object) -> StuckTool:
+    return StuckTool()
+
+
+@pytest.fixture
+def stuck_tool(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[StuckTool]]:
+    StuckTool.released.clear()
+    monkeypatch.setitem(BUILTINS, "read_file", f"{__name__}:make_stuck_tool")
+    yield StuckTool
+    StuckTool.released.set()  # the thread still in it goes home
 
 
 class StuckFile:
@@ -53,8 +84,9 @@ def stuck(tmp_path: Path) -> Iterator[StuckFile]:
 
 @pytest.mark.usefixtures("fast_telegram")
 @pytest.mark.parametrize("how", ["/stop", "a new message"])
+@pytest.mark.usefixtures("stuck_tool")
 async def test_a_thread_stuck_in_a_tool_does_not_hold_the_session(
-    tmp_path: Path, llm: FakeOpenAI, tg: ChaosTelegram, stuck: StuckFile, how: str
+    tmp_path: Path, llm: FakeOpenAI, tg: ChaosTelegram, how: str
 ) -> None:
     llm.push(tool_calls(("read_file", {"path": "stuck.fifo"})))
     config = telegram_config(tmp_path, llm, tg, runner={"stop_grace_s": 0.5})
