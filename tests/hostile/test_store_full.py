@@ -1,0 +1,200 @@
+"""Accept means stored: `hermes gateway run` with its home on a real 8 MB tmpfs (its own mount
+namespace), polling the fake Telegram. With the disk full, new updates stay with Telegram
+(the offset does not move past them) and `/readyz` says "disk full"; once space is back the
+gateway resumes by itself and answers each message once, across a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.daemon import GatewayProcess
+from tests.fakes import openai as oa
+from tests.fakes.openai import FakeOpenAI
+from tests.fakes.server import wait_until
+from tests.fakes.telegram import FakeTelegram
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning"),
+]
+TOKEN, USER, OTHER = "123:ABC", 555, 556
+BIG = "x" * 20_000  # needs fresh database pages: a full disk cannot take it
+
+
+class MountNamespace:
+    """A process holding a mount namespace with a tmpfs of ``size`` on ``path``."""
+
+    def __init__(self, path: Path, size: str) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        script = f"mount -t tmpfs -o size={size} tmpfs {path} && exec sleep 600"
+        self.proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script])
+        mounts = Path(f"/proc/{self.proc.pid}/mountinfo")
+        wait_until(lambda: self.proc.poll() is None and f" {path} " in mounts.read_text())
+
+    def inside(self, path: Path) -> Path:
+        """``path`` as seen in the namespace."""
+        return Path(f"/proc/{self.proc.pid}/root{path}")
+
+    def fill(self) -> Path:
+        filler = self.inside(self.path / "filler")
+        with contextlib.suppress(OSError), filler.open("wb") as fh:  # until ENOSPC
+            while True:
+                fh.write(b"\0" * 65536)
+        return filler
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+class NamespacedGateway(GatewayProcess):
+    """The gateway run inside ``ns`` (nsenter), so its home is the tmpfs."""
+
+    def __init__(self, ns: MountNamespace, config: dict[str, Any]) -> None:
+        super().__init__(ns.path, config)
+        self.ns = ns
+
+    def start(self, wait: bool = True) -> GatewayProcess:
+        self._stderr = self.stderr_path.open("ab")
+        command = [sys.executable, "-m", "hermes_gateway", "gateway", "run"]
+        command += ["--config", str(self.config_path)]
+        self.proc = subprocess.Popen(
+            ["nsenter", "-t", str(self.ns.proc.pid), "-m", "--", *command],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            env=self.env,
+        )
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def log_events(self) -> list[dict[str, Any]]:
+        path = self.ns.inside(self.home / "logs" / "gateway.log")
+        lines = path.read_text(errors="replace").splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def readyz(self) -> tuple[int, list[str]]:
+        r = httpx.get(f"{self.url}/readyz", timeout=5)
+        return r.status_code, list(r.json().get("reasons", []))
+
+
+@pytest.fixture
+def ns(tmp_path: Path) -> Iterator[MountNamespace]:
+    if shutil.which("nsenter") is None or shutil.which("unshare") is None:
+        pytest.skip("needs unshare and nsenter")
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /mnt"], capture_output=True
+    )
+    if probe.returncode != 0:
+        pytest.skip("no mount namespace here: run inside `unshare -rn`")
+    space = MountNamespace(tmp_path / "home", "8m")
+    yield space
+    space.close()
+
+
+@pytest.fixture
+def tg() -> Iterator[FakeTelegram]:
+    with FakeTelegram(token=TOKEN) as fake:
+        yield fake
+
+
+def gateway_for(ns: MountNamespace, llm: FakeOpenAI, fake: FakeTelegram) -> NamespacedGateway:
+    telegram = {
+        "enabled": True,
+        "token": TOKEN,
+        "base_url": fake.api_url,
+        "base_file_url": fake.file_url,
+        "allowed_users": [USER, OTHER],
+        "streaming": False,
+    }
+    config = {
+        "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+        "platforms": {"telegram": telegram},
+    }
+    return NamespacedGateway(ns, config)
+
+
+def replies(fake: FakeTelegram, chat: int = USER) -> list[str]:
+    return [m["text"] for m in fake.messages_to(chat)]
+
+
+def inbox(ns: MountNamespace, copy: Path) -> list[tuple[str, str]]:
+    """(status, text) of every inbox entry (a copy: SQLite would resolve /proc/PID/root in
+    our own mount namespace)."""
+    for suffix in ("", "-wal"):
+        source = ns.inside(ns.path / f"state.db{suffix}")
+        if source.exists():
+            shutil.copyfile(source, f"{copy}{suffix}")
+    with contextlib.closing(sqlite3.connect(copy)) as conn:
+        rows = conn.execute("SELECT status, payload FROM inbox ORDER BY id").fetchall()
+    return [(status, json.loads(payload)["text"]) for status, payload in rows]
+
+
+def pending_texts(fake: FakeTelegram) -> list[str]:
+    return [u.get("message", {}).get("text", "") for u in fake.pending_updates]
+
+
+def test_a_full_disk_leaves_updates_with_telegram_and_recovers_by_itself(
+    ns: MountNamespace, fake_llm: FakeOpenAI, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    ns_copy = tmp_path / "copy.db"
+    gateway = gateway_for(ns, fake_llm, tg)
+    try:
+        gateway.start()
+        wait_until(lambda: gateway.readyz()[0] == 200, timeout=20)
+        tg.send_text(USER, "before")
+        wait_until(lambda: "echo: before" in replies(tg), timeout=15)
+        # accepted (offset confirmed) before the disk fills, answered after it is full
+        fake_llm.push(oa.text("echo: slow", delay=2.0))
+        tg.send_text(USER, "slow")
+        wait_until(
+            lambda: len(fake_llm.requests) >= 2 and "slow" not in pending_texts(tg), timeout=15
+        )
+        filler = ns.fill()
+        tg.send_text(USER, f"big {BIG}")  # needs new pages: its inbox write fails
+        wait_until(lambda: gateway.readyz()[0] == 503, timeout=15)
+        status, reasons = gateway.readyz()
+        assert any(r.startswith("store: disk full") for r in reasons), reasons
+        wait_until(lambda: "echo: slow" in replies(tg), timeout=15)
+        tg.send_text(OTHER, "while full")
+        time.sleep(1.5)  # several poll rounds: none may confirm them
+        kept = pending_texts(tg)
+        assert f"big {BIG}" in kept and "while full" in kept, kept
+        assert gateway.readyz()[0] == 503
+        filler.unlink()  # space is back: nobody restarts anything
+        wait_until(lambda: gateway.readyz()[0] == 200, timeout=20)
+        wait_until(lambda: "echo: while full" in replies(tg, OTHER), timeout=20)
+        wait_until(lambda: any(r.startswith("echo: big x") for r in replies(tg)), timeout=20)
+        assert tg.pending_updates == []
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(20) == 0
+        gateway.start()  # a restart: nothing answered twice, nothing lost
+        wait_until(lambda: gateway.readyz()[0] == 200, timeout=20)
+        time.sleep(1.5)
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(20) == 0
+    finally:
+        gateway.kill()
+    # the big answer goes out in several parts (4096 characters each), once
+    first_parts = [r[:11] for r in replies(tg) if not r.startswith("xxx")]
+    assert first_parts == ["echo: befor", "echo: slow", "echo: big x"], first_parts
+    assert replies(tg, OTHER) == ["echo: while full"]
+    stored = inbox(ns, ns_copy)
+    assert [text for _, text in stored] == ["before", "slow", f"big {BIG}", "while full"]
+    assert {status for status, _ in stored} == {"answered"}, stored
+    events = {e["event"] for e in gateway.log_events()}
+    assert {"store.cannot_write", "store.writable_again", "telegram.intake_paused"} <= events
