@@ -5,6 +5,7 @@ gateway resumes by itself and answers each message once, across a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import shutil
@@ -13,18 +14,23 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
 
+from adapters.telegram import TelegramAdapter
+from hermes_gateway.config import Config
+from hermes_gateway.server import Gateway
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes import openai as oa
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.server import wait_until
 from tests.fakes.telegram import FakeTelegram
+from tests.harness import Client, eventually, make_config, running_gateway
 
 pytestmark = [
     pytest.mark.e2e,
@@ -139,7 +145,11 @@ def inbox(ns: MountNamespace, copy: Path) -> list[tuple[str, str]]:
         source = ns.inside(ns.path / f"state.db{suffix}")
         if source.exists():
             shutil.copyfile(source, f"{copy}{suffix}")
-    with contextlib.closing(sqlite3.connect(copy)) as conn:
+    return inbox_of(copy)
+
+
+def inbox_of(db: Path) -> list[tuple[str, str]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT status, payload FROM inbox ORDER BY id").fetchall()
     return [(status, json.loads(payload)["text"]) for status, payload in rows]
 
@@ -198,3 +208,114 @@ def test_a_full_disk_leaves_updates_with_telegram_and_recovers_by_itself(
     assert {status for status, _ in stored} == {"answered"}, stored
     events = {e["event"] for e in gateway.log_events()}
     assert {"store.cannot_write", "store.writable_again", "telegram.intake_paused"} <= events
+
+
+# -- in the process: a read-only database, a deleted database file ---------------------------
+# A real read-only remount is refused while the gateway holds its database open for writing
+# (EBUSY), so read-only is made at the SQLite level, as the OS condition reports it
+# (SQLITE_READONLY), on every connection of the running store.
+
+
+@contextlib.asynccontextmanager
+async def read_only(gw: Gateway) -> AsyncIterator[None]:
+    engine = gw.store._engine
+    assert engine is not None
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.execute("PRAGMA query_only = ON")
+
+    fast = getattr(gw.store._fast, "_db", None)
+    event.listen(engine.sync_engine, "connect", on_connect)
+    await engine.dispose()  # pooled connections go: the next ones are read-only
+    if fast is not None:
+        await fast.execute("PRAGMA query_only = ON")
+    try:
+        yield
+    finally:
+        event.remove(engine.sync_engine, "connect", on_connect)
+        await engine.dispose()
+        if fast is not None:
+            await fast.execute("PRAGMA query_only = OFF")
+
+
+@pytest.fixture
+def fast_tg(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTelegram]:
+    monkeypatch.setattr(TelegramAdapter, "poll_timeout", 1.0)
+    with FakeTelegram(token=TOKEN) as fake:
+        yield fake
+
+
+def in_process(tmp_path: Path, llm: FakeOpenAI, fake: FakeTelegram) -> Config:
+    section = {"enabled": True, "token": TOKEN, "base_url": fake.api_url, "streaming": False}
+    section |= {"base_file_url": fake.file_url, "allowed_users": [USER, OTHER]}
+    return make_config(tmp_path, llm.base_url, platforms={"telegram": section})
+
+
+async def reasons(client: Client) -> list[str]:
+    status, body = await client.get("/readyz")
+    return [] if status == 200 else list(body["reasons"])
+
+
+async def not_ready(client: Client, timeout: float = 10.0) -> list[str]:
+    """The `/readyz` reasons once it answers 503."""
+    deadline = time.monotonic() + timeout
+    while not (why := await reasons(client)):
+        assert time.monotonic() < deadline, "/readyz stayed 200"
+        await asyncio.sleep(0.05)
+    return why
+
+
+async def test_a_read_only_database_leaves_updates_with_telegram_and_recovers_by_itself(
+    tmp_path: Path, fake_llm: FakeOpenAI, fast_tg: FakeTelegram
+) -> None:
+    tg = fast_tg
+    config = in_process(tmp_path, fake_llm, tg)
+    async with running_gateway(config) as (gw, client):
+        tg.send_text(USER, "before")
+        await tg.wait_sent(1, chat_id=USER, timeout=10)
+        fake_llm.push(oa.text("echo: slow", delay=1.5))
+        tg.send_text(USER, "slow")  # accepted before the database turns read-only
+        await eventually(lambda: len(fake_llm.requests) >= 2 and not tg.pending_updates)
+        async with read_only(gw):
+            tg.send_text(OTHER, "while read-only")
+            why = await not_ready(client)
+            await tg.wait_sent(2, chat_id=USER, timeout=10)  # "slow" is answered anyway
+            await asyncio.sleep(1.5)  # poll rounds: none may confirm it
+            kept = pending_texts(tg)
+            still = await reasons(client)
+        # nobody restarts anything: the probe finds the store writable again
+        await eventually(lambda: tg.messages_to(OTHER), timeout=15)
+        assert await reasons(client) == []
+        await asyncio.sleep(0.5)  # the answered entry is settled once the store can write
+    async with running_gateway(config) as (gw, client):  # a restart: nothing twice, none lost
+        await asyncio.sleep(1.5)
+    assert why[0].startswith("store: read-only"), why
+    assert still and kept == ["while read-only"], (still, kept)
+    assert replies(tg) == ["echo: before", "echo: slow"]
+    assert replies(tg, OTHER) == ["echo: while read-only"]
+    stored = inbox_of(config.home_path / "state.db")
+    assert stored == [("answered", t) for t in ("before", "slow", "while read-only")]
+
+
+async def test_a_deleted_database_file_stops_intake_and_says_so(
+    tmp_path: Path, fake_llm: FakeOpenAI, fast_tg: FakeTelegram
+) -> None:
+    """Writes to a deleted file succeed, into a file no restart will read: the gateway stops
+    taking updates and stays not ready until it is restarted (which opens a new database)."""
+    tg = fast_tg
+    config = in_process(tmp_path, fake_llm, tg)
+    async with running_gateway(config) as (_, client):
+        tg.send_text(USER, "before")
+        await tg.wait_sent(1, chat_id=USER, timeout=10)
+        (config.home_path / "state.db").unlink()
+        why = await not_ready(client)
+        tg.send_text(USER, "after the file went")
+        await asyncio.sleep(2)
+        kept = pending_texts(tg)
+        still = await reasons(client)
+    async with running_gateway(config):  # a new, empty database: the update is taken now
+        await tg.wait_sent(2, chat_id=USER, timeout=10)
+    assert why[0].startswith("store: database file deleted"), why
+    assert kept == ["after the file went"]
+    assert still and still[0].startswith("store: database file deleted"), still
+    assert replies(tg) == ["echo: before", "echo: after the file went"]
