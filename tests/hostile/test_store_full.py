@@ -29,6 +29,7 @@ from tests.e2e.daemon import GatewayProcess
 from tests.fakes import openai as oa
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.server import wait_until
+from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Client, eventually, make_config, running_gateway
 
@@ -319,3 +320,30 @@ async def test_a_deleted_database_file_stops_intake_and_says_so(
     assert kept == ["after the file went"]
     assert still and still[0].startswith("store: database file deleted"), still
     assert replies(tg) == ["echo: before", "echo: after the file went"]
+
+
+async def test_slack_socket_mode_does_not_ack_an_event_the_store_could_not_take(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Slack delivers an unacked Socket Mode event again (``retry_attempt``): that one, after
+    the store can write again, is stored and answered; the first one was never acked."""
+    with FakeSlack() as slack:
+        section = {"enabled": True, "bot_token": slack.bot_token, "app_token": slack.app_token}
+        section |= {"api_base": slack.api_base, "allowed_users": ["U123"], "streaming": False}
+        config = make_config(tmp_path, fake_llm.base_url, platforms={"slack": section})
+        async with running_gateway(config) as (gw, client):
+            await eventually(lambda: gw.adapters["slack"].health().ready)
+            async with read_only(gw):
+                payload = slack.send_message("while read-only", channel="D1")
+                why = await not_ready(client)
+                await asyncio.sleep(1)  # its intake ran long ago: the ack would be there
+                acks_during = len(slack.acks)
+            await eventually(lambda: gw.store.circuit.writable, timeout=15)
+            slack.send_event(payload["event"], event_id=payload["event_id"], retry_attempt=1)
+            await eventually(lambda: slack.messages_in("D1"), timeout=10)
+            acks_after = len(slack.acks)
+    assert why[0].startswith("store: read-only"), why
+    assert acks_during == 0
+    assert acks_after == 1  # the redelivery, once stored
+    assert [m["text"] for m in slack.messages_in("D1")] == ["echo: while read-only"]
+    assert inbox_of(config.home_path / "state.db") == [("answered", "while read-only")]
