@@ -25,7 +25,7 @@ from sqlalchemy import event
 from adapters.telegram import TelegramAdapter
 from hermes_gateway.config import Config
 from hermes_gateway.server import Gateway
-from tests.e2e.daemon import GatewayProcess
+from tests.e2e.daemon import GatewayProcess, free_port
 from tests.fakes import openai as oa
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.server import wait_until
@@ -346,4 +346,37 @@ async def test_slack_socket_mode_does_not_ack_an_event_the_store_could_not_take(
     assert acks_during == 0
     assert acks_after == 1  # the redelivery, once stored
     assert [m["text"] for m in slack.messages_in("D1")] == ["echo: while read-only"]
+    assert inbox_of(config.home_path / "state.db") == [("answered", "while read-only")]
+
+
+async def test_the_telegram_webhook_answers_503_while_the_store_cannot_write(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Telegram retries a webhook delivery that did not get a 2xx: the retry after the store
+    can write again is stored and answered, once."""
+    port = free_port()
+    hook = f"http://127.0.0.1:{port}/telegram/webhook"
+    with FakeTelegram(token=TOKEN, webhook_retry_delays=(0.2, 0.5, 2.0, 3.0, 3.0)) as tg:
+        config = in_process(tmp_path, fake_llm, tg)
+        section = config.platforms.telegram.model_copy(
+            update={"mode": "webhook", "webhook_url": hook, "webhook_secret": "s3cret-value"}
+        )
+        config = config.model_copy(
+            update={
+                "control": config.control.model_copy(update={"port": port}),
+                "platforms": config.platforms.model_copy(update={"telegram": section}),
+            }
+        )
+        async with running_gateway(config) as (gw, client):
+            await eventually(lambda: gw.adapters["telegram"].health().ready)
+            async with read_only(gw):
+                tg.send_text(USER, "while read-only")
+                why = await not_ready(client)
+                await eventually(lambda: len(tg.webhook_deliveries) >= 2)
+            await tg.wait_sent(1, chat_id=USER, timeout=15)
+            statuses = [d["status"] for d in tg.webhook_deliveries]
+            await asyncio.sleep(0.5)
+    assert why[0].startswith("store: read-only"), why
+    assert statuses[0] == 503 and statuses[-1] == 200, statuses
+    assert replies(tg) == ["echo: while read-only"]
     assert inbox_of(config.home_path / "state.db") == [("answered", "while read-only")]
