@@ -52,12 +52,13 @@ def cannot_write(exc: BaseException) -> str | None:
 
 class WriteGate:
     """Open while the store can write. A write failing for lack of space, a read-only
-    database or a vanished file closes it: writes then fail at once (intake leaves new updates
-    with their platform), and a probe with growing pauses reopens it when a write succeeds."""
+    database or a vanished file closes it: intake that a platform redelivers leaves new
+    updates there, and a probe with growing pauses (or any write that succeeds) reopens it."""
 
     backoff_first_s = 0.5
     backoff_max_s = 5.0
     probe_timeout_s = 10.0
+    steady_after_s = 30.0  # open this long: the next outage starts probing from the first pause
 
     def __init__(self, probe: WriteProbe | None = None) -> None:
         self.probe = probe  # set by the engine once the database is open
@@ -68,6 +69,8 @@ class WriteGate:
         self.error = ""
         self.file_gone = False
         self._prober: asyncio.Task[None] | None = None
+        self._pause = self.backoff_first_s
+        self._reopened_at = -self.steady_after_s
 
     @property
     def problem(self) -> str | None:
@@ -96,10 +99,12 @@ class WriteGate:
 
     async def _probe_until_writable(self) -> None:
         assert self.probe is not None
-        pause = self.backoff_first_s
+        # a store that flaps (a probe write fits where a message does not) keeps its pause
+        flapping = time.monotonic() - self._reopened_at < self.steady_after_s
+        pause = self._pause if flapping else self.backoff_first_s
         while True:
             await asyncio.sleep(pause)
-            pause = min(self.backoff_max_s, pause * 2)
+            pause = self._pause = min(self.backoff_max_s, pause * 2)
             try:
                 async with asyncio.timeout(self.probe_timeout_s):
                     await self.probe()
@@ -117,6 +122,7 @@ class WriteGate:
             return
         seconds = time.monotonic() - self.closed_since
         self.closed_since, self.file_gone = None, False
+        self._reopened_at = time.monotonic()
         self.open.set()
         log.warning("store.writable_again", reason=self.reason, how=how, down_s=round(seconds, 1))
         if self._prober is not None and self._prober is not asyncio.current_task():

@@ -25,6 +25,7 @@ from sqlalchemy import event
 from adapters.telegram import TelegramAdapter
 from hermes_gateway.config import Config
 from hermes_gateway.server import Gateway
+from hermes_gateway.store_writes import cannot_write
 from tests.e2e.daemon import GatewayProcess, free_port
 from tests.fakes import openai as oa
 from tests.fakes.openai import FakeOpenAI
@@ -380,3 +381,26 @@ async def test_the_telegram_webhook_answers_503_while_the_store_cannot_write(
     assert statuses[0] == 503 and statuses[-1] == 200, statuses
     assert replies(tg) == ["echo: while read-only"]
     assert inbox_of(config.home_path / "state.db") == [("answered", "while read-only")]
+
+
+class _PgError(Exception):
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__("ERROR")
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (sqlite3.OperationalError("database or disk is full"), "disk full"),
+        (sqlite3.OperationalError("attempt to write a readonly database"), "read-only"),
+        (sqlite3.OperationalError("disk I/O error"), "I/O error"),
+        (_PgError("53100"), "disk full"),  # PostgreSQL: could not extend file
+        (_PgError("25006"), "read-only"),  # a hot standby, default_transaction_read_only
+        (sqlite3.IntegrityError("UNIQUE constraint failed: inbox.message_id"), None),
+        (sqlite3.OperationalError("database is locked"), None),  # the circuit's "stuck"
+        (_PgError("08006"), None),  # unreachable: the circuit's probe
+    ],
+)
+def test_what_counts_as_cannot_write(exc: BaseException, reason: str | None) -> None:
+    assert cannot_write(exc) == reason
