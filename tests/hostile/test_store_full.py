@@ -1,38 +1,42 @@
-"""Accept means stored: `hermes gateway run` with its home on a real 8 MB tmpfs (its own mount
-namespace), polling the fake Telegram. With the disk full, new updates stay with Telegram
-(the offset does not move past them) and `/readyz` says "disk full"; once space is back the
-gateway resumes by itself and answers each message once, across a restart."""
+"""Accept means stored: an update is confirmed to its platform only once its inbox row is
+written. `hermes gateway run` with its home on a real 8 MB tmpfs (its own mount namespace),
+polling the fake Telegram: with the disk full, new updates stay with Telegram (the offset does
+not move past them) and `/readyz` says "disk full"; once space is back the gateway resumes by
+itself and answers each message once, across a restart. In the process: a read-only database
+(Telegram polling and webhook, Slack Socket Mode) and a deleted database file."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-from sqlalchemy import event
 
 from adapters.telegram import TelegramAdapter
 from hermes_gateway.config import Config
-from hermes_gateway.server import Gateway
 from hermes_gateway.store_writes import cannot_write
-from tests.e2e.daemon import GatewayProcess, free_port
+from tests.e2e.daemon import free_port
 from tests.fakes import openai as oa
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.server import wait_until
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
-from tests.harness import Client, eventually, make_config, running_gateway
+from tests.harness import eventually, make_config, running_gateway
+from tests.hostile.store_kit import (
+    MountNamespace,
+    NamespacedGateway,
+    inbox,
+    inbox_of,
+    not_ready,
+    read_only,
+    reasons,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -40,64 +44,6 @@ pytestmark = [
 ]
 TOKEN, USER, OTHER = "123:ABC", 555, 556
 BIG = "x" * 20_000  # needs fresh database pages: a full disk cannot take it
-
-
-class MountNamespace:
-    """A process holding a mount namespace with a tmpfs of ``size`` on ``path``."""
-
-    def __init__(self, path: Path, size: str) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        script = f"mount -t tmpfs -o size={size} tmpfs {path} && exec sleep 600"
-        self.proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script])
-        mounts = Path(f"/proc/{self.proc.pid}/mountinfo")
-        wait_until(lambda: self.proc.poll() is None and f" {path} " in mounts.read_text())
-
-    def inside(self, path: Path) -> Path:
-        """``path`` as seen in the namespace."""
-        return Path(f"/proc/{self.proc.pid}/root{path}")
-
-    def fill(self) -> Path:
-        filler = self.inside(self.path / "filler")
-        with contextlib.suppress(OSError), filler.open("wb") as fh:  # until ENOSPC
-            while True:
-                fh.write(b"\0" * 65536)
-        return filler
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-
-
-class NamespacedGateway(GatewayProcess):
-    """The gateway run inside ``ns`` (nsenter), so its home is the tmpfs."""
-
-    def __init__(self, ns: MountNamespace, config: dict[str, Any]) -> None:
-        super().__init__(ns.path, config)
-        self.ns = ns
-
-    def start(self, wait: bool = True) -> GatewayProcess:
-        self._stderr = self.stderr_path.open("ab")
-        command = [sys.executable, "-m", "hermes_gateway", "gateway", "run"]
-        command += ["--config", str(self.config_path)]
-        self.proc = subprocess.Popen(
-            ["nsenter", "-t", str(self.ns.proc.pid), "-m", "--", *command],
-            stdout=subprocess.DEVNULL,
-            stderr=self._stderr,
-            env=self.env,
-        )
-        if wait:
-            self.wait_healthy()
-        return self
-
-    def log_events(self) -> list[dict[str, Any]]:
-        path = self.ns.inside(self.home / "logs" / "gateway.log")
-        lines = path.read_text(errors="replace").splitlines()
-        return [json.loads(line) for line in lines if line.startswith("{")]
-
-    def readyz(self) -> tuple[int, list[str]]:
-        r = httpx.get(f"{self.url}/readyz", timeout=5)
-        return r.status_code, list(r.json().get("reasons", []))
 
 
 @pytest.fixture
@@ -138,22 +84,6 @@ def gateway_for(ns: MountNamespace, llm: FakeOpenAI, fake: FakeTelegram) -> Name
 
 def replies(fake: FakeTelegram, chat: int = USER) -> list[str]:
     return [m["text"] for m in fake.messages_to(chat)]
-
-
-def inbox(ns: MountNamespace, copy: Path) -> list[tuple[str, str]]:
-    """(status, text) of every inbox entry (a copy: SQLite would resolve /proc/PID/root in
-    our own mount namespace)."""
-    for suffix in ("", "-wal"):
-        source = ns.inside(ns.path / f"state.db{suffix}")
-        if source.exists():
-            shutil.copyfile(source, f"{copy}{suffix}")
-    return inbox_of(copy)
-
-
-def inbox_of(db: Path) -> list[tuple[str, str]]:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        rows = conn.execute("SELECT status, payload FROM inbox ORDER BY id").fetchall()
-    return [(status, json.loads(payload)["text"]) for status, payload in rows]
 
 
 def pending_texts(fake: FakeTelegram) -> list[str]:
@@ -215,34 +145,6 @@ def test_a_full_disk_leaves_updates_with_telegram_and_recovers_by_itself(
     assert outages and set(outages) == {"disk full"}, outages
 
 
-# -- in the process: a read-only database, a deleted database file ---------------------------
-# A real read-only remount is refused while the gateway holds its database open for writing
-# (EBUSY), so read-only is made at the SQLite level, as the OS condition reports it
-# (SQLITE_READONLY), on every connection of the running store.
-
-
-@contextlib.asynccontextmanager
-async def read_only(gw: Gateway) -> AsyncIterator[None]:
-    engine = gw.store._engine
-    assert engine is not None
-
-    def on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.execute("PRAGMA query_only = ON")
-
-    fast = getattr(gw.store._fast, "_db", None)
-    event.listen(engine.sync_engine, "connect", on_connect)
-    await engine.dispose()  # pooled connections go: the next ones are read-only
-    if fast is not None:
-        await fast.execute("PRAGMA query_only = ON")
-    try:
-        yield
-    finally:
-        event.remove(engine.sync_engine, "connect", on_connect)
-        await engine.dispose()
-        if fast is not None:
-            await fast.execute("PRAGMA query_only = OFF")
-
-
 @pytest.fixture
 def fast_tg(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTelegram]:
     monkeypatch.setattr(TelegramAdapter, "poll_timeout", 1.0)
@@ -254,20 +156,6 @@ def in_process(tmp_path: Path, llm: FakeOpenAI, fake: FakeTelegram) -> Config:
     section = {"enabled": True, "token": TOKEN, "base_url": fake.api_url, "streaming": False}
     section |= {"base_file_url": fake.file_url, "allowed_users": [USER, OTHER]}
     return make_config(tmp_path, llm.base_url, platforms={"telegram": section})
-
-
-async def reasons(client: Client) -> list[str]:
-    status, body = await client.get("/readyz")
-    return [] if status == 200 else list(body["reasons"])
-
-
-async def not_ready(client: Client, timeout: float = 10.0) -> list[str]:
-    """The `/readyz` reasons once it answers 503."""
-    deadline = time.monotonic() + timeout
-    while not (why := await reasons(client)):
-        assert time.monotonic() < deadline, "/readyz stayed 200"
-        await asyncio.sleep(0.05)
-    return why
 
 
 async def test_a_read_only_database_leaves_updates_with_telegram_and_recovers_by_itself(
