@@ -1,14 +1,12 @@
 """Slack: a slack-bolt `AsyncApp` fed by Socket Mode (default) or by the Events API on the
-control server. Bolt acks every event at once; normalizing, admitting and submitting it (and
-the agent's run) happen after the ack."""
+control server. A Socket Mode event is acked once it is in the inbox (an event the store could
+not take is not acked, so Slack delivers it again); over HTTP bolt acks every event at once."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
-import time
 from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
@@ -19,16 +17,18 @@ import structlog
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
-from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.middleware.authorization.async_single_team_authorization import (
     AsyncSingleTeamAuthorization,
 )
-from slack_bolt.response import BoltResponse
 
 from adapters.slack_api import SlackWeb, file_downloader
 from adapters.slack_events import BotIdentity, Recent, normalize
 from adapters.slack_progress import Previews, Progress
+from adapters.slack_socket import AckingSocketHandler
+from adapters.slack_socket import acked as _acked
+from adapters.slack_socket import close_socket as _close_socket
+from adapters.slack_socket import frame_type as _frame_type
 from hermes_gateway.bus import LifecycleEvent
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -66,6 +66,7 @@ class SlackAdapter:
         self._error = ""
         self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
+        self._unstored: set[str] = set()  # event ids left with Slack: not acked
         self._previews = Previews(host.remember_preview)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.files = file_downloader(self.config, host.config.home_path / "media")
@@ -97,13 +98,14 @@ class SlackAdapter:
         self._me = BotIdentity(str(auth.get("user_id") or ""), str(auth.get("bot_id") or ""))
         app = self._build_app(auth)
         if self.config.mode == "socket":
-            handler = _AckingSocketHandler(
+            handler = AckingSocketHandler(
                 app,
                 app_token=self.config.app_token,
                 logger=app.logger,
                 ping_interval=self.config.ping_interval_s,
             )
             handler.client.on_message_listeners.append(self._on_frame)
+            handler.unstored = self._unstored
             try:
                 # our own apps.connections.open: a rejected app token is an error here, where the
                 # SDK's connect() would retry it forever
@@ -138,6 +140,8 @@ class SlackAdapter:
         http = self.config.mode == "http"
         app = AsyncApp(
             client=self.web.client,
+            # Socket Mode: the listener (intake into the inbox) runs before the ack is sent
+            process_before_response=not http,
             signing_secret=self.config.signing_secret if http else None,
             request_verification_enabled=http,  # Socket Mode needs no signature
             logger=logging.getLogger("hermes.adapters.slack.bolt"),
@@ -212,22 +216,24 @@ class SlackAdapter:
         """A bolt listener: runs after the ack (so also for an event acked just before `stop`:
         it still lands in the inbox). Nothing a payload holds may escape from here."""
         try:
-            await self._intake(body.get("event"))
+            if not await self._intake(body.get("event")):
+                self._unstored.add(str(body.get("event_id") or ""))
         except Exception:
             log.exception("slack.intake_failed", event_id=body.get("event_id"))
 
-    async def _intake(self, raw: Any) -> None:
+    async def _intake(self, raw: Any) -> bool:
+        """False when the store could not take the event (it is then not acked)."""
         per_user = self.host.config.runner.group_sessions_per_user
         inbound = normalize(raw, self._me, per_user=per_user)
         if inbound is None:
             log.debug("slack.ignored", type=_field(raw, "type"), subtype=_field(raw, "subtype"))
-            return
+            return True
         event = inbound.event
         # the app_mention + message pair and retried deliveries share the ts; the inbox folds
         # them durably, this spares the second one an access check and a pairing reply
         if not self._seen.add((event.chat_id, event.message_id)):
             log.debug("slack.duplicate", channel=event.chat_id, ts=event.message_id)
-            return
+            return True
         if not event.mentioned and await self._follows_thread(event):
             event = replace(event, mentioned=True)
         admission = await self.host.access_for("slack").admit(
@@ -237,10 +243,14 @@ class SlackAdapter:
             await self._send_quietly(OutboundMessage.to(event, admission.reply, "notice"))
         if not admission.allowed:
             log.debug("slack.not_admitted", verdict=admission.verdict, channel=event.chat_id)
-            return
-        outcome = await self.host.submit(event)
+            return True
+        outcome = await self.host.submit(event, durable=self.config.mode == "socket")
+        if outcome == "unavailable":
+            self._seen.discard((event.chat_id, event.message_id))  # its redelivery is new
+            return False
         if outcome == "accepted" and event.chat_type == "thread":
             self._threads.add((event.chat_id, event.thread_id))
+        return True
 
     async def _follows_thread(self, event: MessageEvent) -> bool:
         """A reply in a thread the bot already answers in needs no mention: known from this
@@ -343,46 +353,6 @@ class SlackAdapter:
 
 async def _ack_only() -> None:
     return None
-
-
-class _AckingSocketHandler(AsyncSocketModeHandler):
-    """Acks every envelope, also the ones bolt cannot handle (a malformed payload, a slash
-    command we have no listener for): Slack's retries of those would fail the same way."""
-
-    async def handle(self, client: Any, req: Any) -> None:
-        started = time.time()
-        try:
-            response = await run_async_bolt_app(self.app, req)
-        except Exception:
-            log.exception("slack.dispatch_failed", envelope_type=getattr(req, "type", ""))
-            response = BoltResponse(status=500, body="")
-        await send_async_response(client, req, _acked(response), started)
-
-
-def _acked(response: BoltResponse) -> BoltResponse:
-    """Bolt's 404 (no listener) and 500 (a payload it choked on) as a plain ack; a 401 (bad
-    signature, stale timestamp) and every 2xx stay as they are."""
-    if response.status in (404, 500):
-        log.info("slack.unhandled_payload_acked", status=response.status)
-        return BoltResponse(status=200, body="")
-    return response
-
-
-async def _close_socket(handler: AsyncSocketModeHandler) -> None:
-    try:
-        await handler.close_async()  # type: ignore[no-untyped-call]
-    except Exception as exc:  # closing a half-open socket must not break shutdown
-        log.debug("slack.socket_close_failed", error=str(exc))
-
-
-def _frame_type(data: Any) -> str:
-    if not isinstance(data, str) or len(data) > 4096:  # hello/disconnect frames are small
-        return ""
-    try:
-        frame = json.loads(data)
-    except ValueError:
-        return ""
-    return str(frame.get("type") or "") if isinstance(frame, dict) else ""
 
 
 def _field(raw: Any, key: str) -> str:

@@ -173,5 +173,8 @@ class Recent:
             self._keys.popitem(last=False)
         return True
 
+    def discard(self, key: Hashable) -> None:
+        self._keys.pop(key, None)
+
     def __contains__(self, key: object) -> bool:
         return key in self._keys

@@ -136,6 +136,7 @@ class TelegramAdapter:
             read_margin=t,
             allowed_updates=ALLOWED_UPDATES,
             on_error=self._on_poll_error,
+            writable=self.host.writable,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -219,10 +220,7 @@ class TelegramAdapter:
 
     async def _connect_once(self) -> bool:
         if not await asyncio.to_thread(self.lock.acquire):
-            self._state = (
-                f"another gateway on this host uses this bot token (lock {self.lock.path}); "
-                "not polling"
-            )
+            self._state = f"another gateway on this host uses this bot token ({self.lock.path})"
             (log.debug if self._lock_warned else log.error)(
                 "telegram.token_in_use", lock=str(self.lock.path)
             )
@@ -324,22 +322,24 @@ class TelegramAdapter:
         except Exception as exc:  # junk must not make Telegram redeliver it forever
             log.warning("telegram.update_unparseable", error=repr(exc)[:200])
             return web.Response(text="ignored")
-        await self._take(update)  # answer 200 (Telegram forgets it) only once it is stored
+        if not await self._take(update):  # answer 200 (Telegram forgets it) once it is stored
+            return web.Response(status=503, text="store unavailable")
         return web.Response(text="ok")
 
-    async def _take(self, update: Update) -> None:
+    async def _take(self, update: Update) -> bool:  # False: not stored, Telegram keeps it
         try:
-            await self._handle(update)
+            return await self._handle(update)
         except Exception:  # one bad update must never stop the next
             log.exception("telegram.update_failed", update_id=update.update_id)
+            return True
 
-    async def _handle(self, update: Update) -> None:
+    async def _handle(self, update: Update) -> bool:
         if self.me is None:
-            return
+            return True
         per_user = self.host.config.runner.group_sessions_per_user
         inbound = normalize(update, self.me, per_user=per_user)
         if inbound is None:
-            return
+            return True
         event = inbound.event
         admission = await self.host.access_for(self.name).admit(
             event, from_self=inbound.from_self, from_bot=inbound.from_bot
@@ -351,10 +351,10 @@ class TelegramAdapter:
                 log.warning("telegram.access_reply_failed", error=str(exc))
         if not admission.allowed:
             log.debug("telegram.not_admitted", verdict=admission.verdict, user_id=event.user_id)
-            return
-        outcome = await self.host.submit(event)
-        if outcome != "accepted":
-            log.debug("telegram.not_accepted", outcome=outcome, message_id=event.message_id)
+            return True
+        outcome = await self.host.submit(event, durable=True)
+        log.debug("telegram.submitted", outcome=outcome, message_id=event.message_id)
+        return outcome != "unavailable"
 
     # -- delivery ----------------------------------------------------------------------
 

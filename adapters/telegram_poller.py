@@ -1,6 +1,6 @@
 """Telegram long polling without PTB's `Updater`: getUpdates as a plain call on the gateway's
-transport, each update parsed once, and a batch confirmed to Telegram (the next offset) only
-after every update of it was taken into the inbox, so a crash never loses one."""
+transport, each update parsed once, and the offset moved past an update only once it was taken
+into the inbox, so neither a crash nor a store that cannot write loses one."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hermes_gateway.errors import AdapterAuthError
 
 log = structlog.get_logger("hermes.adapters.telegram")
 POLL_BATCH = 20  # updates per getUpdates answer: a burst is parsed 20 at a time (loop lag)
-Take = Callable[[Update], Awaitable[None]]
+Take = Callable[[Update], Awaitable[bool]]  # False: not stored, keep it with Telegram
 OnError = Callable[[TelegramError], None]
 
 
@@ -44,6 +44,7 @@ class Poller:
     """One getUpdates loop; `run` until cancelled, then `confirm` what was taken."""
 
     backoff_first, backoff_max = 1.0, 30.0  # after an error (PTB's Updater used the same)
+    paused_check_s = 10.0  # while the store cannot write: a getUpdates that takes nothing
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class Poller:
         read_margin: float,
         allowed_updates: Sequence[str],
         on_error: OnError,
+        writable: Callable[[], Awaitable[None]],
     ) -> None:
         self.bot = bot
         self.request = request
@@ -63,6 +65,8 @@ class Poller:
         self.read_margin = read_margin  # getUpdates' read timeout is the wait plus this
         self.allowed_updates = list(allowed_updates)
         self.on_error = on_error
+        self.writable = writable  # returns once the store can take updates again
+        self.refused_pause = 0.0  # after the store refused an update: grows while it does
         self.offset: int | None = None  # the next update wanted: confirms all before it
         self._confirmed: int | None = None  # the offset Telegram last saw
 
@@ -84,7 +88,11 @@ class Poller:
                 self.on_error(exc)
                 pause = self.backoff_first if pause == 0 else min(self.backoff_max, pause * 1.5)
             else:
-                if await self._take_all(items) or not items:
+                taken, refused = await self._take_all(items)
+                if refused:
+                    await self._wait_for_store()
+                    continue
+                if taken or not items:
                     pause = 0.0
                     continue
                 # nothing in the answer had an id, so nothing can be confirmed: asking again at
@@ -120,13 +128,42 @@ class Poller:
         self._confirmed = self.offset
         return result
 
-    async def _take_all(self, items: Any) -> int:
-        """Take each update in order; returns how many had an id."""
+    async def _wait_for_store(self) -> None:
+        """Polling pauses while the store cannot write: what Telegram holds stays there (the
+        offset did not move past it) and is fetched again once the store can take it."""
+        log.warning("telegram.intake_paused", offset=self.offset, reason="store cannot write")
+        while True:
+            try:
+                async with asyncio.timeout(self.paused_check_s):
+                    await self.writable()
+                break
+            except TimeoutError:
+                pass
+            # a getUpdates that confirms nothing new: polling's watchdog sees it alive, and a
+            # revoked token still ends it
+            try:
+                await self._fetch(0, limit=1)
+            except InvalidToken as exc:
+                raise AdapterAuthError("Telegram rejected the bot token while polling") from exc
+            except TelegramError:
+                pass
+        # a store that says writable and still refuses (a write that fails differently)
+        # must not turn this into a tight getUpdates loop
+        self.refused_pause = min(5.0, max(0.2, self.refused_pause * 2))
+        await asyncio.sleep(self.refused_pause)
+        log.info("telegram.intake_resumed", offset=self.offset)
+
+    async def _take_all(self, items: Any) -> tuple[int, bool]:
+        """Take each update in order, stopping at one the store refused; returns how many
+        had an id, and whether one was refused (the offset stays on it)."""
         count = 0
         for update, uid in parse_updates(items, self.bot):
             count += 1
-            if update is not None:
-                await self.take(update)  # stored in the inbox before the offset moves past it
+            if update is not None and not await self.take(update):
+                if self.offset is None or uid > self.offset:
+                    self.offset = uid  # confirms the ones before it, not this one
+                return count, True
             if self.offset is None or uid >= self.offset:
                 self.offset = uid + 1
-        return count
+        self.refused_pause = 0.0
+        return count, False

@@ -83,7 +83,25 @@ class Delivery:
         try:
             await self.store.mark(ids, final, reply=out.text)
         except StoreError as exc:
-            log.error("delivery.settle_failed", error=str(exc), inbox_ids=ids)
+            # delivered but not recorded: a restart would answer it again, so record it as
+            # soon as the store can write (a full disk freed, a lock released)
+            log.error("delivery.settle_failed", error=str(exc), inbox_ids=ids, retry="later")
+            task = asyncio.create_task(self._settle_later(ids, final, out.text))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+
+    async def _settle_later(self, ids: list[int], final: str, reply: str) -> None:
+        pause = 0.2
+        while True:
+            await self.store.circuit.writes.open.wait()
+            await asyncio.sleep(pause)
+            pause = min(30.0, pause * 2)
+            try:
+                await self.store.mark(ids, final, reply=reply)
+            except StoreError:
+                continue
+            log.info("delivery.settled_late", inbox_ids=ids, status=final)
+            return
 
     async def _redeliver(
         self, out: OutboundMessage, ids: list[int], status: str, event: MessageEvent | None

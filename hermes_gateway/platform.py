@@ -26,7 +26,9 @@ ADAPTERS: dict[str, str] = {
     "slack": "adapters.slack:SlackAdapter",
 }
 
-SubmitOutcome = Literal["accepted", "duplicate", "empty", "too_long", "closed"]
+# "unavailable": the store cannot write, so a durable submit did not take the message; its
+# platform must keep it (no offset, ack or 200) and offer it again once `writable()` returns
+SubmitOutcome = Literal["accepted", "duplicate", "empty", "too_long", "closed", "unavailable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +53,14 @@ class AdapterHost(Protocol):
     bus: EventBus
     metrics: Metrics
 
-    async def submit(self, event: MessageEvent) -> SubmitOutcome:
-        """Hand over a normalized inbound message (persisted before this returns)."""
+    async def submit(self, event: MessageEvent, *, durable: bool = False) -> SubmitOutcome:
+        """Hand over a normalized inbound message (persisted before this returns). When the
+        store cannot write: ``durable`` (a platform that redelivers what it was not told is
+        taken) answers "unavailable"; otherwise the message is answered unpersisted."""
+        ...
+
+    async def writable(self) -> None:
+        """Return once the store can take new messages (at once when it can)."""
         ...
 
     def add_route(

@@ -240,8 +240,9 @@ class GatewayRunner:
                 run.key, messages, inbox_ids(items), reply, run.run_id, status=status
             )
         except StoreError as exc:
-            # the reply still goes out; the inbox keeps the message for a replay
-            log.error("run.persist_failed", error=str(exc))
+            # the reply still goes out (the inbox entry is settled once the store can write),
+            # but this turn is not in the history
+            log.error("run.persist_failed", error=str(exc), reply="delivered unpersisted")
 
     async def _reply(
         self,

@@ -135,10 +135,13 @@ class Gateway:
     def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
         self.control.add_route(method, path, handler, public=public)
 
-    async def submit(self, event: MessageEvent) -> SubmitOutcome:
-        """Intake: validate, persist to the inbox (dedupe), announce, route."""
+    async def submit(self, event: MessageEvent, *, durable: bool = False) -> SubmitOutcome:
+        """Intake: validate, persist to the inbox (dedupe), announce, route. ``durable``: take
+        it only once its inbox row is written (see `AdapterHost.submit`)."""
         if self.closing:
             return "closed"
+        if durable and not self.store.circuit.writable:
+            return "unavailable"  # not even tried: it stays with its platform
         if not event.text.strip() and not event.attachments:
             return "empty"
         limit = self.config.runner.max_input_chars
@@ -154,7 +157,10 @@ class Gateway:
                 log.debug("message.duplicate", message_id=event.message_id)
                 return "duplicate"
         except StoreError as exc:
-            # a broken store must not cost the user an answer: process it unpersisted
+            if durable:  # its platform keeps it and offers it again once the store can write
+                log.error("inbox.write_failed", error=str(exc), kept_by=event.platform)
+                return "unavailable"
+            # no platform keeps it for us: answer it unpersisted rather than not at all
             log.error("inbox.write_failed", error=str(exc), session_key=event.session_key)
             inbox_id = None
         self.metrics.received.labels(event.platform).inc()
@@ -168,6 +174,9 @@ class Gateway:
             await self.commands.handle(command[0], command[1], event, inbox_id)
         else:
             await self.runner.dispatch(event, inbox_id)
+
+    async def writable(self) -> None:
+        await self.store.circuit.wait_writable()
 
     def access_for(self, platform: str) -> AccessPolicy:
         policy = self._access.get(platform)

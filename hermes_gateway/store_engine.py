@@ -6,6 +6,7 @@ that fails calls at once while the database is stuck or unreachable.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from hermes_gateway.models import Base
 from hermes_gateway.store_health import StoreCircuit
 from hermes_gateway.store_search import create_search_index
 from hermes_gateway.store_sqlite import SqliteFastPath
+from hermes_gateway.store_writes import DatabaseFileGone
 
 log = structlog.get_logger("hermes.store")
 
@@ -54,6 +56,8 @@ class StoreEngine:
         self._fast: SqliteFastPath | None = None
         self._probe_engine: AsyncEngine | None = None
         self.circuit = StoreCircuit(None)
+        self._file: tuple[str, int, int] | None = None  # SQLite: path, device, inode at open
+        self._file_watch: asyncio.Task[None] | None = None
 
     @property
     def problem(self) -> str | None:
@@ -97,12 +101,57 @@ class StoreEngine:
             # its own connection each time: a pooled one may be the one hanging
             self._probe_engine = create_async_engine(self.url, poolclass=NullPool, **kwargs)
             self.circuit = StoreCircuit(self._probe)
+        self.circuit.writes.probe = self._write_probe
         if self._is_sqlite:
+            await self._watch_file()
             fast = SqliteFastPath()
             if await fast.open(engine):
                 self._fast = fast
             else:
                 log.warning("store.fast_path_unavailable", driver="aiosqlite")
+
+    async def _watch_file(self) -> None:
+        path = self.url.split("///", 1)[-1]
+        if not path or path == ":memory:" or path.startswith("file:"):
+            return
+        st = await asyncio.to_thread(os.stat, path)
+        self._file = (path, st.st_dev, st.st_ino)
+        self._file_watch = asyncio.create_task(self._check_file_every(1.0), name="store-file")
+
+    def _check_file(self) -> None:
+        """Raise `DatabaseFileGone` when the file at the store's path is not the one open."""
+        if self._file is None:
+            return
+        path, dev, ino = self._file
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise DatabaseFileGone(f"database file deleted: {path}") from None
+        if (st.st_dev, st.st_ino) != (dev, ino):
+            raise DatabaseFileGone(f"database file replaced: {path}")
+
+    async def _check_file_every(self, seconds: float) -> None:
+        # writes to a deleted file succeed, so only looking tells: a restart would not find them
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await asyncio.to_thread(self._check_file)
+            except DatabaseFileGone as exc:
+                self.circuit.writes.close(
+                    str(exc),
+                    "restart the gateway to open the file at its path (a new, empty one if none)",
+                    file_gone=True,
+                )
+            except OSError as exc:
+                log.warning("store.file_check_failed", error=repr(exc))
+
+    async def _write_probe(self) -> None:
+        """A real committed write (SQLite: the header's user_version, unused otherwise)."""
+        await asyncio.to_thread(self._check_file)
+        assert self._engine is not None
+        statement = "PRAGMA user_version = 0" if self._is_sqlite else "SELECT txid_current()"
+        async with self._write_lock, self._engine.begin() as conn:
+            await conn.execute(text(statement))
 
     async def _probe(self) -> None:
         assert self._probe_engine is not None
@@ -110,6 +159,10 @@ class StoreEngine:
             await conn.execute(text("SELECT 1"))
 
     async def close(self) -> None:
+        if self._file_watch is not None:
+            self._file_watch.cancel()
+            await asyncio.gather(self._file_watch, return_exceptions=True)
+            self._file_watch = None
         await self.circuit.close()
         if self._probe_engine is not None:
             await self._probe_engine.dispose()
@@ -144,7 +197,9 @@ class StoreEngine:
             started = self.circuit.check()
             try:
                 async with self.circuit.watch(), self._session() as db, db.begin():
-                    return await fn(db, *args)
+                    result = await fn(db, *args)
+                self.circuit.wrote()
+                return result
             except IntegrityError:
                 raise
             except DRIVER_ERRORS as exc:
@@ -159,7 +214,9 @@ class StoreEngine:
             started = self.circuit.check()
             try:
                 async with self.circuit.watch(), self._engine.begin() as conn:
-                    return await fn(conn)
+                    result = await fn(conn)
+                self.circuit.wrote()
+                return result
             except IntegrityError:
                 raise
             except DRIVER_ERRORS as exc:
@@ -172,9 +229,12 @@ class StoreEngine:
         async with self._write_lock:
             started = self.circuit.check(write=not read)
             try:
-                return await fn(self._fast)
+                result = await fn(self._fast)
             except sqlite3.Error as exc:
                 raise self.circuit.failed(exc, started, "read" if read else "write") from exc
+            if not read:
+                self.circuit.wrote()
+            return result
 
     async def _query(self, fn: Any) -> Any:
         if self._engine is None:

@@ -1,6 +1,6 @@
 """Whether the database answers: the circuit that fails store calls at once while the database
-is known to be stuck (held by another process) or unreachable (a PostgreSQL server stopped or
-gone silent), and the probe that closes it as soon as the server answers again."""
+is known to be stuck (held by another process), unreachable (a PostgreSQL server stopped or
+gone silent) or unable to write (`store_writes`), and the probes that close it again."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import structlog
 from sqlalchemy.exc import DBAPIError
 
 from hermes_gateway.errors import StoreError
+from hermes_gateway.store_writes import WriteGate, cannot_write
 
 log = structlog.get_logger("hermes.store")
 Probe = Callable[[], Awaitable[None]]
@@ -65,10 +66,27 @@ class StoreCircuit:
         self._down_error = ""
         self._prober: asyncio.Task[None] | None = None
         self._watched: set[asyncio.Timeout] = set()
+        self.writes = WriteGate()
+
+    @property
+    def writable(self) -> bool:
+        """Whether a new message can be stored now (intake stops taking them when not)."""
+        stuck = time.monotonic() < self._stuck_until
+        return self.writes.open.is_set() and self.down_since is None and not stuck
+
+    async def wait_writable(self) -> None:
+        """Return once a new message can be stored (woken by whichever probe reopens it)."""
+        while not self.writable:
+            if not self.writes.open.is_set():
+                await self.writes.open.wait()
+            else:  # unreachable or stuck: the circuit's own probe or pause ends it
+                await asyncio.sleep(0.25)
 
     @property
     def problem(self) -> str | None:
         """What is wrong with the store right now, for `/readyz`; None when nothing is."""
+        if (problem := self.writes.problem) is not None:
+            return problem
         if self.down_since is not None:
             seconds = time.monotonic() - self.down_since
             return f"database unreachable for {seconds:.0f} s ({self._down_error})"
@@ -92,11 +110,18 @@ class StoreCircuit:
             )
         return now
 
+    def wrote(self) -> None:
+        """A write succeeded: a store that could not write can again."""
+        if not self.writes.open.is_set():
+            self.writes.reopen("a write succeeded")
+
     def failed(self, exc: BaseException, started: float, what: str = "write") -> StoreError:
         """The StoreError for ``exc``. A server out of reach is probed at once (a connection
         dropped alone costs nothing more); a write that waited long for nothing pauses writes."""
         if self._probe is not None and is_unreachable(exc):
             self._start_probing(wait_first=False)
+        elif what == "write" and (reason := cannot_write(exc)) is not None:
+            self.writes.close(reason, describe(exc))
         elif what == "write" and time.monotonic() - started >= self.stuck_after_s:
             self._stuck_until = time.monotonic() + self.stuck_pause_s
             self._stuck_error = describe(exc)
@@ -160,6 +185,7 @@ class StoreCircuit:
         return None
 
     async def close(self) -> None:
+        await self.writes.aclose()
         if self._prober is not None:
             self._prober.cancel()
             await asyncio.gather(self._prober, return_exceptions=True)
