@@ -1,0 +1,222 @@
+"""The approval screen's walk over a command line: each simple command `tools.shell_parse` finds,
+with the variables and working directory it can follow, into wrappers (``bash -c``, ``env``,
+``xargs``, ``find -exec``, ``eval``, ``source``, inline interpreter code). What it cannot follow
+(a value only known at run time that decides what runs or where it writes) asks."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+import tools.shell_code  # noqa: F401  (registers its handlers)
+from tools.inline_code import family
+from tools.shell_commands import COMMANDS, DYN, INSIDE, OUTSIDE, UNKNOWN, Arg, Handler, Input
+from tools.shell_parse import ParseError, Segment, Word, parse
+
+MAX_DEPTH = 6
+MAX_SCRIPT_BYTES = 256 * 1024
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+_SAFE_TARGET = re.compile(r"/dev/(null|stdout|stderr|tty|fd/[0-9]+)")
+_WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<>"})
+_DECODERS = re.compile(
+    r"(base64|base32|basenc|base58)\s.*(-d|--decode|-D)\b|xxd\s.*-r|uudecode|"
+    r"openssl\s.*-d\b|rev\b"
+)
+
+
+class Screen:
+    """One level of the walk; wrappers and substitutions are screened by a `child`."""
+
+    def __init__(
+        self, root: Path, depth: int = 0, env: dict[str, str] | None = None, cwd: str | None = ""
+    ) -> None:
+        self.root = root
+        self.depth = depth
+        self.env = dict(env) if env is not None else {"HOME": "~", "PWD": str(root)}
+        self.cwd = str(root) if cwd == "" else cwd  # None: not known
+        self.decoding = False  # the previous command decodes hidden text
+
+    def child(self) -> Screen:
+        return Screen(self.root, self.depth + 1, self.env, self.cwd)
+
+    def script(self, text: str) -> str | None:
+        """Why a command line needs approval, or None."""
+        if self.depth > MAX_DEPTH:
+            return "nests commands too deeply to check"
+        try:
+            parsed = parse(text)
+        except ParseError as exc:
+            return f"cannot be parsed safely ({exc})"
+        for body in parsed.substitutions:
+            if found := self.child().script(body):
+                return found
+        for seg in parsed.segments:
+            if found := self.segment(seg):
+                return found
+        return None
+
+    def segment(self, seg: Segment) -> str | None:
+        decoded = seg.piped and self.decoding
+        self.decoding = bool(_DECODERS.match(" ".join(w.raw for w in seg.words) + " "))
+        feed = Input("pipe" if seg.piped else "here" if seg.heredoc else "", None, decoded)
+        for op, word in seg.redirects:
+            target = self.arg(word)
+            if op in _WRITE_REDIRECTS and not (op == ">&" and re.fullmatch(r"\d+|-", word.raw)):
+                if found := self.writes(target):
+                    return found
+            elif op == "<" and not feed.kind:
+                feed = Input("file", target, decoded)
+        args = [self.arg(w) for w in seg.words]
+        while args and _ASSIGNMENT.match(args[0].text):
+            name, _, value = args.pop(0).text.partition("=")
+            self.env[name.rstrip("+").split("[")[0]] = value
+        return self.command(args, feed)
+
+    def command(self, args: list[Arg], feed: Input) -> str | None:
+        while args and args[0].text in _KEYWORDS:
+            args = args[1:]
+        if not args:
+            return None
+        head = args[0]
+        if head.dynamic:
+            return f"runs a command only known when it runs ({head.raw})"
+        name = head.text.rsplit("/", 1)[-1]
+        if feed.decoded and name not in _SAFE_SINKS:
+            return f"runs decoded hidden text ({name})"
+        handler: Handler | None = COMMANDS.get(name) or COMMANDS.get(name.split(".")[0])
+        if handler is None and family(name):
+            handler = COMMANDS["<interpreter>"]
+        return handler(self, name, args[1:], feed) if handler else None
+
+    def arg(self, word: Word) -> Arg:
+        out: list[str] = []
+        glob = False
+        for part in word.parts:
+            if part.kind == "bare":
+                glob = glob or any(c in part.text for c in "*?[") or _brace(part.text)
+                out.append(part.text)
+            elif part.kind == "quoted":
+                out.append(part.text)
+            elif part.kind == "var":
+                out.append(self.env.get(part.text, DYN))
+            else:
+                out.append(DYN)
+        return Arg("".join(out), word.raw, glob)
+
+    def place(self, arg: Arg) -> str:
+        """Where a path argument lands: INSIDE the workspace, OUTSIDE it, or UNKNOWN."""
+        text = arg.text
+        if _SAFE_TARGET.fullmatch(text) or text.startswith("&"):
+            return INSIDE
+        if arg.dynamic or (arg.glob and _may_climb(text)):
+            return UNKNOWN
+        if text.startswith("~"):
+            return OUTSIDE
+        if text.startswith("/"):
+            path = Path(text)
+        elif self.cwd is None:
+            return UNKNOWN
+        elif self.cwd.startswith("~"):
+            return OUTSIDE
+        else:
+            path = Path(self.cwd) / text
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):
+            return OUTSIDE
+        inside = resolved == self.root or self.root in resolved.parents
+        return INSIDE if inside else OUTSIDE
+
+    def writes(self, arg: Arg, verb: str = "writes") -> str | None:
+        place = self.place(arg)
+        if place == OUTSIDE:
+            return f"{verb} outside the workspace ({arg.raw})"
+        if place == UNKNOWN:
+            return f"cannot tell where it {verb.split()[0]} ({arg.raw})"
+        return None
+
+    def run_file(self, arg: Arg) -> str | None:
+        """A script the shell will read as commands (``source f``, ``bash f``): screened."""
+        if self.place(arg) != INSIDE:
+            return f"runs a script from outside the workspace or unknown ({arg.raw})"
+        path = arg.text if arg.text.startswith("/") else os.path.join(self.cwd or "", arg.text)
+        try:
+            # non-blocking: a FIFO must not pin this worker; then only a regular file is read
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return f"runs a script it cannot read ({arg.raw})"
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SCRIPT_BYTES:
+                return f"runs a script it cannot read ({arg.raw})"
+            data = os.read(fd, MAX_SCRIPT_BYTES + 1)
+        finally:
+            os.close(fd)
+        return self.child().script(data.decode("utf-8", "replace"))
+
+
+def _brace(text: str) -> bool:
+    return "{" in text and ("," in text or ".." in text)
+
+
+def _may_climb(text: str) -> bool:
+    """A pattern or brace expansion that could become ``..`` or an absolute path."""
+    if _brace(text):
+        return True
+    return any(c[:1] in (".", "[", "?") for c in text.split("/") if any(x in c for x in "*?["))
+
+
+_KEYWORDS = frozenset(
+    {
+        "!",
+        "{",
+        "}",
+        "if",
+        "then",
+        "else",
+        "elif",
+        "fi",
+        "do",
+        "done",
+        "while",
+        "until",
+        "esac",
+        "function",
+        "[[",
+        "]]",
+        "coproc",
+    }
+)
+_SAFE_SINKS = frozenset(
+    {
+        "cat",
+        "head",
+        "tail",
+        "less",
+        "more",
+        "wc",
+        "grep",
+        "od",
+        "hexdump",
+        "file",
+        "sha256sum",
+        "sha1sum",
+        "md5sum",
+        "jq",
+        "sort",
+        "tr",
+        "cut",
+        "strings",
+        "diff",
+        "cmp",
+        "tee",
+        "xxd",
+        "uniq",
+        "gunzip",
+        "gzip",
+        "zcat",
+        "tar",
+    }
+)
