@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 DYN = "\x00"  # stands in for text only known when the command runs
 INSIDE, OUTSIDE, UNKNOWN = "inside", "outside", "unknown"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CLUSTER = re.compile(r"-[A-Za-z]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +117,9 @@ def option_values(args: list[Arg], names: tuple[str, ...]) -> list[Arg]:
     out: list[Arg] = []
     for i, arg in enumerate(args):
         for name in names:
-            if arg.text == name and i + 1 < len(args):
-                out.append(args[i + 1])
+            cluster = len(name) == 2 and _CLUSTER.fullmatch(arg.text) is not None
+            if (arg.text == name or (cluster and arg.text.endswith(name[1]))) and i + 1 < len(args):
+                out.append(args[i + 1])  # -o X, or -so X: the last flag of a cluster takes X
             elif name.startswith("--") and arg.text.startswith(name + "="):
                 out.append(Arg(arg.text.split("=", 1)[1], arg.raw, arg.glob))
             elif len(name) == 2 and arg.text.startswith(name) and len(arg.text) > 2:
