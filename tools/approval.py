@@ -14,17 +14,23 @@ from pathlib import Path
 from tools.host import ApprovalRequest, ToolHost
 from tools.shell_screen import Screen
 
+# Patterns scan a bounded distance from each match start: the screen runs holding the GIL, and an
+# unbounded `.*` after a repeated word is quadratic (100 kB of "curl " took 50 s)
+MAX_COMMAND_CHARS = 32_000
 _PATTERNS = [
     (re.compile(r":\(\)\s*\{\s*:\|:&\s*\};\s*:"), "fork bomb"),
     (
-        re.compile(r"\b(curl|wget)\b[^|;&]*\|\s*(sudo\s+)?(ba|z|da|k)?sh\b"),
+        re.compile(r"\b(curl|wget)\b[^|;&]{0,300}\|\s{0,9}(sudo\s+)?(ba|z|da|k)?sh\b"),
         "pipes a download into a shell",
     ),
     (
-        re.compile(r"\b(curl|wget)\b[^|;&]*\|\s*(sudo\s+)?(python3?|perl|ruby)\b"),
+        re.compile(r"\b(curl|wget)\b[^|;&]{0,300}\|\s{0,9}(sudo\s+)?(python3?|perl|ruby)\b"),
         "pipes a download into an interpreter",
     ),
-    (re.compile(r"\bgit\s+push\b.*(\s--force\b|\s-f\b|\s--force-with-lease\b)"), "force-pushes"),
+    (
+        re.compile(r"\bgit\s+push\b[^\n;&|]{0,300}(\s--force\b|\s-f\b|\s--force-with-lease\b)"),
+        "force-pushes",
+    ),
     (re.compile(r"\bgit\s+(reset\s+--hard|clean\s+-[a-zA-Z]*f)"), "discards work in git"),
     (re.compile(r"\bkill\s+(-9\s+|-KILL\s+|-s\s+KILL\s+)?-1\b"), "kills every process"),
     (re.compile(r"\bchmod\s+(-[a-zA-Z]*R[a-zA-Z]*\s+)?[0-7]*777\b"), "makes files world-writable"),
@@ -47,6 +53,8 @@ CANNOT_ASK = (
 def dangerous_reason(command: str, workspace: Path) -> str | None:
     """Why ``command`` needs approval, or None when it looks harmless. It reads files (a
     sourced script), so it runs on a worker thread, never the event loop."""
+    if len(command) > MAX_COMMAND_CHARS:
+        return f"too long to check ({len(command)} characters)"
     for pattern, reason in _PATTERNS:
         if pattern.search(command):
             return reason

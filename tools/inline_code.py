@@ -57,7 +57,7 @@ _COMMON = [
     ),
 ]
 _FAMILY = {
-    "python": [(r"\bopen\s*\([^)]*,\s*(mode\s*=\s*)?[rb]*['\"][^'\"]*[wax+]", "writes")],
+    "python": [(r"\bopen\s*\([^)]{0,300},\s*(mode\s*=\s*)?[rb]*['\"][^'\"]{0,9}[wax+]", "writes")],
     "perl": [(r"`|\bqx\b|\bopen\b|\bsysopen\b|\brename\b", "writes or starts programs")],
     "ruby": [(r"`|%x|\bopen\b|\bIO\b|\bFile\s*\.\s*(write|open|new)", "writes or starts programs")],
     "node": [
@@ -78,7 +78,9 @@ _FAMILY = {
             "writes or starts programs",
         )
     ],
-    "awk": [(r"\|\s*[\"\w$]|\|&|\bprintf?\b[^;{}]*>|\bgetline\b", "writes or starts programs")],
+    "awk": [
+        (r"\|\s*[\"\w$]|\|&|\bprintf?\b[^;{}]{0,300}>|\bgetline\b", "writes or starts programs")
+    ],
 }
 _COMPILED = {
     fam: [(re.compile(rx), why) for rx, why in _FAMILY[fam] + ([] if fam == "awk" else _COMMON)]

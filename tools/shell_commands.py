@@ -325,7 +325,7 @@ def _declare(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | N
     for arg in split(args)[1]:
         key, eq, value = arg.text.partition("=")
         if eq and _NAME.fullmatch(key):
-            screen.env[key] = value
+            screen.assign(key, value)
     return None
 
 

@@ -15,6 +15,7 @@ REDIRECTIONS = ("<<<", "<<-", "<<", "&>>", "&>", ">>", ">|", ">&", "<&", "<>", "
 _WORD_END = frozenset(" \t\n;&|()<>'\"`$\\")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FD = re.compile(r"\d+(?=[<>])")
+_OPENERS = re.compile(r"\$\(|`")
 _ANSI_C = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|u[0-9a-fA-F]{1,4}|.)", re.DOTALL)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b"}
 
@@ -219,7 +220,7 @@ class _Lexer:
             self.i = end + 1
         elif s.startswith("$((", i):
             self.i = i + 3
-            self.subs.extend(substitutions_in(self.balanced()))
+            self.subs.append(self.balanced())  # arithmetic: screened as text for its $(...)
             self.add(Part("dyn"))
         elif s.startswith("$(", i):
             self.i = i + 2
@@ -285,16 +286,17 @@ class _Lexer:
 def substitutions_in(text: str) -> list[str]:
     """The $(...) and `...` bodies inside text that is not a command (a here-document)."""
     out: list[str] = []
-    for m in re.finditer(r"\$\(|`", text):
+    lexer = _Lexer(text)
+    while m := _OPENERS.search(text, lexer.i):
+        lexer.i = m.start()
+        lexer.word = None
+        lexer.begin()
         try:
-            lexer = _Lexer(text[m.start() :])
-            lexer.begin()
             lexer.expansion(in_quotes=True)
         except ParseError:
             out.append(text[m.start() :])  # unreadable: screened as is, and refused there
-            continue
-        out.extend(lexer.subs)
-    return out
+            break
+    return out + lexer.subs
 
 
 def _starts(s: str, i: int, options: tuple[str, ...]) -> str | None:

@@ -16,7 +16,12 @@ from tools.shell_commands import COMMANDS, DYN, INSIDE, OUTSIDE, UNKNOWN, Arg, H
 from tools.shell_parse import ParseError, Segment, Word, parse
 
 MAX_DEPTH = 6
+# the screen holds the GIL: whatever the text (sourced files included), its work is bounded
+MAX_CHARS = 1_000_000
+MAX_COMMANDS = 20_000
+MAX_VALUE = 4096  # a longer variable value counts as unknown (``A=$A$A`` doubles each time)
 MAX_SCRIPT_BYTES = 256 * 1024
+TOO_MUCH = "nests commands too deeply or is too large to check"
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _SAFE_TARGET = re.compile(r"/dev/(null|stdout|stderr|tty|fd/[0-9]+)")
 _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<>"})
@@ -29,22 +34,33 @@ _DECODERS = re.compile(
 class Screen:
     """One level of the walk; wrappers and substitutions are screened by a `child`."""
 
-    def __init__(
-        self, root: Path, depth: int = 0, env: dict[str, str] | None = None, cwd: str | None = ""
-    ) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root
-        self.depth = depth
-        self.env = dict(env) if env is not None else {"HOME": "~", "PWD": str(root)}
-        self.cwd = str(root) if cwd == "" else cwd  # None: not known
+        self.depth = 0
+        self.env = {"HOME": "~", "PWD": str(root)}
+        self.cwd: str | None = str(root)  # None: not known
         self.decoding = False  # the previous command decodes hidden text
+        self.budget = [MAX_CHARS, MAX_COMMANDS]  # shared by every child
 
     def child(self) -> Screen:
-        return Screen(self.root, self.depth + 1, self.env, self.cwd)
+        screen = Screen(self.root)
+        screen.depth, screen.env, screen.cwd = self.depth + 1, dict(self.env), self.cwd
+        screen.budget = self.budget
+        return screen
+
+    def assign(self, name: str, value: str) -> None:
+        self.env[name] = value if len(value) <= MAX_VALUE else DYN
+
+    def spent(self, chars: int, commands: int) -> bool:
+        """Charge the shared budget; True once it is exhausted (or nesting too deep)."""
+        self.budget[0] -= chars
+        self.budget[1] -= commands
+        return self.budget[0] < 0 or self.budget[1] < 0 or self.depth > MAX_DEPTH
 
     def script(self, text: str) -> str | None:
         """Why a command line needs approval, or None."""
-        if self.depth > MAX_DEPTH:
-            return "nests commands too deeply to check"
+        if self.spent(len(text), 0):
+            return TOO_MUCH
         try:
             parsed = parse(text)
         except ParseError as exc:
@@ -71,10 +87,12 @@ class Screen:
         args = [self.arg(w) for w in seg.words]
         while args and _ASSIGNMENT.match(args[0].text):
             name, _, value = args.pop(0).text.partition("=")
-            self.env[name.rstrip("+").split("[")[0]] = value
+            self.assign(name.rstrip("+").split("[")[0], value)
         return self.command(args, feed)
 
     def command(self, args: list[Arg], feed: Input) -> str | None:
+        if self.spent(0, 1):
+            return TOO_MUCH
         while args and args[0].text in _KEYWORDS:
             args = args[1:]
         if not args:

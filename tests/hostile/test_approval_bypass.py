@@ -174,10 +174,31 @@ def test_a_sourced_script_is_screened_and_a_fifo_is_not_read(workspace: Path) ->
     assert dangerous_reason("source clean.sh", workspace) == "recursive delete (rm -r)"
     assert dangerous_reason("bash clean.sh", workspace) == "recursive delete (rm -r)"
     assert dangerous_reason(". pipe.sh", workspace) == "runs a script it cannot read (pipe.sh)"
-    nested = "bash -c " + "'bash -c " * 10 + "ls" + "'" * 11
-    assert dangerous_reason(nested, workspace) == "cannot be parsed safely (unbalanced quotes)"
-    deep = "echo " + "$(echo " * 10 + "x" + ")" * 10
-    assert dangerous_reason(deep, workspace) == "nests commands too deeply to check"
+
+
+TOO_MUCH = "nests commands too deeply or is too large to check"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo " + "$(echo " * 10 + "x" + ")" * 10,
+        "eval " * 10 + "ls",
+        "nice " * 6000 + "ls",
+        "xargs " * 5000 + "ls",
+        "find . " + "-exec find . " * 2000,
+        "source self.sh",
+    ],
+)
+def test_the_screen_work_is_bounded_and_too_much_asks(workspace: Path, command: str) -> None:
+    # the screen holds the GIL on a worker thread: hostile text must not pin it
+    (workspace / "self.sh").write_text("source self.sh\n" * 10_000)
+    assert dangerous_reason(command, workspace) == TOO_MUCH
+
+
+def test_a_huge_command_line_asks_at_once(workspace: Path) -> None:
+    # a quadratic pattern used to take about 50 s on 100 kB of "curl "
+    assert dangerous_reason("curl " * 20_000, workspace) == "too long to check (100000 characters)"
 
 
 def test_the_prompt_names_the_user_and_shows_the_command_as_it_is() -> None:
