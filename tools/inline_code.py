@@ -13,6 +13,7 @@ _FAMILIES = {
     "node": ("node", "nodejs", "deno", "bun"),
     "php": ("php",),
     "lua": ("lua", "luajit"),
+    "other": ("tclsh", "wish", "expect", "pwsh", "julia", "Rscript", "R", "osascript", "guile"),
     "awk": ("awk", "gawk", "mawk", "nawk", "busybox-awk"),
 }
 # which option introduces inline code, per family
@@ -23,6 +24,7 @@ CODE_FLAGS = {
     "node": ("-e", "--eval", "-p", "--print"),
     "php": ("-r",),
     "lua": ("-e",),
+    "other": ("-e", "-c", "-Command", "--eval"),
 }
 _COMMON = [
     (r"\b(rmtree|unlink\w*|rmdir\w*|removedirs|remove_tree|rmSync|rm_rf|rm_r|rm_f)\b", "deletes"),
@@ -43,7 +45,11 @@ _COMMON = [
     ),
     (r"\bkill\w*\b|\bsignal\s*\.\s*raise", "kills processes"),
     (
-        r"\b(eval|compile|__import__|importlib|getattr|setattr|globals|__builtins__|__dict__)\b",
+        r"\b(eval|compile|__import__|importlib|getattr|setattr|globals|vars|constructor)\b",
+        "hides what it runs",
+    ),
+    (
+        r"\b__(?!(version|name|file|doc|main)__)\w+__|&\s*[$\{]|\b(public_send|__send__|Kernel)\b",
         "hides what it runs",
     ),
     (
@@ -57,7 +63,13 @@ _COMMON = [
     ),
 ]
 _FAMILY = {
-    "python": [(r"\bopen\s*\([^)]{0,300},\s*(mode\s*=\s*)?[rb]*['\"][^'\"]{0,9}[wax+]", "writes")],
+    "python": [
+        (
+            r"\bopen\s*\([^,)]{0,300},(?!\s*(mode\s*=\s*)?[rbtU]*['\"][rbtU]*['\"]\s*[,)]|"
+            r"\s*(encoding|errors|newline|buffering)\b)|\.open\s*\(\s*['\"][^'\"]{0,9}[wax+]",
+            "writes",
+        )
+    ],
     "perl": [(r"`|\bqx\b|\bopen\b|\bsysopen\b|\brename\b", "writes or starts programs")],
     "ruby": [(r"`|%x|\bopen\b|\bIO\b|\bFile\s*\.\s*(write|open|new)", "writes or starts programs")],
     "node": [
@@ -83,7 +95,10 @@ _FAMILY = {
     ],
 }
 _COMPILED = {
-    fam: [(re.compile(rx), why) for rx, why in _FAMILY[fam] + ([] if fam == "awk" else _COMMON)]
+    fam: [
+        (re.compile(rx), why)
+        for rx, why in _FAMILY.get(fam, []) + ([] if fam == "awk" else _COMMON)
+    ]
     for fam in _FAMILIES
 }
 _COMPILED["awk"] += [(re.compile(r"\bsystem\s*\("), "starts other programs")]

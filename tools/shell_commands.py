@@ -26,6 +26,7 @@ class Arg:
     text: str
     raw: str
     glob: bool = False  # holds unquoted pattern or brace characters
+    split: bool = False  # an unquoted expansion in it holds spaces: it becomes several words
 
     @property
     def dynamic(self) -> bool:
@@ -90,6 +91,9 @@ ALWAYS = {
     "modprobe": "loads kernel modules",
     "insmod": "loads kernel modules",
     "rmmod": "unloads kernel modules",
+    "at": "schedules commands (at)",
+    "batch": "schedules commands (batch)",
+    "systemd-run": "runs a command as a system unit",
 }
 
 
@@ -133,6 +137,9 @@ def _remove(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | No
     flags = "".join(o for o in options if not o.startswith("--"))
     if name == "rm" and ("r" in flags or "R" in flags or "--recursive" in options):
         return "recursive delete (rm -r)"
+    # `rm *` with a file named -rf here becomes `rm -rf ...`
+    if any(a.glob and a.text[:1] in "*?[" for a in paths) and _dash_files(screen):
+        return "deletes by a pattern that can expand to options (a file named -...)"
     for arg in paths:
         place = screen.place(arg)
         if place == OUTSIDE:
@@ -142,7 +149,15 @@ def _remove(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | No
     return None
 
 
-@handles("cp", "mv", "tee", "install", "ln", "rsync", "touch", "mkdir", "truncate", "patch")
+def _dash_files(screen: Screen) -> bool:
+    try:
+        with os.scandir(screen.cwd or ".") as entries:
+            return any(e.name.startswith("-") for e in entries)
+    except OSError:
+        return screen.cwd is None
+
+
+@handles("cp", "mv", "tee", "install", "ln", "rsync", "touch", "mkdir", "truncate", "patch", "scp")
 def _write(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
     for arg in split(args)[1]:
         if found := screen.writes(arg):
@@ -221,7 +236,7 @@ _XARGS_VALUES = frozenset(
 )
 
 
-@handles("xargs")
+@handles("xargs", "parallel")
 def _xargs(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
     i, replace = 0, ""
     while i < len(args) and args[i].text.startswith("-") and not args[i].dynamic:
@@ -236,6 +251,8 @@ def _xargs(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | Non
             replace = word.split("=", 1)[1] if "=" in word else word[2:] or "{}"
         i += 2 if word in _XARGS_VALUES else 1
     run = args[i:]
+    if name == "parallel" and ":::" in [a.text for a in run]:
+        run = run[: [a.text for a in run].index(":::")]
     if not run:
         return None
     if replace:
@@ -266,6 +283,7 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "busybox": (frozenset(), 0),
     "toybox": (frozenset(), 0),
     "watch": (frozenset({"-n", "--interval", "-d"}), 0),
+    "script": (frozenset({"-T", "-I", "-O", "-B", "-E", "-o"}), 0),
     "strace": (frozenset({"-e", "-p", "-s", "-u", "-o"}), 0),
     "ltrace": (frozenset({"-e", "-p", "-s", "-u", "-o"}), 0),
 }
@@ -288,7 +306,7 @@ def _wrapper(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | N
         if (name, word) in (("command", "-v"), ("command", "-V")):
             return None  # looks a command up, runs nothing
         code = option_values(args[i : i + 2], ("-S", "--split-string", "-c", "--command"))
-        if code and name in ("env", "flock"):
+        if code and name in ("env", "flock", "script"):
             rest = " ".join(a.text for a in code + args[i + 2 :])
             return screen_text(inner, rest, f"{name} {word}")
         if chdir := option_values(args[i : i + 2], ("-C", "--chdir")):

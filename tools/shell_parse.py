@@ -27,7 +27,8 @@ class ParseError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Part:
     """A piece of a word: ``quoted`` or ``bare`` literal text (bare text is globbed), a
-    variable ``var`` (its name) or ``dyn``: text known only when the command runs."""
+    variable ``var`` (its name; ``qvar`` in double quotes, not split) or ``dyn``: text known
+    only when the command runs."""
 
     kind: str
     text: str = ""
@@ -91,7 +92,10 @@ class _Lexer:
                 if self.redirect is not None:
                     raise ParseError("a redirection without a target")
                 self.i += len(op)
-                self.segments.append(Segment(piped=op in ("|", "|&")))
+                last = self.segments[-1]
+                # `x | (sh)`: the subshell's first command still reads the pipe
+                inherited = op == "(" and last.piped and not (last.words or last.redirects)
+                self.segments.append(Segment(piped=op in ("|", "|&") or inherited))
                 if op == "\n" and self.heredocs:
                     self.read_heredocs()
             else:
@@ -106,7 +110,9 @@ class _Lexer:
         if op in ("<", ">") and self.s.startswith("(", self.i + 1):  # <(...) or >(...)
             self.begin()
             self.i += 2
-            self.subs.append(self.balanced())
+            body = self.balanced()
+            # >(cmd) reads what is written to it: screened as the end of a pipe
+            self.subs.append(f"true | {body}" if op == ">" else body)
             self.add(Part("dyn"))
             return
         if self.redirect is not None:
@@ -232,12 +238,13 @@ class _Lexer:
                 raise ParseError("an unclosed ${")
             inner = s[i + 2 : end]
             self.subs.extend(substitutions_in(inner))
-            self.add(Part("var", inner) if _NAME.fullmatch(inner) else Part("dyn"))
+            kind = "qvar" if in_quotes else "var"
+            self.add(Part(kind, inner) if _NAME.fullmatch(inner) else Part("dyn"))
             self.i = end + 1
         elif s.startswith("$'", i) and not in_quotes:
             self.ansi_c()
         elif m := _NAME.match(s, i + 1):
-            self.add(Part("var", m.group()))
+            self.add(Part("qvar" if in_quotes else "var", m.group()))
             self.i = m.end()
         elif i + 1 < len(s) and (s[i + 1] in "@*#?$!-" or s[i + 1].isdigit()):
             self.add(Part("dyn"))

@@ -88,17 +88,23 @@ class Screen:
         while args and _ASSIGNMENT.match(args[0].text):
             name, _, value = args.pop(0).text.partition("=")
             self.assign(name.rstrip("+").split("[")[0], value)
-        return self.command(args, feed)
+        # an unquoted $X is split into words: X="rm -rf d"; $X runs rm
+        words = [
+            Arg(w, a.raw, a.glob) for a in args for w in (a.text.split() if a.split else [a.text])
+        ]
+        return self.command(words, feed)
 
     def command(self, args: list[Arg], feed: Input) -> str | None:
         if self.spent(0, 1):
             return TOO_MUCH
         while args and args[0].text in _KEYWORDS:
+            if args[0].text == "coproc":  # its input is a pipe the script writes to
+                feed = Input("pipe")
             args = args[1:]
         if not args:
             return None
         head = args[0]
-        if head.dynamic:
+        if head.dynamic or (head.glob and head.text not in ("[", "[[")):
             return f"runs a command only known when it runs ({head.raw})"
         name = head.text.rsplit("/", 1)[-1]
         if feed.decoded and name not in _SAFE_SINKS:
@@ -110,18 +116,23 @@ class Screen:
 
     def arg(self, word: Word) -> Arg:
         out: list[str] = []
-        glob = False
+        glob = split = False
         for part in word.parts:
             if part.kind == "bare":
                 glob = glob or any(c in part.text for c in "*?[") or _brace(part.text)
                 out.append(part.text)
             elif part.kind == "quoted":
                 out.append(part.text)
-            elif part.kind == "var":
+            elif part.kind == "qvar":
                 out.append(self.env.get(part.text, DYN))
+            elif part.kind == "var" and "IFS" not in self.env:
+                value = self.env.get(part.text, DYN)
+                split = split or any(c.isspace() for c in value)
+                glob = glob or any(c in value for c in "*?[")
+                out.append(value)
             else:
-                out.append(DYN)
-        return Arg("".join(out), word.raw, glob)
+                out.append(DYN)  # with IFS changed, even the splitting is unknown
+        return Arg("".join(out), word.raw, glob, split)
 
     def place(self, arg: Arg) -> str:
         """Where a path argument lands: INSIDE the workspace, OUTSIDE it, or UNKNOWN."""

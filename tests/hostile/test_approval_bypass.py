@@ -80,6 +80,22 @@ BYPASSES = [
     'python3 -c "$CODE"',
     'echo "$(echo unbalanced"',
     "chroot / sh",
+    "IFS=,; c=rm,-rf,build; $c",
+    "X='rm -rf build'; $X",
+    "T='a /etc/motd'; rm $T",
+    "{rm,-rf,build}",
+    "/bin/r? -rf build",
+    "echo 'rm -rf build' | tee >(sh)",
+    "echo 'rm -rf build' | (sh)",
+    "coproc sh",
+    "script -qc 'rm -rf build' /dev/null",
+    "parallel rm -rf ::: build",
+    "echo 'rm -rf build' | at now",
+    "python3 -c \"print('x', file=open(p, m))\"",
+    "python3 -c \"vars(shutil)['rmtree']('build')\"",
+    'python3 -c "().__class__.__base__.__subclasses__()"',
+    'perl -e \'&{"sys"."tem"}("ls")\'',
+    "echo 'exec rm -rf build' | tclsh",
 ]
 
 BENIGN = [
@@ -142,6 +158,11 @@ BENIGN = [
     "echo aGk= | base64 -d",
     "nohup python3 server.py > server.log 2>&1 &",
     "cat /etc/os-release && uname -a",
+    "X='a b'; echo \"$X\" > out.txt",
+    "[ -f x.txt ] && echo yes",
+    "python3 -c \"print(open('f', encoding='utf-8').read())\"",
+    'python3 -c "print(__name__, __file__)"',
+    "rm *.o",
 ]
 
 
@@ -166,6 +187,14 @@ def test_a_wrapped_dangerous_command_asks(workspace: Path, command: str) -> None
 @pytest.mark.parametrize("command", BENIGN)
 def test_an_ordinary_command_does_not_ask(workspace: Path, command: str) -> None:
     assert dangerous_reason(command, workspace) is None
+
+
+def test_a_pattern_that_would_expand_to_options_asks(workspace: Path) -> None:
+    assert dangerous_reason("rm *.txt", workspace) is None
+    (workspace / "-rf").touch()  # `rm *` would run `rm -rf ...`
+    assert dangerous_reason("rm *", workspace) == (
+        "deletes by a pattern that can expand to options (a file named -...)"
+    )
 
 
 def test_a_sourced_script_is_screened_and_a_fifo_is_not_read(workspace: Path) -> None:
