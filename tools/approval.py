@@ -1,8 +1,8 @@
 """Which shell commands need the user's approval, and asking for it.
 
-`dangerous_reason` is a screen, not a sandbox: it catches the common destructive shapes
-(recursive deletes, privilege escalation, piping downloads into a shell, disk tools, writes
-outside the workspace). `tools.terminal.approval: always` asks for every command.
+`dangerous_reason` is a screen, not a sandbox: a few whole-line patterns, then a walk of what the
+shell will run (`tools.shell_screen`), which asks whenever it cannot tell (docs/approvals.md).
+`tools.terminal.approval: always` asks for every command.
 """
 
 from __future__ import annotations
