@@ -58,7 +58,10 @@ def dangerous_reason(command: str, workspace: Path) -> str | None:
     for pattern, reason in _PATTERNS:
         if pattern.search(command):
             return reason
-    return Screen(workspace.resolve()).script(command)
+    try:
+        return Screen(workspace.resolve()).script(command)
+    except Exception as exc:  # a fault in the screen must fail closed: ask
+        return f"could not be checked ({type(exc).__name__})"
 
 
 def approve(

@@ -87,16 +87,18 @@ def _interpreter(screen: Screen, name: str, args: list[Arg], feed: Input) -> str
             break
         cluster = fam in ("perl", "ruby") and not word.startswith("--")
         inplace = inplace or (cluster and "i" in word[1:])
-        if fam == "python" and word == "-m":
+        letter, attached = _python_cluster(word) if fam == "python" else ("", "")
+        if letter == "m":
             return None  # a module, like a script
         code = None
-        if word in flags or (cluster and word[-1] in "eE"):
+        if letter == "c" and attached:
+            code, i = Arg(attached, arg.raw), i + 1
+        elif letter == "c" or word in flags or (cluster and word[-1] in "eE"):
             code = args[i + 1] if i + 1 < len(args) else Arg("", "")
             i += 2
-        elif fam == "python" and word.startswith("-c"):
-            code, i = Arg(word[2:], arg.raw), i + 1
         else:
-            i += 2 if word in _INTERPRETER_VALUES else 1
+            takes_value = word in _INTERPRETER_VALUES or (letter in ("W", "X") and not attached)
+            i += 2 if takes_value else 1
             continue
         ran_code = True
         if found := code_reason(name, code.text, code.dynamic):
@@ -112,6 +114,17 @@ def _interpreter(screen: Screen, name: str, args: list[Arg], feed: Input) -> str
     if feed.kind == "here":
         return f"feeds a here-document to an interpreter ({name})"
     return None
+
+
+def _python_cluster(word: str) -> tuple[str, str]:
+    """For ``-Ic CODE``, ``-cCODE``, ``-Bm mod``, ``-Wignore``: the letter that takes a value
+    (c, m, W or X) and the value attached to it, if any."""
+    if word.startswith("--"):
+        return "", ""
+    for j, letter in enumerate(word[1:], start=2):
+        if letter in "cmWX":
+            return letter, word[j:]
+    return "", ""
 
 
 def _awk(screen: Screen, name: str, args: list[Arg]) -> str | None:

@@ -299,7 +299,9 @@ def _wrapper(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | N
             i += 1
             break
         if name == "env" and "=" in word and not word.startswith("-"):
-            i += 1  # NAME=value for the command
+            if found := inner.assign(*word.split("=", 1)):  # NAME=value for the command
+                return found
+            i += 1
             continue
         if not word.startswith("-") or word == "-":
             break
@@ -342,8 +344,8 @@ def _cd(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
 def _declare(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
     for arg in split(args)[1]:
         key, eq, value = arg.text.partition("=")
-        if eq and _NAME.fullmatch(key):
-            screen.assign(key, value)
+        if eq and _NAME.fullmatch(key) and (found := screen.assign(key, value)):
+            return found
     return None
 
 
@@ -353,25 +355,4 @@ def _unknown_values(screen: Screen, name: str, args: list[Arg], feed: Input) -> 
     for arg in names:
         if _NAME.fullmatch(arg.text):
             screen.env[arg.text] = DYN
-    return None
-
-
-_OUTPUTS = {
-    "curl": ("-o", "--output", "--output-dir"),
-    "wget": ("-O", "--output-document", "-P", "--directory-prefix", "-o", "--output-file"),
-    "unzip": ("-d",),
-    "tar": ("-C", "--directory"),
-}
-
-
-@handles(*_OUTPUTS)
-def _output_option(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
-    if name == "tar" and not any(
-        a.text in ("--extract", "--get") or (not a.text.startswith("--") and "x" in a.text)
-        for a in args[:1] + [a for a in args if a.text.startswith("-")]
-    ):
-        return None  # -C only says where to read from when tar creates or lists
-    for arg in option_values(args, _OUTPUTS[name]):
-        if found := screen.writes(arg):
-            return found
     return None

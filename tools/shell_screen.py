@@ -10,7 +10,8 @@ import re
 import stat
 from pathlib import Path
 
-import tools.shell_code  # noqa: F401  (registers its handlers)
+import tools.shell_code
+import tools.shell_programs  # noqa: F401  (registers its handlers)
 from tools.inline_code import family
 from tools.shell_commands import COMMANDS, DYN, INSIDE, OUTSIDE, UNKNOWN, Arg, Handler, Input
 from tools.shell_parse import ParseError, Segment, Word, parse
@@ -21,6 +22,35 @@ MAX_CHARS = 1_000_000
 MAX_COMMANDS = 20_000
 MAX_VALUE = 4096  # a longer variable value counts as unknown (``A=$A$A`` doubles each time)
 MAX_SCRIPT_BYTES = 256 * 1024
+# variables that make a shell, the dynamic linker, git or an interpreter run other code
+RUNS_CODE = frozenset(
+    [
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "BASH_ENV",
+        "ENV",
+        "PROMPT_COMMAND",
+        "PS4",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PERL5OPT",
+        "NODE_OPTIONS",
+        "RUBYOPT",
+        "PYTHONSTARTUP",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_PAGER",
+        "GIT_EDITOR",
+        "GIT_ASKPASS",
+        "GIT_CONFIG_GLOBAL",
+        "PAGER",
+        "EDITOR",
+        "VISUAL",
+        "LESSOPEN",
+        "MANPAGER",
+    ]
+)
 TOO_MUCH = "nests commands too deeply or is too large to check"
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _SAFE_TARGET = re.compile(r"/dev/(null|stdout|stderr|tty|fd/[0-9]+)")
@@ -48,8 +78,12 @@ class Screen:
         screen.budget = self.budget
         return screen
 
-    def assign(self, name: str, value: str) -> None:
+    def assign(self, name: str, value: str) -> str | None:
+        """Record a variable; why it needs approval when it makes programs run code."""
         self.env[name] = value if len(value) <= MAX_VALUE else DYN
+        if name in RUNS_CODE:
+            return f"sets {name}, which makes programs run other code"
+        return None
 
     def spent(self, chars: int, commands: int) -> bool:
         """Charge the shared budget; True once it is exhausted (or nesting too deep)."""
@@ -87,7 +121,8 @@ class Screen:
         args = [self.arg(w) for w in seg.words]
         while args and _ASSIGNMENT.match(args[0].text):
             name, _, value = args.pop(0).text.partition("=")
-            self.assign(name.rstrip("+").split("[")[0], value)
+            if found := self.assign(name.rstrip("+").split("[")[0], value):
+                return found
         # an unquoted $X is split into words: X="rm -rf d"; $X runs rm
         words = [
             Arg(w, a.raw, a.glob) for a in args for w in (a.text.split() if a.split else [a.text])

@@ -96,6 +96,16 @@ BYPASSES = [
     'python3 -c "().__class__.__base__.__subclasses__()"',
     'perl -e \'&{"sys"."tem"}("ls")\'',
     "echo 'exec rm -rf build' | tclsh",
+    "python3 -Ic \"import shutil; shutil.rmtree('build')\"",
+    "python3 -W ignore -c 'import os; os.remove(\"a.txt\")'",
+    "LD_PRELOAD=./hook.so ls",
+    "env BASH_ENV=./hook.sh bash run.sh",
+    "export PROMPT_COMMAND='rm -rf build'",
+    "git -c core.pager='rm -rf build' log",
+    "git -c alias.x='!rm -rf build' x",
+    "git config --global core.hooksPath /tmp/hooks",
+    "ssh localhost 'rm -rf build'",
+    "docker run -v /:/host alpine rm -rf /host/etc",
 ]
 
 BENIGN = [
@@ -163,6 +173,10 @@ BENIGN = [
     "python3 -c \"print(open('f', encoding='utf-8').read())\"",
     'python3 -c "print(__name__, __file__)"',
     "rm *.o",
+    "python3 -W ignore script.py",
+    "PYTHONPATH=src python3 -m pytest",
+    "git -c user.name=bot commit -m wip",
+    "docker run --rm alpine echo hi",
 ]
 
 
