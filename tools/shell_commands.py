@@ -326,6 +326,11 @@ def screen_text(screen: Screen, text: str, what: str) -> str | None:
     return screen.child().script(text)
 
 
+@handles("[[", "[", "test", "true", "false", ":")
+def _test(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
+    return None  # only compares; its $(...) were screened on their own
+
+
 @handles("cd", "pushd", "popd")
 def _cd(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
     paths = split(args)[1]

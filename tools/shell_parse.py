@@ -87,6 +87,13 @@ class _Lexer:
                 self.i = m.end()  # a file descriptor number: part of the redirection
             elif op := _starts(s, self.i, REDIRECTIONS):
                 self.operator_redirect(op)
+            elif (
+                s.startswith("((", self.i)
+                and self.word is None
+                and not self.segments[-1].words
+                and (body := self.arithmetic(self.i + 2)) is not None
+            ):
+                self.subs.extend(substitutions_in(body))  # only its $(...) run anything
             elif op := _starts(s, self.i, SEPARATORS):
                 self.end_word()
                 if self.redirect is not None:
@@ -224,9 +231,8 @@ class _Lexer:
             self.subs.append(re.sub(r"\\([`$\\])", r"\1", s[i + 1 : end]))
             self.add(Part("dyn"))
             self.i = end + 1
-        elif s.startswith("$((", i):
-            self.i = i + 3
-            self.subs.append(self.balanced())  # arithmetic: screened as text for its $(...)
+        elif s.startswith("$((", i) and (body := self.arithmetic(i + 3)) is not None:
+            self.subs.extend(substitutions_in(body))  # arithmetic: only its $(...) run
             self.add(Part("dyn"))
         elif s.startswith("$(", i):
             self.i = i + 2
@@ -261,6 +267,21 @@ class _Lexer:
             raise ParseError("unbalanced quotes")
         self.add(Part("quoted", _ANSI_C.sub(_unescape, s[self.i + 2 : j])))
         self.i = j + 1
+
+    def arithmetic(self, start: int) -> str | None:
+        """The body of ``((...))`` opened just before `start`, or None (position unchanged)
+        when it is not closed by ``))``: then it is ``( (...) )`` or ``$( (...) )``, commands."""
+        back = self.i
+        self.i = start
+        try:
+            body = self.balanced()
+        except ParseError:
+            body = None
+        if body is not None and self.s.startswith(")", self.i):
+            self.i += 1
+            return body
+        self.i = back
+        return None
 
     def balanced(self) -> str:
         """The text up to the ``)`` closing a ``(`` just consumed; quotes respected."""

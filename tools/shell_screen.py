@@ -248,8 +248,6 @@ _KEYWORDS = frozenset(
         "until",
         "esac",
         "function",
-        "[[",
-        "]]",
         "coproc",
     }
 )

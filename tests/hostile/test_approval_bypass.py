@@ -107,6 +107,8 @@ BYPASSES = [
     "ssh localhost 'rm -rf build'",
     "docker run -v /:/host alpine rm -rf /host/etc",
 ]
+# already caught by the old token screen; the parser must not lose them
+KEPT = ["echo $((rm -rf build) )", "( (rm -rf build) )", "{ rm -rf build; }", "command rm -rf x"]
 
 BENIGN = [
     "ls -la && git status",
@@ -177,6 +179,9 @@ BENIGN = [
     "PYTHONPATH=src python3 -m pytest",
     "git -c user.name=bot commit -m wip",
     "docker run --rm alpine echo hi",
+    "[[ $x == y* ]] && echo y",
+    "(( $n > 3 )) && echo big; echo $(( (n + 1) * 2 ))",
+    'while read line; do echo "$line" >> out.txt; done < in.txt',
 ]
 
 
@@ -193,7 +198,7 @@ def workspace(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("command", BYPASSES)
+@pytest.mark.parametrize("command", BYPASSES + KEPT)
 def test_a_wrapped_dangerous_command_asks(workspace: Path, command: str) -> None:
     assert dangerous_reason(command, workspace)
 
