@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 _FAMILIES = {
-    "python": ("python", "python2", "python3", "pypy", "pypy3"),
+    "python": ("python", "python2", "python3", "pypy", "pypy3", "ipython", "ipython3"),
     "perl": ("perl",),
     "ruby": ("ruby", "irb"),
     "node": ("node", "nodejs", "deno", "bun"),

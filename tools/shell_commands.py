@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 DYN = "\x00"  # stands in for text only known when the command runs
 INSIDE, OUTSIDE, UNKNOWN = "inside", "outside", "unknown"
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CLUSTER = re.compile(r"-[A-Za-z]+")
 
 
@@ -157,7 +157,34 @@ def _dash_files(screen: Screen) -> bool:
         return screen.cwd is None
 
 
-@handles("cp", "mv", "tee", "install", "ln", "rsync", "touch", "mkdir", "truncate", "patch", "scp")
+# the compressors and converters replace the files they are given
+_WRITERS = (
+    "cp",
+    "mv",
+    "tee",
+    "install",
+    "ln",
+    "rsync",
+    "scp",
+    "touch",
+    "mkdir",
+    "truncate",
+    "patch",
+    "mkfifo",
+    "mknod",
+    "gzip",
+    "gunzip",
+    "bzip2",
+    "bunzip2",
+    "xz",
+    "unxz",
+    "zstd",
+    "dos2unix",
+    "unix2dos",
+)
+
+
+@handles(*_WRITERS)
 def _write(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
     for arg in split(args)[1]:
         if found := screen.writes(arg):
@@ -324,40 +351,3 @@ def screen_text(screen: Screen, text: str, what: str) -> str | None:
     if DYN in text:
         return f"runs shell code only known when it runs ({what})"
     return screen.child().script(text)
-
-
-@handles("[[", "[", "test", "true", "false", ":")
-def _test(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
-    return None  # only compares; its $(...) were screened on their own
-
-
-@handles("cd", "pushd", "popd")
-def _cd(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
-    paths = split(args)[1]
-    if name == "popd" or (paths and (paths[0].dynamic or paths[0].glob)):
-        screen.cwd = None
-    elif not paths or paths[0].text.startswith("~"):
-        screen.cwd = "~"
-    elif paths[0].text == "-":
-        screen.cwd = None
-    elif screen.cwd is not None:
-        screen.cwd = os.path.normpath(os.path.join(screen.cwd, paths[0].text))
-    return None
-
-
-@handles("export", "declare", "typeset", "local", "readonly")
-def _declare(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
-    for arg in split(args)[1]:
-        key, eq, value = arg.text.partition("=")
-        if eq and _NAME.fullmatch(key) and (found := screen.assign(key, value)):
-            return found
-    return None
-
-
-@handles("read", "mapfile", "readarray", "getopts", "for", "select", "unset")
-def _unknown_values(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
-    names = split(args)[1][:1] if name in ("for", "select") else split(args)[1]
-    for arg in names:
-        if _NAME.fullmatch(arg.text):
-            screen.env[arg.text] = DYN
-    return None

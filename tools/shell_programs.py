@@ -17,6 +17,7 @@ _OUTPUTS = {
     "wget": ("-O", "--output-document", "-P", "--directory-prefix", "-o", "--output-file"),
     "unzip": ("-d",),
     "tar": ("-C", "--directory"),
+    "sort": ("-o", "--output"),
 }
 
 
@@ -109,3 +110,25 @@ def _container(screen: Screen, name: str, args: list[Arg], feed: Input) -> str |
         if _HOST_ACCESS.match(arg.text):
             return f"runs a container with access to the host ({arg.raw})"
     return None
+
+
+@handles("uniq", "zip")
+def _named_output(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
+    paths = split(args)[1]
+    target = paths[1:2] if name == "uniq" else paths[:1]  # uniq IN OUT; zip ARCHIVE FILES
+    return screen.writes(target[0]) if target else None
+
+
+_RUNNERS = ("uv", "poetry", "pipenv", "pdm", "hatch", "rye", "conda", "pixi")
+
+
+@handles(*_RUNNERS)
+def _runner(screen: Screen, name: str, args: list[Arg], feed: Input) -> str | None:
+    """``uv run CMD``, ``poetry run CMD``, ...: the command they run is screened."""
+    positional = split(args)[1]
+    if not positional or positional[0].text != "run":
+        return None
+    rest = args[args.index(positional[0]) + 1 :]
+    while rest and rest[0].text.startswith("-") and rest[0].text != "--":
+        rest = rest[1:]  # their own options (a value taken by one may be screened as a name)
+    return screen.child().command(rest[1:] if rest and rest[0].text == "--" else rest, feed)

@@ -11,7 +11,8 @@ import stat
 from pathlib import Path
 
 import tools.shell_code
-import tools.shell_programs  # noqa: F401  (registers its handlers)
+import tools.shell_programs
+import tools.shell_state  # noqa: F401  (registers its handlers)
 from tools.inline_code import family
 from tools.shell_commands import COMMANDS, DYN, INSIDE, OUTSIDE, UNKNOWN, Arg, Handler, Input
 from tools.shell_parse import ParseError, Segment, Word, parse
@@ -203,7 +204,7 @@ class Screen:
 
     def run_file(self, arg: Arg) -> str | None:
         """A script the shell will read as commands (``source f``, ``bash f``): screened."""
-        if self.place(arg) != INSIDE:
+        if self.place(arg) != INSIDE or arg.text.startswith("/dev/"):  # /dev/stdin, /dev/fd/N
             return f"runs a script from outside the workspace or unknown ({arg.raw})"
         path = arg.text if arg.text.startswith("/") else os.path.join(self.cwd or "", arg.text)
         try:

@@ -106,6 +106,13 @@ BYPASSES = [
     "git config --global core.hooksPath /tmp/hooks",
     "ssh localhost 'rm -rf build'",
     "docker run -v /:/host alpine rm -rf /host/etc",
+    "source /dev/fd/0 <<< 'rm -rf build'",
+    "ipython -c \"import os; os.system('rm -r build')\"",
+    "gzip /etc/motd",
+    "sort -o /etc/motd a.txt",
+    "uniq a.txt /etc/motd",
+    "uv run python -c \"import shutil; shutil.rmtree('build')\"",
+    "poetry run rm -rf build",
 ]
 # already caught by the old token screen; the parser must not lose them
 KEPT = ["echo $((rm -rf build) )", "( (rm -rf build) )", "{ rm -rf build; }", "command rm -rf x"]
@@ -180,6 +187,8 @@ BENIGN = [
     "git -c user.name=bot commit -m wip",
     "docker run --rm alpine echo hi",
     "[[ $x == y* ]] && echo y",
+    "gzip -k data.csv && sort data.csv > sorted.txt && zip out.zip sorted.txt",
+    "uv run pytest -q",
     "(( $n > 3 )) && echo big; echo $(( (n + 1) * 2 ))",
     'while read line; do echo "$line" >> out.txt; done < in.txt',
 ]
