@@ -145,10 +145,11 @@ class Screen:
         name = head.text.rsplit("/", 1)[-1]
         if feed.decoded and name not in _SAFE_SINKS:
             return f"runs decoded hidden text ({name})"
-        handler: Handler | None = COMMANDS.get(name) or COMMANDS.get(name.split(".")[0])
+        key = name if name in COMMANDS else name.split(".")[0]  # mkfs.ext4 is mkfs
+        handler: Handler | None = COMMANDS.get(key)
         if handler is None and family(name):
-            handler = COMMANDS["<interpreter>"]
-        return handler(self, name, args[1:], feed) if handler else None
+            handler, key = COMMANDS["<interpreter>"], name
+        return handler(self, key, args[1:], feed) if handler else None
 
     def arg(self, word: Word) -> Arg:
         out: list[str] = []

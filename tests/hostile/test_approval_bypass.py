@@ -253,6 +253,12 @@ def test_the_screen_work_is_bounded_and_too_much_asks(workspace: Path, command: 
     assert dangerous_reason(command, workspace) == TOO_MUCH
 
 
+@pytest.mark.parametrize("command", ["\\env.bash -c ls", "python3.x -c 1", "mkfs.ext4 x"])
+def test_odd_command_names_get_a_verdict_not_a_fault(workspace: Path, command: str) -> None:
+    reason = dangerous_reason(command, workspace)
+    assert not (reason or "").startswith("could not be checked"), reason
+
+
 def test_a_huge_command_line_asks_at_once(workspace: Path) -> None:
     # a quadratic pattern used to take about 50 s on 100 kB of "curl "
     assert dangerous_reason("curl " * 20_000, workspace) == "too long to check (100000 characters)"
