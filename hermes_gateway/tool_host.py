@@ -4,8 +4,9 @@ attachment downloads and the vision model, as plain synchronous callables for wo
 Each callable hops to the event loop with `run_coroutine_threadsafe(...).result(timeout)`: the
 worker thread blocks, the loop never does, and no coroutine here waits on the run pool, so a
 full pool cannot deadlock. An approval is answered only by `/approve` or `/deny` arriving as
-a real inbound message of the same session (`Commands`); nothing a tool or the model writes
-reaches that path.
+a real inbound message of the same session (`Commands`) from the user whose message started the
+run (in a shared thread, no other participant); nothing a tool or the model writes reaches that
+path.
 """
 
 from __future__ import annotations
