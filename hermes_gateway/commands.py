@@ -23,6 +23,7 @@ from hermes_gateway.pool import AgentPool
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sessions import Pending
 from hermes_gateway.store import Store
+from hermes_gateway.tool_host import REFUSED, who
 
 if TYPE_CHECKING:
     from hermes_gateway.tool_host import GatewayToolHost
@@ -225,11 +226,14 @@ class Commands:
         await self._decide(event, inbox_id, approved=False)
 
     async def _decide(self, event: MessageEvent, inbox_id: int | None, *, approved: bool) -> None:
-        """Only this path answers an approval: a real inbound command from a user of the
-        session (issue 6); text from tools or the model never comes here."""
-        request = self.tool_host.answer(event, approved) if self.tool_host else None
-        if request is None:
+        """Only this path answers an approval: a real inbound command from the user whose
+        message started the run; text from tools or the model never comes here, and in a
+        shared thread another participant's answer changes nothing."""
+        outcome, ticket = self.tool_host.answer(event, approved) if self.tool_host else ("", None)
+        if ticket is None:
             text = "Nothing is waiting for approval."
+        elif outcome == "refused":
+            text = REFUSED.format(who=who(ticket.event))
         else:
             text = "Approved; running it." if approved else "Denied; I won't run it."
         await self._answer(event, [inbox_id], text)

@@ -4,13 +4,15 @@ attachment downloads and the vision model, as plain synchronous callables for wo
 Each callable hops to the event loop with `run_coroutine_threadsafe(...).result(timeout)`: the
 worker thread blocks, the loop never does, and no coroutine here waits on the run pool, so a
 full pool cannot deadlock. An approval is answered only by `/approve` or `/deny` arriving as
-a real inbound message of the same session (`Commands`); nothing a tool or the model writes
-reaches that path.
+a real inbound message of the same session (`Commands`) from the user whose message started the
+run (in a shared thread, no other participant); nothing a tool or the model writes reaches that
+path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -37,9 +39,16 @@ if TYPE_CHECKING:
 log = structlog.get_logger("hermes.tools")
 HOP_TIMEOUT_S = 30.0
 ASK = (
-    "Approval needed: I want to run\n```\n{action}\n```\n({reason}). Reply /approve to allow it "
-    "or /deny to refuse; no answer within {timeout:g} s counts as denied."
+    "{who}'s command needs approval ({reason}):\n```\n{action}\n```\n"
+    "Only {who} can reply /approve to run it or /deny to refuse it; no answer within "
+    "{timeout:g} s counts as denied."
 )
+REFUSED = "Only {who} can answer this approval request ({who}'s command); nothing changed."
+ACTION_CHARS = 600
+_MD_SPECIAL = re.compile(r"([\\`*_~\[\]()<>#|!])")
+# shown as escapes so the user sees what would run: control characters, direction overrides
+# and zero-width characters can make a command look like another one
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
 TIMED_OUT = "No answer to the approval request within {timeout:g} s: not run."
 
 
@@ -52,6 +61,28 @@ class Ticket:
     asked_at: float = field(default_factory=time.monotonic)
     approved: bool = False
     done: threading.Event = field(default_factory=threading.Event)
+
+
+def plain(text: str) -> str:
+    """Text shown as itself in any platform's rendering of Markdown (no link, no emphasis)."""
+    return _MD_SPECIAL.sub(r"\\\1", _HIDDEN.sub(_escape_hidden, text))
+
+
+def who(event: MessageEvent) -> str:
+    """``@alice``: the user's name (or id) as plain text, one line, bounded."""
+    name = " ".join((event.user_name or event.user_id).split())[:64]
+    return "@" + plain(name.lstrip("@"))
+
+
+def shown_action(action: str) -> str:
+    """The command for a code block: bounded, no fence in it, hidden characters made visible."""
+    if len(action) > ACTION_CHARS:
+        action = f"{action[:ACTION_CHARS]}\n[... {len(action) - ACTION_CHARS} more characters]"
+    return re.sub(r"`{3,}", lambda m: "'" * len(m.group()), _HIDDEN.sub(_escape_hidden, action))
+
+
+def _escape_hidden(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
 
 
 class GatewayToolHost:
@@ -132,8 +163,12 @@ class GatewayToolHost:
         if old is not None:
             old.done.set()  # superseded: denied
         self.pending[request.session_key] = ticket
-        action = request.action[:1500].replace("```", "'''")
-        text = ASK.format(action=action, reason=request.reason, timeout=self.approval_timeout_s)
+        text = ASK.format(
+            who=who(event),
+            action=shown_action(request.action),
+            reason=plain(request.reason),
+            timeout=self.approval_timeout_s,
+        )
         out = OutboundMessage(
             event.platform, event.chat_id, text, event.session_key, event.thread_id, (), "notice"
         )
@@ -153,12 +188,24 @@ class GatewayToolHost:
             text = TIMED_OUT.format(timeout=self.approval_timeout_s)
             await self.delivery.send(OutboundMessage.to(event, text, "notice"), [], event=event)
 
-    def answer(self, event: MessageEvent, approved: bool) -> ApprovalRequest | None:
-        """`/approve` or `/deny` from a user of the session (loop thread); the request it
-        answered, or None when nothing was waiting."""
-        ticket = self.pending.pop(event.session_key, None)
+    def answer(self, event: MessageEvent, approved: bool) -> tuple[str, Ticket | None]:
+        """`/approve` or `/deny` from a user of the session (loop thread): ``("none", None)``
+        when nothing is waiting, ``("refused", ticket)`` when the sender is not the user whose
+        message started the run (a shared thread: the ticket stays open), else
+        ``("answered", ticket)``."""
+        ticket = self.pending.get(event.session_key)
         if ticket is None:
-            return None
+            return "none", None
+        asker = ticket.event
+        if (event.platform, event.user_id) != (asker.platform, asker.user_id):
+            log.warning(
+                "approval.refused",
+                session_key=event.session_key,
+                user_id=event.user_id,
+                owner_id=asker.user_id,
+            )
+            return "refused", ticket
+        del self.pending[event.session_key]
         ticket.approved = approved
         ticket.done.set()
         log.info(
@@ -168,7 +215,7 @@ class GatewayToolHost:
             user_id=event.user_id,
             seconds=round(time.monotonic() - ticket.asked_at, 2),
         )
-        return ticket.request
+        return "answered", ticket
 
     # -- search, attachments, vision ------------------------------------------------------
 

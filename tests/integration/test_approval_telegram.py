@@ -60,7 +60,7 @@ async def test_approve_runs_the_command(
     async with running_gateway(cfg) as (gw, _):
         tg.send_text(555, "clean the build dir")
         notice = await asked(tg, 555)
-        assert notice.startswith("Approval needed: I want to run")
+        assert notice.startswith("@alice's command needs approval (recursive delete (rm -r))")
         assert "rm -rf build" in notice and "recursive delete (rm -r)" in notice
         assert (cfg.workspace_path / "build").exists()  # nothing ran before the answer
         tg.send_command(555, "/approve")
@@ -88,7 +88,7 @@ async def test_deny_and_no_answer_refuse(
         await tg.wait_sent(7, chat_id=555, timeout=10)
     sent = texts(tg, 555)
     assert sent[1:3] == ["Denied; I won't run it.", "OK, I won't."]
-    assert sent[3].startswith("Approval needed")
+    assert sent[3].startswith("@alice's command needs approval")
     assert sent[4:] == [
         "No answer to the approval request within 0.5 s: not run.",
         "Nobody answered.",
