@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 import structlog
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
 from slack_bolt.app.async_app import AsyncApp
@@ -28,6 +27,7 @@ from slack_bolt.response import BoltResponse
 
 from adapters.slack_api import SlackWeb, file_downloader
 from adapters.slack_events import BotIdentity, Recent, normalize
+from adapters.slack_http import acked, serve_event
 from adapters.slack_progress import Previews, Progress
 from hermes_gateway.bus import LifecycleEvent
 from hermes_gateway.errors import (
@@ -256,13 +256,13 @@ class SlackAdapter:
             return False
 
     async def _http_events(self, request: web.Request) -> web.StreamResponse:
-        """The Events API endpoint: bolt verifies the signature and timestamp (401 otherwise),
-        answers url_verification and acks; 503 until started, so Slack retries later."""
+        """The Events API endpoint: the signature and timestamp are checked first (401
+        otherwise), then bolt answers url_verification and acks; 503 until started, so Slack
+        retries later."""
         app = self.app
         if app is None or not self._accepting:
             return web.json_response({"ok": False, "error": "not_ready"}, status=503)
-        response = _acked(await app.async_dispatch(await to_bolt_request(request)))
-        return await to_aiohttp_response(response)
+        return await serve_event(app, request, self.config.signing_secret)
 
     # -- delivery -----------------------------------------------------------------------
 
@@ -356,16 +356,7 @@ class _AckingSocketHandler(AsyncSocketModeHandler):
         except Exception:
             log.exception("slack.dispatch_failed", envelope_type=getattr(req, "type", ""))
             response = BoltResponse(status=500, body="")
-        await send_async_response(client, req, _acked(response), started)
-
-
-def _acked(response: BoltResponse) -> BoltResponse:
-    """Bolt's 404 (no listener) and 500 (a payload it choked on) as a plain ack; a 401 (bad
-    signature, stale timestamp) and every 2xx stay as they are."""
-    if response.status in (404, 500):
-        log.info("slack.unhandled_payload_acked", status=response.status)
-        return BoltResponse(status=200, body="")
-    return response
+        await send_async_response(client, req, acked(response), started)
 
 
 async def _close_socket(handler: AsyncSocketModeHandler) -> None:
