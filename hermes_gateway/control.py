@@ -14,17 +14,17 @@ from aiohttp import web
 
 from hermes_gateway.config import ControlConfig
 from hermes_gateway.errors import RequestError
-from hermes_gateway.http_limits import BodyBudget, BoundedRunner, Limits, bad_header, read_body
+from hermes_gateway.http_limits import (
+    BodyBudget,
+    BoundedRunner,
+    Limits,
+    bad_header,
+    error_response,
+    read_body,
+)
 
 log = structlog.get_logger("hermes.control")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error_response(status: int, message: str, code: str = "invalid_request_error") -> web.Response:
-    """An OpenAI-style error body, so OpenAI clients show the message."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return web.json_response(body, status=status)
 
 
 class ControlServer:

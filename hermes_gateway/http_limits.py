@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from hermes_gateway.config import ControlConfig
 from hermes_gateway.errors import RequestError
@@ -21,6 +22,13 @@ from hermes_gateway.errors import RequestError
 log = structlog.get_logger("hermes.control")
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _FD_RESERVE = 64  # descriptors kept for the store, logs, tools and outbound calls
+
+
+def error_response(status: int, message: str, code: str = "invalid_request_error") -> web.Response:
+    """An OpenAI-style error body, so OpenAI clients show the message."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.json_response(body, status=status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +62,7 @@ def _fit_fd_limit(wanted: int) -> int:
         return wanted
     fits = max(16, min(soft // 2, soft - _FD_RESERVE))
     if wanted > fits:
-        log.warning("control.max_connections_lowered", wanted=wanted, used=fits, nofile=soft)
+        log.info("control.max_connections_lowered", wanted=wanted, used=fits, nofile=soft)
         return fits
     return wanted
 
@@ -100,6 +108,26 @@ class _Handler(RequestHandler):
         if self._head_pending() and not self._force_close:
             log.debug("control.head_timeout")
             self.force_close()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request aiohttp could not parse: a one-line INFO record and a JSON 4xx, not an
+        ERROR with a traceback quoting the stranger's bytes."""
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)
+        text = str(getattr(exc, "message", None) or message or type(exc).__name__)
+        reason = text.partition("\n")[0][:80]  # aiohttp quotes the offending bytes below
+        log.info("control.bad_request", status=status, reason=reason)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the answer has begun; cannot send an error")
+        response = error_response(status, f"malformed request: {reason}", "bad_request")
+        response.force_close()
+        return response
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._head_handle is not None:

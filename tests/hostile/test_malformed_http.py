@@ -115,6 +115,26 @@ def test_malformed_chat_requests_get_a_json_400(gateway: GatewayProcess, case: s
     no_tracebacks(gateway, since)
 
 
+RAW_CASES = {
+    "a header line of backslashes": b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+    + b"\\" * 8192
+    + b"\r\nConnection: close\r\n\r\n",
+    "a broken request line": b"GET /healthz HTTP/9\x00\r\nConnection: close\r\n\r\n",
+    "a bad content length": b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("case", list(RAW_CASES))
+def test_unparseable_requests_get_a_json_400_and_no_traceback(
+    gateway: GatewayProcess, case: str
+) -> None:
+    since = log_mark(gateway)
+    status, answer = rawhttp.exchange(gateway.port, RAW_CASES[case])
+    assert status == 400
+    assert json.loads(answer)["error"]["code"] == "bad_request"
+    no_tracebacks(gateway, since)
+
+
 def test_a_non_utf8_telegram_secret_header_is_refused(gateway: GatewayProcess) -> None:
     since = log_mark(gateway)
     update = json.dumps({"update_id": 1}).encode()
