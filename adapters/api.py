@@ -121,6 +121,7 @@ class ApiAdapter:
         finally:  # only this request's own: a duplicate must not unhook the first
             if self._waiters.get(message_id) is fut:
                 del self._waiters[message_id]
+            fut.cancel()  # a retry waiting on it learns there is no answer coming
             if sink is not None and self._sinks.get(message_id) is sink:
                 del self._sinks[message_id]
 
@@ -135,7 +136,10 @@ class ApiAdapter:
                 f"message {message_id} is still being answered; retry without stream",
                 "in_flight",
             )
-        reply = await asyncio.shield(first)  # this client leaving must not cancel the first
+        await asyncio.wait({first})  # leaving early must not cancel the first
+        if first.cancelled():  # the first ended without an answer (refused, or a stop)
+            raise RequestError(409, f"message {message_id} was not answered", "duplicate")
+        reply = first.result()
         return web.json_response(_completion(reply, self.host.config.model.name))
 
     async def _stream_response(

@@ -9,7 +9,7 @@ import resource
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from aiohttp import web
@@ -83,7 +83,7 @@ class _Handler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert self._manager is not None
         if len(self._manager.connections) >= self._cap:
-            assert isinstance(transport, asyncio.Transport)
+            transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
             transport.write(_BUSY)
             transport.close()
             return

@@ -6,6 +6,7 @@ Idempotency-Key gets the first request's answer and does not delay a stop."""
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import threading
 import time
@@ -20,6 +21,7 @@ import pytest
 
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.server import wait_until
 from tests.hostile import rawhttp
 
 pytestmark = pytest.mark.e2e
@@ -60,6 +62,12 @@ def healthy(gw: GatewayProcess) -> None:
     assert httpx.get(f"{gw.url}/healthz", timeout=5).status_code == 200
 
 
+def no_errors(gw: GatewayProcess) -> None:
+    time.sleep(0.3)  # the log is written from a queue
+    bad = [e for e in gw.log_events() if "exception" in e or e.get("level") == "error"]
+    assert bad == []
+
+
 HALF_HEAD = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 HALF_BODY = rawhttp.post("/v1/chat/completions", b'{"messages": [')[:-2]  # declares more
 
@@ -69,9 +77,10 @@ def test_idle_and_half_sent_connections_are_closed_while_healthz_answers(
 ) -> None:
     proc = pid(gateway)
     before = proc.num_fds()
+    # heads last: their deadline is the shortest
+    bodies = [rawhttp.connect(gateway.port, HALF_BODY) for _ in range(110)]
     idle = [rawhttp.connect(gateway.port) for _ in range(110)]
     heads = [rawhttp.connect(gateway.port, HALF_HEAD) for _ in range(110)]
-    bodies = [rawhttp.connect(gateway.port, HALF_BODY) for _ in range(110)]
     socks = idle + heads + bodies
     try:
         peak = proc.num_fds()
@@ -94,6 +103,7 @@ def test_idle_and_half_sent_connections_are_closed_while_healthz_answers(
     assert after <= before + 5
     # a half-sent head is closed by the head deadline (1 s), before the idle ones (5 s)
     assert max(closed_at[i] for i in range(110, 220)) < min(closed_at[i] for i in range(110))
+    no_errors(gateway)
 
 
 def test_a_half_sent_body_is_answered_408(gateway: GatewayProcess) -> None:
@@ -121,6 +131,7 @@ def test_connections_over_the_cap_are_refused_at_once(gateway: GatewayProcess) -
     print(f"\nfds: before {before}, with {CAP + 50} connected (cap {CAP}) {held}")
     assert refused >= 45
     assert held <= before + CAP + 5
+    no_errors(gateway)
     rawhttp.wait_closed([rawhttp.connect(gateway.port, b"")], timeout=15)  # idle: closed
     healthy(gateway)
 
@@ -216,4 +227,40 @@ def test_a_retried_idempotency_key_gets_the_first_answer_and_stop_is_prompt(
     texts = [a.json()["choices"][0]["message"]["content"] for a in answers]
     assert texts == ["the one answer", "the one answer"]
     assert len(fake_llm.requests) == 1  # one run for both
+    print(f"\nSIGTERM to exit: {stopped_in:.1f} s")
     assert stopped_in < 15
+
+
+def test_the_cap_fits_under_a_low_open_file_limit(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    config = gateway_config(fake_llm)
+    config["control"] = {**LIMITS, "max_connections": 1000}
+    gw = GatewayProcess(tmp_path / "home", config)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # inherited by the gateway only
+    try:
+        gw.start(wait=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        gw.wait_healthy()
+        socks = [rawhttp.connect(gw.port) for _ in range(300)]
+        try:
+            time.sleep(0.5)  # well inside the idle deadline (5 s)
+            held = pid(gw).num_fds()
+            refused = sum(rawhttp.closed(s) for s in socks)
+        finally:
+            for sock in socks:
+                sock.close()
+        print(f"\nfds with 300 connecting under a limit of 256: {held}, refused {refused}")
+        assert held <= 128 + 30 and refused >= 300 - 128
+        wait_until(lambda: httpx.get(f"{gw.url}/healthz", timeout=2).status_code == 200)
+        assert (
+            gw.chat("still here").json()["choices"][0]["message"]["content"] == "echo: still here"
+        )
+    finally:
+        gw.kill()
+    events = gw.log_events()
+    [lowered] = [e for e in events if e["event"] == "control.max_connections_lowered"]
+    assert lowered["used"] == 128
+    assert "Too many open files" not in json.dumps(events) + gw.stderr()
+    assert [e for e in events if e.get("level") == "error"] == []
