@@ -17,9 +17,9 @@ from hermes_gateway.errors import RequestError
 from hermes_gateway.http_limits import (
     BodyBudget,
     BoundedRunner,
-    Limits,
     bad_header,
     error_response,
+    fit_fd_limit,
     read_body,
 )
 
@@ -45,9 +45,9 @@ class ControlServer:
         self._status = status
         self._metrics = metrics
         self._public: set[str] = {"/healthz", "/readyz"}
-        self.limits = Limits.of(config)
-        self._budget = BodyBudget(self.limits.max_body_bytes_in_flight)
-        biggest = max(self.limits.max_body_bytes, self.limits.max_webhook_body_bytes)
+        self.max_connections = fit_fd_limit(config.max_connections)
+        self._budget = BodyBudget(config.max_body_bytes_in_flight)
+        biggest = max(config.max_body_bytes, config.max_webhook_body_bytes)
         self.app = web.Application(middlewares=[self._guard], client_max_size=biggest)
         self.app.router.add_get("/healthz", self._get_health)
         self.app.router.add_get("/readyz", self._get_ready)
@@ -63,7 +63,9 @@ class ControlServer:
             self._public.add(path)
 
     async def start(self) -> None:
-        self._runner = BoundedRunner(self.app, self.limits)
+        self._runner = BoundedRunner(
+            self.app, config=self.config, max_connections=self.max_connections
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
@@ -107,8 +109,8 @@ class ControlServer:
     ) -> web.StreamResponse:
         """Read the body within the size limit, the deadline and the in-flight budget, then
         handle the request; the budget is given back when the handler is done with it."""
-        limits = self.limits
-        limit = limits.max_webhook_body_bytes if public else limits.max_body_bytes
+        config = self.config
+        limit = config.max_webhook_body_bytes if public else config.max_body_bytes
         declared = request.content_length
         if declared is not None and declared > limit:  # refused before a byte is read
             raise RequestError(413, f"the request body is over {limit} bytes", "body_too_large")
@@ -116,7 +118,7 @@ class ControlServer:
         async with AsyncExitStack() as held:
             budgeted = False
             try:
-                async with asyncio.timeout(limits.body_timeout_s):
+                async with asyncio.timeout(config.body_timeout_s):
                     await held.enter_async_context(self._budget.hold(size))
                     budgeted = True
                     await read_body(request, limit)

@@ -8,7 +8,6 @@ import asyncio
 import resource
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, cast
 
 import structlog
@@ -31,30 +30,7 @@ def error_response(status: int, message: str, code: str = "invalid_request_error
     return web.json_response(body, status=status)
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    header_timeout_s: float
-    idle_timeout_s: float
-    body_timeout_s: float
-    max_connections: int
-    max_body_bytes: int
-    max_webhook_body_bytes: int
-    max_body_bytes_in_flight: int
-
-    @classmethod
-    def of(cls, config: ControlConfig) -> Limits:
-        return cls(
-            header_timeout_s=config.header_timeout_s,
-            idle_timeout_s=config.idle_timeout_s,
-            body_timeout_s=config.body_timeout_s,
-            max_connections=_fit_fd_limit(config.max_connections),
-            max_body_bytes=config.max_body_bytes,
-            max_webhook_body_bytes=config.max_webhook_body_bytes,
-            max_body_bytes_in_flight=config.max_body_bytes_in_flight,
-        )
-
-
-def _fit_fd_limit(wanted: int) -> int:
+def fit_fd_limit(wanted: int) -> int:
     """The connection cap, lowered to half the open-file limit so a flood of connections can
     never take the descriptors the store, logs and platform calls need."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -137,21 +113,23 @@ class _Handler(RequestHandler):
 
 
 class _Server(web.Server):
-    def __init__(self, base: web.Server, limits: Limits, **kw: Any) -> None:
+    def __init__(
+        self, base: web.Server, config: ControlConfig, max_connections: int, **kw: Any
+    ) -> None:
         super().__init__(
             base.request_handler,
             request_factory=base.request_factory,
             handler_cancellation=base.handler_cancellation,
             **kw,
         )
-        self._limits = limits
+        self._head_timeout = config.header_timeout_s
+        self._cap = max_connections
 
     def __call__(self) -> RequestHandler:
-        limits = self._limits
         return _Handler(
             self,
-            head_timeout=limits.header_timeout_s,
-            cap=limits.max_connections,
+            head_timeout=self._head_timeout,
+            cap=self._cap,
             loop=self._loop,
             **self._kwargs,
         )
@@ -160,20 +138,22 @@ class _Server(web.Server):
 class BoundedRunner(web.AppRunner):
     """An `AppRunner` whose connections are `_Handler`s."""
 
-    def __init__(self, app: web.Application, limits: Limits) -> None:
+    def __init__(self, app: web.Application, config: ControlConfig, max_connections: int) -> None:
         super().__init__(
             app,
             handle_signals=False,
             access_log=None,
-            keepalive_timeout=limits.idle_timeout_s,
+            keepalive_timeout=config.idle_timeout_s,
             lingering_time=1.0,  # a refused body is drained at most this long, then closed
             shutdown_timeout=5.0,  # a stuck handler must not hold a stop past systemd's limit
         )
-        self._limits = limits
+        self._config = config
+        self._max_connections = max_connections
 
     async def _make_server(self) -> web.Server:
         base = await super()._make_server()
-        return _Server(base, self._limits, loop=asyncio.get_running_loop(), **base._kwargs)
+        loop = asyncio.get_running_loop()
+        return _Server(base, self._config, self._max_connections, loop=loop, **base._kwargs)
 
 
 class BodyBudget:
