@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from hermes_gateway.errors import RequestError
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import MessageEvent, OutboundMessage, without_surrogates
 from hermes_gateway.platform import AdapterHost, Health, StreamSink
 
 log = structlog.get_logger("hermes.adapters.api")
@@ -90,7 +90,10 @@ class ApiAdapter:
                 413, f"message is {len(text)} characters; the limit is {limit}", "too_long"
             )
         user = _session_name(body.get("user"))
+        stream = bool(body.get("stream"))
         message_id = request.headers.get("Idempotency-Key") or uuid.uuid4().hex
+        if (first := self._waiters.get(message_id)) is not None:
+            return await self._same_as(first, message_id, stream)
         event = MessageEvent.create(
             platform="api",
             chat_type="dm",
@@ -100,7 +103,6 @@ class ApiAdapter:
             text=text,
             user_name=user,
         )
-        stream = bool(body.get("stream"))
         fut: asyncio.Future[OutboundMessage] = asyncio.get_running_loop().create_future()
         self._waiters[message_id] = fut
         sink = _SseSink() if stream else None
@@ -116,9 +118,29 @@ class ApiAdapter:
                 return await self._stream_response(request, sink, event)
             reply = await fut
             return web.json_response(_completion(reply, self.host.config.model.name))
-        finally:
-            self._waiters.pop(message_id, None)
-            self._sinks.pop(message_id, None)
+        finally:  # only this request's own: a duplicate must not unhook the first
+            if self._waiters.get(message_id) is fut:
+                del self._waiters[message_id]
+            fut.cancel()  # a retry waiting on it learns there is no answer coming
+            if sink is not None and self._sinks.get(message_id) is sink:
+                del self._sinks[message_id]
+
+    async def _same_as(
+        self, first: asyncio.Future[OutboundMessage], message_id: str, stream: bool
+    ) -> web.Response:
+        """A retry of a request still in flight (same Idempotency-Key) gets the first one's
+        answer; the first is left alone. A stream cannot be joined halfway: 409."""
+        if stream:
+            raise RequestError(
+                409,
+                f"message {message_id} is still being answered; retry without stream",
+                "in_flight",
+            )
+        await asyncio.wait({first})  # leaving early must not cancel the first
+        if first.cancelled():  # the first ended without an answer (refused, or a stop)
+            raise RequestError(409, f"message {message_id} was not answered", "duplicate")
+        reply = first.result()
+        return web.json_response(_completion(reply, self.host.config.model.name))
 
     async def _stream_response(
         self, request: web.Request, sink: _SseSink, event: MessageEvent
@@ -165,8 +187,10 @@ class ApiAdapter:
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
     try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = json.loads(await request.read())
+    except RecursionError:
+        raise RequestError(400, "the request body is nested too deeply", "invalid_json") from None
+    except ValueError:  # bad JSON or UTF-8, or an integer over Python's digit limit
         raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
@@ -192,7 +216,7 @@ def _last_user_text(body: dict[str, Any]) -> str:
         )
     if not content.strip():
         raise RequestError(400, "the message is empty", "empty_message")
-    return content
+    return without_surrogates(content)
 
 
 def _session_name(value: Any) -> str:

@@ -15,7 +15,6 @@ from typing import Any
 import aiohttp
 import structlog
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.middleware.authorization.async_single_team_authorization import (
@@ -24,9 +23,9 @@ from slack_bolt.middleware.authorization.async_single_team_authorization import 
 
 from adapters.slack_api import SlackWeb, file_downloader
 from adapters.slack_events import BotIdentity, Recent, normalize
+from adapters.slack_http import serve_event
 from adapters.slack_progress import Previews, Progress
 from adapters.slack_socket import AckingSocketHandler
-from adapters.slack_socket import acked as _acked
 from adapters.slack_socket import close_socket as _close_socket
 from adapters.slack_socket import frame_type as _frame_type
 from hermes_gateway.bus import LifecycleEvent
@@ -266,13 +265,13 @@ class SlackAdapter:
             return False
 
     async def _http_events(self, request: web.Request) -> web.StreamResponse:
-        """The Events API endpoint: bolt verifies the signature and timestamp (401 otherwise),
-        answers url_verification and acks; 503 until started, so Slack retries later."""
+        """The Events API endpoint: the signature and timestamp are checked first (401
+        otherwise), then bolt answers url_verification and acks; 503 until started, so Slack
+        retries later."""
         app = self.app
         if app is None or not self._accepting:
             return web.json_response({"ok": False, "error": "not_ready"}, status=503)
-        response = _acked(await app.async_dispatch(await to_bolt_request(request)))
-        return await to_aiohttp_response(response)
+        return await serve_event(app, request, self.config.signing_secret)
 
     # -- delivery -----------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
 from slack_bolt.response import BoltResponse
 
+from adapters.slack_http import acked
+
 log = structlog.get_logger("hermes.adapters.slack")
 
 
@@ -38,15 +40,6 @@ class AckingSocketHandler(AsyncSocketModeHandler):
             log.warning("slack.event_not_acked", event_id=event_id, reason="store cannot write")
             return
         await send_async_response(client, req, acked(response), started)
-
-
-def acked(response: BoltResponse) -> BoltResponse:
-    """Bolt's 404 (no listener) and 500 (a payload it choked on) as a plain ack; a 401 (bad
-    signature, stale timestamp) and every 2xx stay as they are."""
-    if response.status in (404, 500):
-        log.info("slack.unhandled_payload_acked", status=response.status)
-        return BoltResponse(status=200, body="")
-    return response
 
 
 async def close_socket(handler: AsyncSocketModeHandler) -> None:

@@ -44,6 +44,14 @@ class ControlConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8642, ge=0, le=65535)
     token: str | None = None
+    # bounds on what one client can hold: see docs/http-limits.md
+    header_timeout_s: float = Field(10, gt=0)
+    idle_timeout_s: float = Field(60, gt=0)
+    body_timeout_s: float = Field(30, gt=0)
+    max_connections: int = Field(1000, ge=1)
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)
+    max_webhook_body_bytes: int = Field(256 * 1024, ge=1024)
+    max_body_bytes_in_flight: int = Field(32 * 1024 * 1024, ge=1024)
 
 
 class ModelConfig(_Section):

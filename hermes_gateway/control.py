@@ -3,8 +3,10 @@ mount (the local chat API, webhooks). A bearer token guards it when `control.tok
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import structlog
@@ -12,16 +14,17 @@ from aiohttp import web
 
 from hermes_gateway.config import ControlConfig
 from hermes_gateway.errors import RequestError
+from hermes_gateway.http_limits import (
+    BodyBudget,
+    BoundedRunner,
+    bad_header,
+    error_response,
+    fit_fd_limit,
+    read_body,
+)
 
 log = structlog.get_logger("hermes.control")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error_response(status: int, message: str, code: str = "invalid_request_error") -> web.Response:
-    """An OpenAI-style error body, so OpenAI clients show the message."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return web.json_response(body, status=status)
 
 
 class ControlServer:
@@ -42,7 +45,10 @@ class ControlServer:
         self._status = status
         self._metrics = metrics
         self._public: set[str] = {"/healthz", "/readyz"}
-        self.app = web.Application(middlewares=[self._guard], client_max_size=8 * 1024 * 1024)
+        self.max_connections = fit_fd_limit(config.max_connections)
+        self._budget = BodyBudget(config.max_body_bytes_in_flight)
+        biggest = max(config.max_body_bytes, config.max_webhook_body_bytes)
+        self.app = web.Application(middlewares=[self._guard], client_max_size=biggest)
         self.app.router.add_get("/healthz", self._get_health)
         self.app.router.add_get("/readyz", self._get_ready)
         self.app.router.add_get("/status", self._get_status)
@@ -57,7 +63,9 @@ class ControlServer:
             self._public.add(path)
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        self._runner = BoundedRunner(
+            self.app, config=self.config, max_connections=self.max_connections
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
@@ -73,20 +81,54 @@ class ControlServer:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if (name := bad_header(request)) is not None:
+            return error_response(400, f"header {name} is not valid UTF-8", "bad_header")
         token = self.config.token
-        if token and request.path not in self._public:
+        public = request.path in self._public
+        if token and not public:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
                 return error_response(401, "missing or wrong bearer token", "unauthorized")
         try:
-            return await handler(request)
+            if not request.body_exists:
+                return await handler(request)
+            return await self._with_body(request, handler, public)
         except RequestError as exc:
-            return error_response(exc.status, str(exc), exc.code)
+            response = error_response(exc.status, str(exc), exc.code)
+            if exc.status in (408, 413, 503):  # the rest of the body is not worth reading
+                response.force_close()
+            return response
         except web.HTTPException:
             raise
         except Exception:
             log.exception("control.handler_failed", path=request.path)
             return error_response(500, "internal error; see the gateway log", "internal_error")
+
+    async def _with_body(
+        self, request: web.Request, handler: Handler, public: bool
+    ) -> web.StreamResponse:
+        """Read the body within the size limit, the deadline and the in-flight budget, then
+        handle the request; the budget is given back when the handler is done with it."""
+        config = self.config
+        limit = config.max_webhook_body_bytes if public else config.max_body_bytes
+        declared = request.content_length
+        if declared is not None and declared > limit:  # refused before a byte is read
+            raise RequestError(413, f"the request body is over {limit} bytes", "body_too_large")
+        size = min(limit if declared is None else declared, self._budget.total)
+        async with AsyncExitStack() as held:
+            budgeted = False
+            try:
+                async with asyncio.timeout(config.body_timeout_s):
+                    await held.enter_async_context(self._budget.hold(size))
+                    budgeted = True
+                    await read_body(request, limit)
+            except TimeoutError:
+                if not budgeted:
+                    raise RequestError(503, "too many request bodies at once", "busy") from None
+                raise RequestError(
+                    408, "the request body did not arrive in time", "body_timeout"
+                ) from None
+            return await handler(request)
 
     async def _get_health(self, request: web.Request) -> web.Response:
         return web.json_response(self._health())

@@ -3,9 +3,10 @@ the one function that builds a `session_key`."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 ChatType = Literal["dm", "group", "channel", "thread"]
@@ -36,6 +37,17 @@ def build_session_key(
     if per_user and user_id and chat_type in ("group", "channel") and not thread_id:
         parts.append(str(user_id))
     return ":".join(parts)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with lone surrogates (JSON's ``"\\ud800"``: valid JSON, not encodable text)
+    replaced by U+FFFD, so storing, logging and sending it cannot fail on encoding."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,15 @@ class MessageEvent:
             thread_id=str(thread_id) if thread_id else None,
             **extra,  # type: ignore[arg-type]
         )
+
+
+def encodable(event: MessageEvent) -> MessageEvent:
+    """``event`` with lone surrogates out of its text and sender name: valid in JSON from any
+    platform, they would fail the store, the logs and the model request far from their source."""
+    text, name = without_surrogates(event.text), without_surrogates(event.user_name)
+    if text is event.text and name is event.user_name:
+        return event
+    return replace(event, text=text, user_name=name)
 
 
 OutboundKind = Literal["reply", "notice", "error"]

@@ -34,7 +34,7 @@ from hermes_gateway.config import (
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import MessageEvent, OutboundMessage, encodable
 from hermes_gateway.hooks import collect_hooks, install_hooks
 from hermes_gateway.housekeeping import Housekeeper
 from hermes_gateway.metrics import Metrics
@@ -142,6 +142,7 @@ class Gateway:
             return "closed"
         if durable and not self.store.circuit.writable:
             return "unavailable"  # not even tried: it stays with its platform
+        event = encodable(event)  # every platform's text enters here
         if not event.text.strip() and not event.attachments:
             return "empty"
         limit = self.config.runner.max_input_chars

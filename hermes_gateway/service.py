@@ -115,6 +115,8 @@ def render_service(p: UnitParams, *, user_unit: bool) -> str:
         "RestartPreventExitStatus=78",
         "TimeoutStartSec=90",
         f"TimeoutStopSec={p.timeout_stop_s}",
+        # open files: the control port's connection cap stays under half of this
+        "LimitNOFILE=65536",
         f"WatchdogSec={p.watchdog_sec}",
         "KillMode=mixed",
         "UMask=0077",

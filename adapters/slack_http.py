@@ -1,0 +1,61 @@
+"""Slack's Events API endpoint (`mode: http`): the request's signature and timestamp are checked
+here, on a body the control server has read under its webhook size limit, before slack-bolt
+(which logs what it is given) sees anything. Unsigned requests get a 401 and go no further."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+
+import structlog
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+log = structlog.get_logger("hermes.adapters.slack")
+MAX_SKEW_S = 300  # Slack's own rule: a request older (or newer) than five minutes is a replay
+
+
+def signature_error(headers: web.BaseRequest, body: bytes, secret: str, now: float) -> str:
+    """Why the request is not signed by Slack with ``secret``, or "" when it is."""
+    stamp = headers.headers.get("X-Slack-Request-Timestamp", "")
+    given = headers.headers.get("X-Slack-Signature", "")
+    if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
+        return "missing or malformed timestamp"
+    if abs(now - int(stamp)) > MAX_SKEW_S:
+        return "stale timestamp"
+    base = b"v0:" + stamp.encode() + b":" + body
+    wanted = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    if not given.isascii() or not hmac.compare_digest(given, wanted):
+        return "bad signature"
+    return ""
+
+
+async def serve_event(app: AsyncApp, request: web.Request, secret: str) -> web.Response:
+    """Verify, then let bolt answer (url_verification, the ack) and dispatch the event."""
+    body = await request.read()  # already read by the control server, within its limit
+    if reason := signature_error(request, body, secret, time.time()):
+        log.info("slack.http_unsigned", reason=reason, size=len(body))
+        return web.json_response({"ok": False, "error": "invalid_signature"}, status=401)
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return web.json_response({"ok": False, "error": "invalid_body"}, status=400)
+    bolt_request = AsyncBoltRequest(
+        body=text,
+        query=request.query_string,
+        headers=request.headers,  # type: ignore[arg-type]
+    )
+    return await to_aiohttp_response(acked(await app.async_dispatch(bolt_request)))
+
+
+def acked(response: BoltResponse) -> BoltResponse:
+    """Bolt's 404 (no listener) and 500 (a payload it choked on) as a plain ack; a 401 (bad
+    signature, stale timestamp) and every 2xx stay as they are."""
+    if response.status in (404, 500):
+        log.info("slack.unhandled_payload_acked", status=response.status)
+        return BoltResponse(status=200, body="")
+    return response
