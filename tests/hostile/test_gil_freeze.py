@@ -1,0 +1,156 @@
+"""A thread that holds the GIL starves the loop and the watchdog thread alike: the sentinel's
+watcher process sees it from outside, logs every thread's stack and kills the gateway within
+fatal_s plus its grace; it never outlives the gateway and never fires on a healthy loop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_gateway.config_schema import WatchdogConfig
+from hermes_gateway.sentinel import grace_s
+from tests.e2e.daemon import GatewayProcess
+from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.server import wait_until
+
+pytestmark = pytest.mark.e2e
+WATCHDOG = {"interval_ms": 50, "warn_ms": 150, "fatal_s": 2.0}
+# the watcher's deadline, plus its wait for the dump and the kill, plus a loaded 2-core CI box
+SLACK_S = 3.0
+
+
+def _config(fake_llm: FakeOpenAI, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake"},
+        "hooks": ["tests.hostile.gil_hook:hold_the_gil"],
+        "watchdog": WATCHDOG,
+        **extra,
+    }
+
+
+def _watcher_pid(gw: GatewayProcess) -> int:
+    started = wait_until(
+        lambda: [e for e in gw.log_events() if e["event"] == "sentinel.started"], timeout=10
+    )
+    pid = int(started[-1]["pid"])
+    assert gw.proc is not None and _parent_of(pid) == gw.proc.pid
+    return pid
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent of a live process; None once it is gone (or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+    return None if state in ("Z", "X") else int(ppid)
+
+
+def _send(gw: GatewayProcess, message: str) -> None:
+    def post() -> None:
+        try:
+            gw.chat(message, timeout=30)
+        except Exception:
+            pass  # the gateway is killed under it
+
+    threading.Thread(target=post, daemon=True).start()
+
+
+def test_a_thread_holding_the_gil_is_killed_with_every_stack_logged(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    home = tmp_path / "home"
+    marker = tmp_path / "freeze-once"
+    marker.touch()
+    gw = GatewayProcess(home, _config(fake_llm))
+    try:
+        gw.start()
+        first_watcher = _watcher_pid(gw)
+        _send(gw, f"hold the gil {marker}")
+        wait_until(lambda: not marker.exists(), timeout=10)  # the regex is running now
+        started = time.monotonic()
+        code = gw.wait(WATCHDOG["fatal_s"] + grace_s(WatchdogConfig(**WATCHDOG)) + SLACK_S)
+        ended_after = time.monotonic() - started
+        frozen = [e for e in gw.log_events() if e["event"] == "loop.frozen"]
+        journal = gw.stderr_path.read_text()
+        wait_until(lambda: _parent_of(first_watcher) is None, timeout=5)
+        gw.start()  # what systemd does (Restart=always); the replayed message is harmless now
+        assert gw.chat("are you back?").json()["choices"][0]["message"]["content"] == (
+            "echo: are you back?"
+        )
+        gw.signal(signal.SIGTERM)
+        assert gw.wait(15) == 0
+    finally:
+        gw.kill()
+    assert code == -signal.SIGKILL
+    assert ended_after >= WATCHDOG["fatal_s"]
+    [event] = frozen
+    assert event["level"] == "critical" and event["logger"] == "hermes.sentinel"
+    # faulthandler's dump names the C call and who made it, among every thread's stack
+    assert 'in match\n  File "' in event["stack"]
+    assert "gil_hook.py" in event["stack"] and "in backtrack_for_minutes" in event["stack"]
+    assert event["stack"].count("Thread 0x") >= 3
+    assert '"loop.frozen"' in journal and "backtrack_for_minutes" in journal  # stderr too
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+def test_the_watcher_never_outlives_the_gateway(
+    tmp_path: Path, fake_llm: FakeOpenAI, stop: signal.Signals
+) -> None:
+    gw = GatewayProcess(tmp_path / "home", _config(fake_llm))
+    try:
+        gw.start()
+        watcher = _watcher_pid(gw)
+        gw.signal(stop)
+        code = gw.wait(15)
+        wait_until(lambda: _parent_of(watcher) is None, timeout=5)
+    finally:
+        gw.kill()
+    assert code == (0 if stop == signal.SIGTERM else -signal.SIGKILL)
+
+
+def test_a_long_healthy_drain_is_not_a_freeze(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    """The watcher beats on through a shutdown drain longer than its deadline."""
+    fake_llm.push(text("slow but fine", delay=6.0))
+    gw = GatewayProcess(tmp_path / "home", _config(fake_llm, runner={"drain_timeout_s": 20}))
+    try:
+        gw.start()
+        watcher = _watcher_pid(gw)
+        _send(gw, "take your time")
+        wait_until(lambda: len(fake_llm.requests) == 1, timeout=10)
+        gw.signal(signal.SIGTERM)
+        time.sleep(4.5)  # past fatal_s + grace, still draining
+        watching_during_drain = _parent_of(watcher)
+        code = gw.wait(20)
+    finally:
+        gw.kill()
+    assert gw.proc is not None and watching_during_drain == gw.proc.pid
+    assert code == 0
+    assert not [e for e in gw.log_events() if e["event"] == "loop.frozen"]
+
+
+def test_a_watcher_that_was_not_scheduled_does_not_fire(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Beats that waited in the pipe while the watcher was stopped prove the loop was alive."""
+    gw = GatewayProcess(tmp_path / "home", _config(fake_llm))
+    try:
+        gw.start()
+        watcher = _watcher_pid(gw)
+        os.kill(watcher, signal.SIGSTOP)
+        time.sleep(4.5)  # longer than its deadline
+        os.kill(watcher, signal.SIGCONT)
+        time.sleep(1.0)
+        assert gw.proc is not None and gw.proc.poll() is None
+        assert gw.chat("still there?").status_code == 200
+        assert _parent_of(watcher) == gw.proc.pid
+    finally:
+        gw.kill()
+    assert not [e for e in gw.log_events() if e["event"] == "loop.frozen"]
