@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import faulthandler
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -67,19 +66,14 @@ class Sentinel:
         os.set_blocking(self._dump_fd, False)
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._dump_fd, fcntl.F_SETPIPE_SZ, DUMP_PIPE_BYTES)
-        spec = {
-            "pid": os.getpid(),
-            "deadline_s": self.config.fatal_s + grace_s(self.config),
-            "fatal_s": self.config.fatal_s,
-            "dump_fd": dump_r,
-            "dump_signal": int(DUMP_SIGNAL),
-            "log_path": str(self.log_path) if self.log_path else None,
-        }
+        deadline = self.config.fatal_s + grace_s(self.config)
+        args: list[object] = [os.getpid(), deadline, self.config.fatal_s, dump_r, int(DUMP_SIGNAL)]
+        args += [str(self.log_path)] if self.log_path else []
         try:
             faulthandler.register(DUMP_SIGNAL, file=self._dump_fd, all_threads=True, chain=False)
             # -I -S: the standard library only, no site-packages: a ~10 MB process, fast start
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(WATCHER), json.dumps(spec)],
+                [sys.executable, "-I", "-S", str(WATCHER), *map(str, args)],
                 stdin=beat_r,
                 stdout=subprocess.DEVNULL,
                 pass_fds=(dump_r,),
@@ -91,7 +85,7 @@ class Sentinel:
         finally:
             os.close(beat_r)
             os.close(dump_r)
-        log.info("sentinel.started", pid=self.proc.pid, deadline_s=spec["deadline_s"])
+        log.info("sentinel.started", pid=self.proc.pid, deadline_s=deadline)
         self._beat()
 
     def _beat(self) -> None:

@@ -1,15 +1,14 @@
 """The sentinel's watcher process: stdlib only, its own interpreter and GIL, so a gateway thread
 that holds the GIL cannot starve it. It kills the gateway when the event loop stops beating.
 
-Run by `hermes_gateway.sentinel` as `python -I -S sentinel_watch.py SPEC`; the loop's beats
+Run by `hermes_gateway.sentinel` as `python -I -S sentinel_watch.py PID DEADLINE_S FATAL_S
+DUMP_FD DUMP_SIGNAL [LOG_PATH]`; the loop's beats
 arrive on stdin (EOF: the gateway stopped us, or is gone) and faulthandler's dump of every
 thread's stack arrives on the `dump_fd` pipe.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import select
 import signal
@@ -23,13 +22,13 @@ DUMP_MAX_S = 2.0
 
 
 class Watcher:
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.pid = int(spec["pid"])
-        self.deadline = float(spec["deadline_s"])
-        self.fatal_s = float(spec["fatal_s"])
-        self.dump_fd = int(spec["dump_fd"])
-        self.dump_signal = int(spec["dump_signal"])
-        self.log_path: str | None = spec.get("log_path")
+    def __init__(self, args: list[str]) -> None:
+        self.pid = int(args[0])
+        self.deadline = float(args[1])
+        self.fatal_s = float(args[2])
+        self.dump_fd = int(args[3])
+        self.dump_signal = int(args[4])
+        self.log_path = args[5] if len(args) > 5 else None
 
     def run(self) -> int:
         last = time.monotonic()
@@ -84,6 +83,9 @@ class Watcher:
 
     def log(self, event: str, level: str, **fields: Any) -> None:
         """One JSON line shaped like the gateway's own, to its log file and to stderr."""
+        import datetime  # imported only when needed: the idle watcher stays small
+        import json
+
         stamp = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
         line = json.dumps(
             {
@@ -123,11 +125,10 @@ def die_with(pid: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(argv[1])
     # Ctrl-C in a terminal reaches the whole process group: stopping is the gateway's call
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with(int(spec["pid"]))
-    return Watcher(spec).run()
+    die_with(int(argv[1]))
+    return Watcher(argv[1:]).run()
 
 
 if __name__ == "__main__":
