@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from hermes_gateway.config_schema import WatchdogConfig
@@ -51,6 +52,11 @@ def _parent_of(pid: int) -> int | None:
         return None
     state, ppid = stat.rsplit(")", 1)[1].split()[:2]
     return None if state in ("Z", "X") else int(ppid)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _send(gw: GatewayProcess, message: str) -> None:
@@ -151,6 +157,26 @@ def test_a_long_healthy_drain_is_not_a_freeze(tmp_path: Path, fake_llm: FakeOpen
         gw.kill()
     assert gw.proc is not None and watching_during_drain == gw.proc.pid
     assert code == 0
+    assert not [e for e in gw.log_events() if e["event"] == "loop.frozen"]
+
+
+def test_a_thread_busy_in_python_is_not_a_freeze(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    """It shares the GIL: the loop keeps beating, /healthz answers, nothing fires."""
+    gw = GatewayProcess(tmp_path / "home", _config(fake_llm))
+    try:
+        gw.start()
+        watcher = _watcher_pid(gw)
+        assert gw.proc is not None
+        cpu_before = _cpu_s(gw.proc.pid)
+        assert gw.chat("busy python 6").status_code == 200
+        started = time.monotonic()
+        while time.monotonic() - started < 6.5:  # past fatal_s + grace, twice over
+            assert httpx.get(f"{gw.url}/healthz", timeout=2).status_code == 200
+            time.sleep(0.2)
+        assert _cpu_s(gw.proc.pid) - cpu_before > 2.0  # the busy thread did run
+        assert _parent_of(watcher) == gw.proc.pid
+    finally:
+        gw.kill()
     assert not [e for e in gw.log_events() if e["event"] == "loop.frozen"]
 
 
