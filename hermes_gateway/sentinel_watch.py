@@ -19,6 +19,7 @@ from typing import Any
 PR_SET_PDEATHSIG = 1
 DUMP_IDLE_S = 0.25  # faulthandler writes the whole dump at once: this much quiet means done
 DUMP_MAX_S = 2.0
+DUMP_MAX_BYTES = 256 * 1024
 
 
 class Watcher:
@@ -42,7 +43,10 @@ class Watcher:
                 # only silence seen with the pipe empty is the loop's
                 last = time.monotonic()
             if self.dump_fd in ready:  # someone sent the dump signal by hand
-                self.log("stacks.dumped", "warning", stack=self.read_dump())
+                stack = self.read_dump()
+                if not stack:  # EOF: the gateway is gone, a fork of it may hold our stdin
+                    return 0
+                self.log("stacks.dumped", "warning", stack=stack)
             silent = time.monotonic() - last
             if silent >= self.deadline and not ready:
                 self.fire(silent)
@@ -79,7 +83,10 @@ class Watcher:
             if not chunk:
                 break
             chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
+        dump = b"".join(chunks)
+        if len(dump) > DUMP_MAX_BYTES:  # one log line stays readable; the top frames come first
+            dump = dump[:DUMP_MAX_BYTES] + b"\n[truncated]"
+        return dump.decode("utf-8", "replace")
 
     def log(self, event: str, level: str, **fields: Any) -> None:
         """One JSON line shaped like the gateway's own, to its log file and to stderr."""

@@ -198,3 +198,20 @@ def test_a_watcher_that_was_not_scheduled_does_not_fire(
     finally:
         gw.kill()
     assert not [e for e in gw.log_events() if e["event"] == "loop.frozen"]
+
+
+def test_sigusr2_logs_every_stack_and_changes_nothing(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    gw = GatewayProcess(tmp_path / "home", _config(fake_llm))
+    try:
+        gw.start()
+        watcher = _watcher_pid(gw)
+        gw.signal(signal.SIGUSR2)
+        [dumped] = wait_until(
+            lambda: [e for e in gw.log_events() if e["event"] == "stacks.dumped"], timeout=10
+        )
+        assert gw.chat("still there?").status_code == 200
+        assert gw.proc is not None and _parent_of(watcher) == gw.proc.pid
+    finally:
+        gw.kill()
+    assert "hermes_gateway/watchdog.py" in dumped["stack"]  # the watchdog thread, waiting
+    assert "Current thread 0x" in dumped["stack"]
