@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import structlog
@@ -27,6 +28,7 @@ log = structlog.get_logger("hermes.sentinel")
 DUMP_SIGNAL = signal.SIGUSR2
 WATCHER = Path(__file__).with_name("sentinel_watch.py")
 DUMP_PIPE_BYTES = 1 << 20  # faulthandler's worst case (100 threads x 100 frames) fits
+RESPAWN_EVERY_S = 10.0
 
 
 def grace_s(config: WatchdogConfig) -> float:
@@ -50,6 +52,7 @@ class Sentinel:
         self._beat_fd = -1
         self._dump_fd = -1
         self._timer: asyncio.TimerHandle | None = None
+        self._started_at = -RESPAWN_EVERY_S
 
     @classmethod
     def for_config(cls, loop: asyncio.AbstractEventLoop, config: Config) -> Sentinel:
@@ -58,7 +61,7 @@ class Sentinel:
         return cls(loop, config.watchdog, log_path)
 
     def start(self) -> None:
-        """Spawn the watcher (a fork and exec: a few ms, once, before anything is served)."""
+        """Spawn the watcher: a fork and exec, a few ms on the loop thread."""
         beat_r, self._beat_fd = os.pipe()
         dump_r, self._dump_fd = os.pipe()
         # never block the loop on a slow watcher, nor a signal handler on a full pipe
@@ -81,10 +84,12 @@ class Sentinel:
         except (OSError, ValueError, RuntimeError) as exc:
             log.error("sentinel.unavailable", error=str(exc))
             self._close()
+            self._release_dump()
             return
         finally:
             os.close(beat_r)
             os.close(dump_r)
+        self._started_at = time.monotonic()
         log.info("sentinel.started", pid=self.proc.pid, deadline_s=deadline)
         self._beat()
 
@@ -94,10 +99,19 @@ class Sentinel:
         except BlockingIOError:
             pass  # the watcher is behind: the beats already queued say the same
         except OSError as exc:
-            code = self.proc.poll() if self.proc else None
-            log.error("sentinel.lost", error=str(exc), exit_code=code)
+            self._lost(exc)
             return
         self._timer = self.loop.call_later(self.config.interval_ms / 1000, self._beat)
+
+    def _lost(self, exc: OSError) -> None:
+        """The watcher died (the OOM killer, a stray kill): start another, at most once
+        every 10 s so a watcher that cannot live does not become a fork loop."""
+        code = self.proc.poll() if self.proc else None  # reaps it
+        self._close()
+        self._release_dump()
+        delay = max(0.0, self._started_at + RESPAWN_EVERY_S - time.monotonic())
+        log.error("sentinel.lost", error=str(exc), exit_code=code, restart_in_s=round(delay, 1))
+        self._timer = self.loop.call_later(delay, self.start)
 
     async def stop(self) -> None:
         self._close()
@@ -116,8 +130,11 @@ class Sentinel:
         if self.proc is not None:
             await asyncio.to_thread(self._reap, self.proc)
             self.proc = None
+        # only now: a dump signal the watcher sent just before EOF must find a handler
+        self._release_dump()
+
+    def _release_dump(self) -> None:
         if self._dump_fd >= 0:
-            # only now: a dump signal the watcher sent just before EOF must find a handler
             faulthandler.unregister(DUMP_SIGNAL)
             os.close(self._dump_fd)
             self._dump_fd = -1
