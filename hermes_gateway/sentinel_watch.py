@@ -9,6 +9,7 @@ thread's stack arrives on the `dump_fd` pipe.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -55,7 +56,10 @@ class Watcher:
     def fire(self, silent: float) -> None:
         if os.getppid() != self.pid:  # the gateway is already gone: never kill a reused pid
             return
-        os.kill(self.pid, self.dump_signal)
+        try:
+            os.kill(self.pid, self.dump_signal)
+        except ProcessLookupError:
+            return
         stack = self.read_dump()
         self.log(
             "loop.frozen",
@@ -68,7 +72,8 @@ class Watcher:
             "a thread holds the GIL (the stack field names it); killing the gateway",
         )
         if os.getppid() == self.pid:
-            os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def read_dump(self) -> str:
         chunks: list[bytes] = []
