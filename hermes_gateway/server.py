@@ -51,6 +51,7 @@ from hermes_gateway.quarantine import InboxRoutes
 from hermes_gateway.replay import Replayer
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sdnotify import SystemdNotifier
+from hermes_gateway.sentinel import Sentinel
 from hermes_gateway.store import Store
 from hermes_gateway.tool_host import GatewayToolHost
 from hermes_gateway.watchdog import LoopWatchdog
@@ -127,6 +128,7 @@ class Gateway:
         self.inbox.mount(self.control.add_route)
         self.notifier = SystemdNotifier(systemd_notify_socket())
         self.watchdog: LoopWatchdog | None = None
+        self.sentinel: Sentinel | None = None
         self._background: list[asyncio.Task[Any]] = []
         self._register_gauges()
 
@@ -264,6 +266,8 @@ class Gateway:
         self.tool_host.bind(loop)
         self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
         self.watchdog.start()
+        self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
+        self.sentinel.start()
         await asyncio.to_thread(self._prepare_dirs)
         # tool modules are imported off the loop, before the first agent needs them
         await asyncio.to_thread(
@@ -335,6 +339,8 @@ class Gateway:
         await self.store.close()
         await self.control.stop()
         self.agent_factory.close()
+        if self.sentinel is not None:
+            await self.sentinel.stop()
         if self.watchdog is not None:
             self.watchdog.stop()
         self.notifier.close()

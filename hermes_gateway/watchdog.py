@@ -2,7 +2,8 @@
 
 It pings the loop every `interval_ms`; lag over `warn_ms` logs `loop.lag` with the loop
 thread's stack taken while it is stuck; a loop frozen for `fatal_s` exits 75 so systemd
-restarts us. systemd's WATCHDOG=1 is sent only while the loop answers.
+restarts us. systemd's WATCHDOG=1 is sent only while the loop answers. A thread holding the GIL
+starves this thread too: `hermes_gateway.sentinel` covers that case from another process.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class LoopWatchdog:
                     "loop.frozen",
                     seconds=self.config.fatal_s,
                     stack=self._loop_stack(),
+                    threads=_all_stacks(),
                     exit_code=EXIT_RESTART,
                 )
                 self._on_fatal()
@@ -137,3 +139,12 @@ class LoopWatchdog:
         self.notifier.notify("STOPPING=1")
         time.sleep(0.2)
         os._exit(EXIT_RESTART)
+
+
+def _all_stacks() -> str:
+    """Every thread's stack: the loop is often waiting on one of them (a lock, a queue)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(
+        f"Thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame, limit=25))
+        for ident, frame in sys._current_frames().items()
+    )
