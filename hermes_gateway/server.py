@@ -54,6 +54,7 @@ from hermes_gateway.sdnotify import SystemdNotifier
 from hermes_gateway.sentinel import Sentinel
 from hermes_gateway.store import Store
 from hermes_gateway.tool_host import GatewayToolHost
+from hermes_gateway.vitals import Vitals
 from hermes_gateway.watchdog import LoopWatchdog
 
 log = structlog.get_logger("hermes.gateway")
@@ -116,11 +117,12 @@ class Gateway:
             self.pool,
             tool_host=self.tool_host,
         )
+        self.vitals = Vitals(self)
         self.control = ControlServer(
             config.control,
-            health=self.health,
-            readiness=self.readiness,
-            status=self.status,
+            health=self.vitals.health,
+            readiness=self.vitals.readiness,
+            status=self.vitals.status,
             metrics=self.metrics.render,
         )
         AdminRoutes(self.pairing, self.adapters, self.delivery).mount(self.control.add_route)
@@ -130,7 +132,7 @@ class Gateway:
         self.watchdog: LoopWatchdog | None = None
         self.sentinel: Sentinel | None = None
         self._background: list[asyncio.Task[Any]] = []
-        self._register_gauges()
+        self.vitals.register_gauges()
 
     # -- AdapterHost --------------------------------------------------------------------
 
@@ -372,70 +374,6 @@ class Gateway:
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))
-
-    # -- observability ------------------------------------------------------------------
-
-    def health(self) -> dict[str, Any]:
-        wd = self.watchdog
-        return {
-            "status": "ok",
-            "uptime_s": round(time.time() - self.started_at, 1),
-            "loop_lag_ms": round(wd.last_lag * 1000, 2) if wd else None,
-        }
-
-    def readiness(self) -> tuple[bool, list[str]]:
-        reasons = []
-        if self.closing:
-            reasons.append("shutting down")
-        if not self.agent_factory.llm.configured:
-            reasons.append("model: not configured (set model.api_key or model.base_url)")
-        if not self.store.is_open:
-            reasons.append("store: not open")
-        elif (problem := self.store.problem) is not None:
-            reasons.append(f"store: {problem}")
-        for name, adapter in self.adapters.items():
-            h = adapter.health()
-            if not h.ready:
-                reasons.append(f"{name}: {h.detail or 'not connected'}")
-        return not reasons, reasons
-
-    def status(self) -> dict[str, Any]:
-        wd = self.watchdog
-        ready, reasons = self.readiness()
-        return {
-            "version": __version__,
-            "ready": ready,
-            "reasons": reasons,
-            "uptime_s": round(time.time() - self.started_at, 1),
-            "platforms": {
-                name: {"ready": a.health().ready, "detail": a.health().detail}
-                for name, a in self.adapters.items()
-            },
-            "sessions": self.runner.status(),
-            "pool": self.pool.snapshot(),
-            "loop_lag_ms": {
-                "last": round(wd.last_lag * 1000, 2) if wd else None,
-                "p99": round(wd.lag_percentile(0.99) * 1000, 2) if wd else None,
-                "max": round(wd.max_lag * 1000, 2) if wd else None,
-            },
-            "model": {"name": self.config.model.name, "configured": self.llm.configured},
-            "busy_policy": self.config.runner.busy_policy,
-            "quarantined": self.inbox.summaries(),
-        }
-
-    def _register_gauges(self) -> None:
-        m = self.metrics
-        m.gauge("hermes_active_sessions", "Sessions with a run", lambda: self._stat("active"))
-        m.gauge("hermes_pending_messages", "Messages waiting", lambda: self._stat("pending"))
-        m.gauge("hermes_pool_busy", "Pool threads running", lambda: self.pool.busy)
-        m.gauge("hermes_pool_waiting", "Runs waiting for a thread", lambda: self.pool.waiting)
-        m.gauge(
-            "hermes_pool_abandoned", "Abandoned runs still running", lambda: self.pool.abandoned
-        )
-        m.gauge("hermes_cached_agents", "Agent cache size", lambda: len(self.agents))
-
-    def _stat(self, key: str) -> float:
-        return float(self.runner.table.stats()[key])
 
 
 async def _quietly(coro: Any, what: str) -> None:

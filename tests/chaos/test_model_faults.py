@@ -127,7 +127,7 @@ async def test_model_fault_gets_a_clear_answer_and_the_session_goes_on(
         llm.reset()  # whatever is left of the script: the model is fine again
         after = await client.chat("are you still there?", user="faulty")
         history = await client.history("faulty")
-        status = gw.status()
+        status = gw.vitals.status()
     outcome: dict[str, Any] = {
         "kind": reply["kind"],
         "told": _short(reply["text"]),

@@ -127,7 +127,9 @@ async def test_no_model_configured_says_what_to_set(tmp_path: Path) -> None:
         result = await client.chat("hello?")
         status, ready = await client.get("/readyz")
     assert "model.api_key" in result["text"] and "OPENAI_API_KEY" in result["text"]
-    assert status == 200 and ready["ready"] is True
+    # it answers (with what to set), but it is not ready to serve anyone a real answer
+    assert status == 503 and ready["ready"] is False
+    assert any(r.startswith("model: not configured") for r in ready["reasons"])
 
 
 async def test_bad_requests_get_openai_style_errors(tmp_path: Path, fake_llm: FakeOpenAI) -> None:

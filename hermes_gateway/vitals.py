@@ -1,0 +1,83 @@
+"""What the gateway says about itself: /healthz, /readyz (with reasons), /status, and the
+Prometheus gauges read at scrape time."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from hermes_gateway import __version__
+
+if TYPE_CHECKING:
+    from hermes_gateway.server import Gateway
+
+
+class Vitals:
+    """Reads a running `Gateway`'s parts; changes nothing."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def health(self) -> dict[str, Any]:
+        g = self.gateway
+        wd = g.watchdog
+        return {
+            "status": "ok",
+            "uptime_s": round(time.time() - g.started_at, 1),
+            "loop_lag_ms": round(wd.last_lag * 1000, 2) if wd else None,
+        }
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        g = self.gateway
+        reasons = []
+        if g.closing:
+            reasons.append("shutting down")
+        if not g.agent_factory.llm.configured:
+            reasons.append("model: not configured (set model.api_key or model.base_url)")
+        if not g.store.is_open:
+            reasons.append("store: not open")
+        elif (problem := g.store.problem) is not None:
+            reasons.append(f"store: {problem}")
+        for name, adapter in g.adapters.items():
+            h = adapter.health()
+            if not h.ready:
+                reasons.append(f"{name}: {h.detail or 'not connected'}")
+        return not reasons, reasons
+
+    def status(self) -> dict[str, Any]:
+        g = self.gateway
+        wd = g.watchdog
+        ready, reasons = self.readiness()
+        return {
+            "version": __version__,
+            "ready": ready,
+            "reasons": reasons,
+            "uptime_s": round(time.time() - g.started_at, 1),
+            "platforms": {
+                name: {"ready": a.health().ready, "detail": a.health().detail}
+                for name, a in g.adapters.items()
+            },
+            "sessions": g.runner.status(),
+            "pool": g.pool.snapshot(),
+            "loop_lag_ms": {
+                "last": round(wd.last_lag * 1000, 2) if wd else None,
+                "p99": round(wd.lag_percentile(0.99) * 1000, 2) if wd else None,
+                "max": round(wd.max_lag * 1000, 2) if wd else None,
+            },
+            "model": {"name": g.config.model.name, "configured": g.llm.configured},
+            "busy_policy": g.config.runner.busy_policy,
+            "quarantined": g.inbox.summaries(),
+        }
+
+    def register_gauges(self) -> None:
+        g = self.gateway
+        m = g.metrics
+        m.gauge("hermes_active_sessions", "Sessions with a run", lambda: self._stat("active"))
+        m.gauge("hermes_pending_messages", "Messages waiting", lambda: self._stat("pending"))
+        m.gauge("hermes_pool_busy", "Pool threads running", lambda: g.pool.busy)
+        m.gauge("hermes_pool_waiting", "Runs waiting for a thread", lambda: g.pool.waiting)
+        m.gauge("hermes_pool_abandoned", "Abandoned runs still running", lambda: g.pool.abandoned)
+        m.gauge("hermes_cached_agents", "Agent cache size", lambda: len(g.agents))
+
+    def _stat(self, key: str) -> float:
+        return float(self.gateway.runner.table.stats()[key])
