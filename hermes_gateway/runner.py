@@ -362,10 +362,7 @@ class GatewayRunner:
         """Let active runs finish (no new ones start); True if all did within ``timeout``."""
         self.draining = True
         tasks = [t for t in self._tasks if not t.done()]
-        if not tasks:
-            return True
-        _done, pending = await asyncio.wait(tasks, timeout=timeout)
-        return not pending
+        return not tasks or not (await asyncio.wait(tasks, timeout=timeout))[1]
 
     async def interrupt_all(self, timeout: float = 1.0) -> None:
         """Shutdown: interrupt every run, persist nothing half-done, leave them for replay."""
@@ -380,8 +377,6 @@ class GatewayRunner:
                 task.cancel()
         # stopped on purpose, not by a crash: the replay must not count it toward quarantine
         await self.store.undo_attempt(inbox_ids([p for r in runs for p in r.items]))
-
-    # -- helpers ------------------------------------------------------------------------
 
     async def _tell_dropped(self, item: Pending, text: str, reason: str) -> None:
         self.metrics.dropped.labels(item.event.platform, reason).inc()
