@@ -178,6 +178,10 @@ def spawn(
     wrapped = [*_with_limits(limits), *argv]
     if mode == "namespace":
         wrapped = _in_namespace(wrapped, cwd, workspace)
+    # dies with the gateway (and in a namespace takes everything with it): nothing is orphaned
+    # by a crash
+    if setpriv := shutil.which("setpriv"):
+        wrapped = [setpriv, "--pdeathsig", "KILL", "--", *wrapped]
     proc = subprocess.Popen(
         wrapped,
         cwd=cwd,
