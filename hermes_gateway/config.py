@@ -193,9 +193,15 @@ def _expand_user(path: str, env: Mapping[str, str]) -> str:
 def _expand_paths(config: Config, env: Mapping[str, str]) -> Config:
     home = Path(_expand_user(config.home, env)).absolute()
     updates: dict[str, Any] = {"home": str(home)}
+    tools: dict[str, Any] = {}
     if config.tools.workspace:
-        workspace = Path(_expand_user(config.tools.workspace, env)).absolute()
-        updates["tools"] = config.tools.model_copy(update={"workspace": str(workspace)})
+        tools["workspace"] = str(Path(_expand_user(config.tools.workspace, env)).absolute())
+    terminal = config.tools.terminal
+    if terminal.hide_paths:
+        hide = tuple(_expand_user(path, env) for path in terminal.hide_paths)
+        tools["terminal"] = terminal.model_copy(update={"hide_paths": hide})
+    if tools:
+        updates["tools"] = config.tools.model_copy(update=tools)
     return config.model_copy(update=updates)
 
 

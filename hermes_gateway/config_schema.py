@@ -146,6 +146,16 @@ class TerminalToolConfig(_Section):
     approval_timeout_s: float = Field(120, gt=0)
     # gateway environment variables handed to tool processes besides the built-in allow-list
     env_passthrough: tuple[str, ...] = ()
+    # absolute paths hidden from tool processes besides the home, config file and database
+    hide_paths: tuple[str, ...] = ()
+
+    @field_validator("hide_paths")
+    @classmethod
+    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [path for path in value if not path.startswith(("/", "~"))]
+        if bad:
+            raise ValueError(f"not absolute paths: {', '.join(map(repr, bad))}")
+        return value
 
     @field_validator("env_passthrough")
     @classmethod

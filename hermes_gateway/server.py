@@ -328,7 +328,9 @@ class Gateway:
         database = self.config.store_url.partition(":///")[2]
         if self.config.store_url.startswith("sqlite") and database:
             private.append(Path(database))
-        log.info("sandbox.mode", mode=sandbox.current_mode(), detail=sandbox.setup(private))
+        hide = [Path(p) for p in self.config.tools.terminal.hide_paths]
+        detail = sandbox.setup(private, hide)
+        log.info("sandbox.mode", mode=sandbox.current_mode(), detail=detail)
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))

@@ -75,15 +75,16 @@ _state = _State()
 _lock = threading.Lock()
 
 
-def setup(protect: Sequence[Path] = ()) -> str:
-    """Once per process, before the first tool runs: choose the mode, hide `protect` (the
-    gateway's home, its config file) from every child, and tighten what the mode cannot hide.
-    Returns a line for the startup log saying what is and is not protected."""
+def setup(private: Sequence[Path], hide: Sequence[Path] = ()) -> str:
+    """Once per process, before the first tool runs: choose the mode, hide `private` (the
+    gateway's home, its config file, its database) and `hide` from every child, make `private`
+    owner-only, and tighten what the mode cannot hide. Returns a line for the startup log
+    saying what is and is not protected."""
     with _lock:
-        _state.protect = tuple(Path(p).resolve() for p in protect)
+        _state.protect = tuple(Path(p).resolve() for p in (*private, *hide))
     mode = current_mode()
-    for path in _state.protect:
-        sandbox_procs.tighten_permissions(path)
+    for path in private:
+        sandbox_procs.tighten_permissions(Path(path))
     if mode == "namespace":
         return "tool processes run in user+pid+mount namespaces; the home is hidden from them"
     _prctl(_PR_SET_DUMPABLE, 0)

@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hermes_gateway.config import load_config
+from hermes_gateway.errors import ConfigError
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tools import sandbox
@@ -36,11 +38,18 @@ def gateway(
     home.mkdir()
     (home / "gateway.env").write_text("BOT_TOKEN=leak-gateway-env\n")
     (home / "config.yaml").write_text("# leak-home-config\n")
+    elsewhere = home.parent / "operator-secrets"  # hidden because tools.terminal.hide_paths
+    elsewhere.mkdir()
+    (elsewhere / "id_rsa").write_text("leak-hidden-path\n")
     config = {
         "model": {"base_url": openai_server.base_url, "api_key": "sk-fake", "max_retries": 0},
         "tools": {
             "enabled": ["terminal"],
-            "terminal": {"approval": "off", "env_passthrough": ["HERMES_PASSED"]},
+            "terminal": {
+                "approval": "off",
+                "env_passthrough": ["HERMES_PASSED"],
+                "hide_paths": [str(elsewhere)],
+            },
         },
     }
     env = {**SECRETS, "HERMES_PASSED": "passed-through"}
@@ -63,11 +72,16 @@ def test_the_terminal_cannot_reach_the_gateways_secrets_or_state(
 ) -> None:
     fake_llm.push(text("noted"))
     assert gateway.chat("my diary: leak-alice-diary", user="alice").status_code == 200
-    home, conf = gateway.home, gateway.config_path
+    home, conf, elsewhere = (
+        gateway.home,
+        gateway.config_path,
+        gateway.home.parent / "operator-secrets",
+    )
     read_all = (
         "{ env; tr '\\0' '\\n' < /proc/$PPID/environ;"
         " for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done;"
-        f" cat {home}/state.db* {home}/gateway.env {home}/config.yaml {conf}; }} 2>/dev/null"
+        f" cat {home}/state.db* {home}/gateway.env {home}/config.yaml {conf} {elsewhere}/*; }}"
+        " 2>/dev/null"
         " | grep -a -o 'leak-[a-z-]*' | sort -u;"
         " for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done"
         " | grep -c '[h]ermes_gateway gateway run' | sed 's/^/gateway-processes=/';"
@@ -161,6 +175,33 @@ def test_nothing_a_command_starts_outlives_it(
     assert eventually_none(marker) == [], f"{escape} outlived the command ({end})"
 
 
+def test_a_killed_gateway_takes_its_commands_with_it(
+    tmp_path: Path, fake_llm: FakeOpenAI, marker: str
+) -> None:
+    if sandbox.current_mode() != "namespace":
+        pytest.skip("only a namespace ties its processes to the gateway's life")
+    config = {
+        "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+        "tools": {"enabled": ["terminal"], "terminal": {"approval": "off"}},
+    }
+    gw = GatewayProcess(tmp_path / "home", config).start()
+    try:
+        command = ESCAPES["setsid"].format(m=marker) + "\nsleep 60"
+        fake_llm.push(tool_calls(("terminal", {"command": command})))
+        worker = threading.Thread(target=lambda: gw.chat("run it", user="crash"))
+        worker.start()
+        deadline = time.monotonic() + 20
+        while not running(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert running(marker), "the escaping process never started"
+        gw.signal(signal.SIGKILL)
+        gw.wait()
+        assert eventually_none(marker) == [], "a command outlived its gateway"
+    finally:
+        gw.kill()
+        worker.join(30)
+
+
 @pytest.fixture
 def fallback() -> Iterator[None]:
     """The sandbox as on a machine without user namespaces (no prctl on the test process)."""
@@ -182,3 +223,18 @@ def test_the_fallback_mode_kills_escaped_processes_too(
     assert running(marker), "the escaping process never started"
     child.kill()
     assert eventually_none(marker, within=2) == [], f"{escape} outlived its sandbox"
+
+
+@pytest.mark.parametrize(
+    ("terminal", "needle"),
+    [
+        ("env_passthrough: [BAD-NAME]", "not environment variable names: 'BAD-NAME'"),
+        ("hide_paths: [relative/dir]", "not absolute paths: 'relative/dir'"),
+    ],
+)
+def test_bad_sandbox_keys_name_the_key(tmp_path: Path, terminal: str, needle: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"tools:\n  terminal:\n    {terminal}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, {"HOME": str(tmp_path)})
+    assert "tools.terminal." in str(caught.value) and needle in str(caught.value)
