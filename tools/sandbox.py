@@ -114,14 +114,16 @@ def force_mode(mode: Mode | None) -> None:
 
 
 class Sandboxed:
-    """A running child: `poll`, `wait`, `stdout` like Popen; `kill` ends it and its descendants,
-    however they detached (setsid, double fork, nohup)."""
+    """A running child: `poll`, `wait`, `stdout`, `stderr` like Popen; `kill` ends it and its
+    descendants, however they detached (setsid, double fork, nohup). Call `kill` in every case,
+    after a normal exit too; in fallback mode `poll` (not `wait`) records the descendants."""
 
     def __init__(self, proc: subprocess.Popen[bytes], mode: Mode, token: str) -> None:
         self.proc = proc
         self.mode = mode
         self.token = token
         self.stdout: IO[bytes] | None = proc.stdout
+        self.stderr: IO[bytes] | None = proc.stderr
         self._seen: dict[int, int] = {}
         self._scanned = 0.0
 
@@ -147,12 +149,16 @@ class Sandboxed:
     def kill(self) -> None:
         """SIGKILL everything the child started, then reap the child. Idempotent."""
         killed: set[int] = set()
+        # until the child is reaped its pid, and so its group id, cannot name another process
+        unreaped = self.proc.returncode is None
         if self.mode == "namespace":
             # the namespace's PID 1 dies with its parent (--kill-child), taking every process
-            # of the namespace with it: nothing started inside can outlive this
-            _signal(self.proc.pid, signal.SIGKILL)
+            # of the namespace with it; once the parent has exited, so has all of it
+            if unreaped:
+                self.proc.send_signal(signal.SIGKILL)
         else:
-            _signal(-self.proc.pid, signal.SIGKILL)
+            if unreaped:
+                _signal(-self.proc.pid, signal.SIGKILL)
             self._seen.update(sandbox_procs.descendants(self.proc.pid))
             killed = sandbox_procs.kill_marked(MARKER, self.token, self._seen)
         try:
@@ -251,6 +257,7 @@ def _tool(name: str) -> str:
 
 
 def _signal(pid: int, sig: int) -> None:
+    """`os.kill`, quiet when the process is already gone."""
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
