@@ -159,7 +159,7 @@ class Sandboxed:
         else:
             if unreaped:
                 _signal(-self.proc.pid, signal.SIGKILL)
-            self._seen.update(sandbox_procs.descendants(self.proc.pid))
+                self._seen.update(sandbox_procs.descendants(self.proc.pid))
             killed = sandbox_procs.kill_marked(MARKER, self.token, self._seen)
         try:
             self.proc.wait(5.0)
