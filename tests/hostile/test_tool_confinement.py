@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -95,6 +96,18 @@ def test_the_terminal_cannot_reach_the_gateways_secrets_or_state(
     assert "passed=passed-through" in output  # a name the operator listed does arrive
     # the workspace inside the hidden home is still the real one
     assert (home / "workspace" / "written-by-tool").read_text() == "hi\n"
+
+
+def test_the_home_is_owner_only_and_the_mode_is_logged(gateway: GatewayProcess) -> None:
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (gateway.home, gateway.config_path)}
+    modes["gateway.env"] = stat.S_IMODE((gateway.home / "gateway.env").stat().st_mode)
+    assert modes == {
+        gateway.home.name: 0o700,
+        gateway.config_path.name: 0o600,
+        "gateway.env": 0o600,
+    }
+    [line] = [e for e in gateway.log_events() if e["event"] == "sandbox.mode"]
+    assert line["mode"] == sandbox.current_mode() and line["detail"]
 
 
 ESCAPES = {
