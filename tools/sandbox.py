@@ -40,16 +40,18 @@ _UNSHARE = [
 # then drops every capability so the command cannot undo the mounts.
 _SETUP = r"""
 set -e
-ws=$1; cwd=$2; rebind=$3; shift 3
-exec 3<"$ws"
-while [ "$1" != "--" ]; do
+hide() {
   if [ -d "$1" ]; then mount -t tmpfs -o size=64k,mode=0755 hermes-hidden "$1"
   elif [ -e "$1" ]; then mount --bind /dev/null "$1"; fi
-  shift
-done
+}
+ws=$1; cwd=$2; rebind=$3; shift 3
+exec 3<"$ws"
+while [ "$1" != "--" ]; do hide "$1"; shift; done
 shift
 if [ "$rebind" = 1 ]; then mkdir -p "$ws"; mount --no-canonicalize --bind /proc/self/fd/3 "$ws"; fi
 exec 3<&-
+while [ "$1" != "--" ]; do hide "$1"; shift; done
+shift
 cd "$cwd"
 exec setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"
 """
@@ -203,8 +205,10 @@ def spawn(
 
 def _in_namespace(argv: list[str], cwd: Path, workspace: Path) -> list[str]:
     ws = workspace.resolve()
-    hidden = [str(p) for p in _state.protect if p.exists() and p != ws]
-    rebind = any(ws.is_relative_to(p) for p in _state.protect if p != ws)
+    hidden = [p for p in _state.protect if p.exists() and p != ws]
+    rebind = any(ws.is_relative_to(p) for p in hidden)
+    # what lies inside the workspace is hidden again once the workspace is put back
+    inside = [str(p) for p in hidden if p.is_relative_to(ws)]
     return [
         _tool("unshare"),
         *_UNSHARE,
@@ -216,7 +220,9 @@ def _in_namespace(argv: list[str], cwd: Path, workspace: Path) -> list[str]:
         str(ws),
         str(cwd.resolve()),
         "1" if rebind else "0",
-        *hidden,
+        *map(str, hidden),
+        "--",
+        *inside,
         "--",
         *argv,
     ]

@@ -257,3 +257,28 @@ def test_bad_sandbox_keys_name_the_key(tmp_path: Path, terminal: str, needle: st
     with pytest.raises(ConfigError) as caught:
         load_config(path, {"HOME": str(tmp_path)})
     assert "tools.terminal." in str(caught.value) and needle in str(caught.value)
+
+
+@pytest.fixture
+def protected() -> Iterator[None]:
+    yield
+    sandbox.setup([])  # hide nothing again in this test process
+
+
+@pytest.mark.usefixtures("protected")
+def test_what_is_hidden_stays_hidden_inside_the_workspace(tmp_path: Path) -> None:
+    if sandbox.current_mode() != "namespace":
+        pytest.skip("only a namespace can hide files")
+    home = tmp_path / "home"
+    (home / "workspace" / "conf").mkdir(parents=True)
+    (home / "state.db").write_text("leak-db")
+    (home / "workspace" / "conf" / "gateway.yaml").write_text("leak-config")
+    (home / "workspace" / "notes.txt").write_text("visible")
+    sandbox.setup([home, home / "workspace" / "conf" / "gateway.yaml"])
+    ws = home / "workspace"
+    command = f"cat {home}/state.db notes.txt conf/gateway.yaml 2>/dev/null; echo; ls {home}"
+    child = sandbox.spawn(["/bin/sh", "-c", command], cwd=ws, workspace=ws, env={})
+    assert child.stdout is not None
+    output = child.stdout.read().decode()
+    child.kill()
+    assert output.split() == ["visible", "workspace"], output
