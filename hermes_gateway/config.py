@@ -278,9 +278,15 @@ def _expand_user(path: str, env: Mapping[str, str]) -> str:
 def _expand_paths(config: Config, env: Mapping[str, str]) -> Config:
     home = Path(_expand_user(config.home, env)).absolute()
     updates: dict[str, Any] = {"home": str(home)}
+    tools: dict[str, Any] = {}
     if config.tools.workspace:
-        workspace = Path(_expand_user(config.tools.workspace, env)).absolute()
-        updates["tools"] = config.tools.model_copy(update={"workspace": str(workspace)})
+        tools["workspace"] = str(Path(_expand_user(config.tools.workspace, env)).absolute())
+    terminal = config.tools.terminal
+    if terminal.hide_paths:
+        hide = tuple(_expand_user(path, env) for path in terminal.hide_paths)
+        tools["terminal"] = terminal.model_copy(update={"hide_paths": hide})
+    if tools:
+        updates["tools"] = config.tools.model_copy(update=tools)
     return config.model_copy(update=updates)
 
 
@@ -412,41 +418,25 @@ def _close_key(loc: list[str]) -> str | None:
     return close[0] if close else None
 
 
-# Never handed to a tool's shell: the service's own plumbing, and anything named like a secret.
-_PRIVATE_VARS = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS"})
-_SECRET_WORDS = (
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "CREDENTIAL",
-    "API_KEY",
-    "ACCESS_KEY",
-    "PRIVATE_KEY",
-)
-_URL_PASSWORD = re.compile(r"://[^/\s:@]+:[^/\s@]+@")  # postgres://user:pw@host
+# What every tool process may see of the gateway's environment: locale, time zone and the
+# search path, nothing that could be a credential. Anything else is the operator's choice
+# (`tools.terminal.env_passthrough`); HOME is set to the workspace by the tool.
+_TOOL_ENV_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME"})
 
 
 def tool_environment(config: Config, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment `terminal` commands run with: the gateway's, less its secrets (issue 6).
+    """The environment tool processes run with: an allow-list, never the gateway's whole one.
 
-    Dropped: variables named like secrets (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, passwords,
-    credentials), URLs with a password in them, systemd's notify/watchdog plumbing, and any
-    variable whose value holds a secret from the config (``model.api_key``, platform tokens).
+    Kept: PATH, LANG, LANGUAGE, LC_*, TZ, USER, LOGNAME, and the names listed in
+    ``tools.terminal.env_passthrough`` (handed over as they are: the operator chose them).
     """
     env = os.environ if environ is None else environ
-    secrets = config.secrets()
-    kept = {}
-    for name, value in env.items():
-        upper = name.upper()
-        if upper in _PRIVATE_VARS or upper.endswith("_KEY"):
-            continue
-        if any(word in upper for word in _SECRET_WORDS):
-            continue
-        if any(secret in value for secret in secrets) or _URL_PASSWORD.search(value):
-            continue
-        kept[name] = value
-    return kept
+    listed = set(config.tools.terminal.env_passthrough)
+    return {
+        name: value
+        for name, value in env.items()
+        if name in _TOOL_ENV_NAMES or name.startswith("LC_") or name in listed
+    }
 
 
 # What SIGHUP takes without a restart: who may talk to the bot, and the log level.

@@ -16,6 +16,9 @@ BusyPolicy = Literal["interrupt", "queue", "latest", "collect", "steer"]
 MEDIA_MAX_BYTES = 20 * 1024 * 1024  # largest attachment a platform adapter downloads
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -151,6 +154,26 @@ class TerminalToolConfig(_Section):
     max_timeout_s: float = Field(600, gt=0)
     approval: Literal["off", "dangerous", "always"] = "dangerous"
     approval_timeout_s: float = Field(120, gt=0)
+    # gateway environment variables handed to tool processes besides the built-in allow-list
+    env_passthrough: tuple[str, ...] = ()
+    # absolute paths hidden from tool processes besides the home, config file and database
+    hide_paths: tuple[str, ...] = ()
+
+    @field_validator("hide_paths")
+    @classmethod
+    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [path for path in value if not path.startswith(("/", "~"))]
+        if bad:
+            raise ValueError(f"not absolute paths: {', '.join(map(repr, bad))}")
+        return value
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [name for name in value if not _ENV_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"not environment variable names: {', '.join(map(repr, bad))}")
+        return value
 
 
 class WebToolConfig(_Section):

@@ -12,6 +12,7 @@ import gc
 import logging
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -56,6 +57,7 @@ from hermes_gateway.store import Store
 from hermes_gateway.tool_host import GatewayToolHost
 from hermes_gateway.vitals import Vitals
 from hermes_gateway.watchdog import LoopWatchdog
+from tools import sandbox
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
@@ -280,6 +282,7 @@ class Gateway:
         )
         install_hooks(self.bus, hooks)
         await self.store.open()
+        await asyncio.to_thread(self._confine_tools)
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
         await replayer.load()  # before intake: what this run takes is not a leftover (issue 9)
@@ -371,6 +374,19 @@ class Gateway:
     def _prepare_dirs(self) -> None:
         for path in (self.config.home_path, self.config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
+
+    def _confine_tools(self) -> None:
+        """Hide the home (state.db, gateway.env, logs), the config file and the database from
+        every process a tool starts; log how well this machine allows it."""
+        private = [self.config.home_path]
+        if self.config_path:
+            private.append(Path(self.config_path))
+        database = self.config.store_url.partition(":///")[2]
+        if self.config.store_url.startswith("sqlite") and database:
+            private.append(Path(database))
+        hide = [Path(p) for p in self.config.tools.terminal.hide_paths]
+        detail = sandbox.setup(private, hide)
+        log.info("sandbox.mode", mode=sandbox.current_mode(), detail=detail)
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))

@@ -42,7 +42,7 @@ class TerminalSettings:
     max_timeout_s: float = 600.0
     approval: Approval = "dangerous"
     approval_timeout_s: float = 120.0
-    # the environment commands run with: the gateway's, less its secrets (built by the config)
+    # what commands see of the gateway's environment: an allow-list (built by the config)
     env: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -1,23 +1,22 @@
 """`terminal`: run a shell command in the workspace, in its own process group.
 
-The command gets the gateway's environment less its secrets (built once by the config), a
-timeout, and an output cap (the start and the end are kept). On timeout, `/stop` or an
-interrupt the whole process group is killed: background children too. Dangerous commands ask
-the user first (`tools.terminal.approval`).
+The command runs in the sandbox (tools/sandbox.py) with an allow-listed environment (built once
+by the config), a timeout, and an output cap (the start and the end are kept). When it ends, times
+out or is stopped, everything it started is killed, detached or not. Dangerous commands ask the
+user first (`tools.terminal.approval`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools import sandbox
 from tools.approval import approve, dangerous_reason
 from tools.errors import ToolError
 from tools.host import ApprovalRequest
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
     from tools.catalog import TerminalSettings, ToolSettings
 
 _POLL_S = 0.05
-_KILL_GRACE_S = 1.0
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _QUIET = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "NO_COLOR": "1"}
 
@@ -54,8 +52,9 @@ class TerminalTool(ModelTool):
     name = "terminal"
     description = (
         "Run a shell command in the workspace and return its combined stdout/stderr and exit "
-        "code. Long output keeps its start and end. Commands that look destructive (rm -r, "
-        "sudo, curl | sh, writes outside the workspace, ...) may need the user's approval."
+        "code. Long output keeps its start and end; background processes end with the command. "
+        "Commands that look destructive (rm -r, sudo, curl | sh, writes outside the "
+        "workspace, ...) may need the user's approval."
     )
     parallel_safe = False
     Args = TerminalArgs
@@ -79,7 +78,7 @@ class TerminalTool(ModelTool):
                 if refusal:
                     raise ToolError(refusal)
         timeout = min(args.timeout_s or self.settings.timeout_s, self.settings.max_timeout_s)
-        env = {"PATH": _DEFAULT_PATH, **self.settings.env, **_QUIET}
+        env = {"PATH": _DEFAULT_PATH, **self.settings.env, "HOME": str(ctx.workspace), **_QUIET}
         return run_command(args.command, cwd, env, timeout, ctx)
 
 
@@ -118,36 +117,25 @@ def run_command(
     shell = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
     capture = _Capture(max(1000, ctx.max_output_chars - 200))
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [shell, "-c", command],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: killed as a whole
-    )
-    assert proc.stdout is not None
+    child = sandbox.spawn([shell, "-c", command], cwd=cwd, workspace=ctx.workspace, env=env)
+    assert child.stdout is not None
     reader = threading.Thread(
-        target=_pump, args=(proc.stdout, capture), name="hermes-terminal-read", daemon=True
+        target=_pump, args=(child.stdout, capture), name="hermes-terminal-read", daemon=True
     )
     reader.start()
     ended = None
-    while proc.poll() is None:
-        if ctx.should_stop():
-            ended = "interrupted"
-            break
-        if time.monotonic() - started > timeout:
-            ended = "timeout"
-            break
-        time.sleep(_POLL_S)
-    if ended is not None:
-        kill_group(proc)
-    reader.join(0.5)
-    if reader.is_alive():  # background children still hold the output open
-        kill_group(proc)
-        reader.join(1.0)
-        capture.add(b"\n[background processes still writing were stopped]")
+    try:
+        while child.poll() is None:
+            if ctx.should_stop():
+                ended = "interrupted"
+                break
+            if time.monotonic() - started > timeout:
+                ended = "timeout"
+                break
+            time.sleep(_POLL_S)
+    finally:
+        child.kill()  # also when it exited: what it left running in the background goes too
+    reader.join(2.0)
     seconds = time.monotonic() - started
     output = capture.text().rstrip("\n")
     if ended == "interrupted":
@@ -158,51 +146,19 @@ def run_command(
         raise ToolError(
             f"timed out after {timeout:g} s; the command was killed. Output so far:\n{output}"
         )
-    footer = f"[exit code {proc.returncode}, {seconds:.1f} s]"
+    footer = f"[exit code {child.returncode}, {seconds:.1f} s]"
     return f"{output}\n{footer}" if output else f"(no output)\n{footer}"
 
 
-def _pump(stream: object, capture: _Capture) -> None:
-    fd = stream.fileno()  # type: ignore[attr-defined]
+def _pump(stream: IO[bytes], capture: _Capture) -> None:
+    fd = stream.fileno()
     try:
         while chunk := os.read(fd, 65536):
             capture.add(chunk)
     except OSError:
         pass
     finally:
-        stream.close()  # type: ignore[attr-defined]
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, then SIGKILL it if anything is left after a grace period."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + _KILL_GRACE_S
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the shell: a zombie still counts as a member of the group
-        if not _group_alive(proc.pid):
-            break
-        time.sleep(0.02)
-    else:
-        _signal_group(proc.pid, signal.SIGKILL)
-    try:
-        proc.wait(5.0)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+        stream.close()
 
 
 def make_terminal(settings: ToolSettings) -> TerminalTool:
