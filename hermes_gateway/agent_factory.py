@@ -1,18 +1,23 @@
 """Builds each session's `AIAgent` from the config: the model clients, every platform's
-toolset and system prompt, and the settings the tools run with."""
+toolset and system prompt, the settings the tools run with, and their confinement."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+
+import structlog
 
 from agent_core import AIAgent, LLMClient, LLMSettings
 from agent_core.parallel import ToolExecutor
 from agent_core.prompt import build_system_prompt
 from hermes_gateway.config import Config, tool_environment
-from tools import ToolRegistry
+from tools import ToolRegistry, sandbox
 from tools.catalog import TerminalSettings, ToolSettings, WebSettings, build_registry
 from tools.host import ToolHost
 from tools.memory import memory_block
+
+log = structlog.get_logger("hermes.gateway")
 
 
 class AgentFactory:
@@ -119,3 +124,17 @@ def _tool_settings(config: Config) -> ToolSettings:
         search_timeout_s=t.search_timeout_s,
         max_write_bytes=t.max_write_bytes,
     )
+
+
+def confine_tools(config: Config, config_path: str | None) -> None:
+    """Hide the home (state.db, gateway.env, logs), the config file and the database from
+    every process a tool starts; log how well this machine allows it."""
+    private = [config.home_path]
+    if config_path:
+        private.append(Path(config_path))
+    database = config.store_url.partition(":///")[2]
+    if config.store_url.startswith("sqlite") and database:
+        private.append(Path(database))
+    hide = [Path(p) for p in config.tools.terminal.hide_paths]
+    detail = sandbox.setup(private, hide)
+    log.info("sandbox.mode", mode=sandbox.current_mode(), detail=detail)

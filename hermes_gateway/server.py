@@ -12,7 +12,6 @@ import gc
 import logging
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -21,7 +20,7 @@ from aiohttp import web
 from hermes_gateway import __version__
 from hermes_gateway.access import AccessPolicy
 from hermes_gateway.admin import AdminRoutes
-from hermes_gateway.agent_factory import AgentFactory
+from hermes_gateway.agent_factory import AgentFactory, confine_tools
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
@@ -57,7 +56,6 @@ from hermes_gateway.store import Store
 from hermes_gateway.tool_host import GatewayToolHost
 from hermes_gateway.vitals import Vitals
 from hermes_gateway.watchdog import LoopWatchdog
-from tools import sandbox
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
@@ -282,7 +280,7 @@ class Gateway:
         )
         install_hooks(self.bus, hooks)
         await self.store.open()
-        await asyncio.to_thread(self._confine_tools)
+        await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
         await replayer.load()  # before intake: what this run takes is not a leftover (issue 9)
@@ -374,19 +372,6 @@ class Gateway:
     def _prepare_dirs(self) -> None:
         for path in (self.config.home_path, self.config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
-
-    def _confine_tools(self) -> None:
-        """Hide the home (state.db, gateway.env, logs), the config file and the database from
-        every process a tool starts; log how well this machine allows it."""
-        private = [self.config.home_path]
-        if self.config_path:
-            private.append(Path(self.config_path))
-        database = self.config.store_url.partition(":///")[2]
-        if self.config.store_url.startswith("sqlite") and database:
-            private.append(Path(database))
-        hide = [Path(p) for p in self.config.tools.terminal.hide_paths]
-        detail = sandbox.setup(private, hide)
-        log.info("sandbox.mode", mode=sandbox.current_mode(), detail=detail)
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))

@@ -71,6 +71,9 @@ class _State:
     mode: Mode | None = None
     why: str = ""
     protect: tuple[Path, ...] = ()
+    # a fresh /proc needs the host's to be fully visible: under systemd's ProtectKernelTunables
+    # (read-only /proc/sys on top of it) the kernel refuses one, and the host's stays in view
+    fresh_proc: bool = True
 
 
 _state = _State()
@@ -87,8 +90,16 @@ def setup(private: Sequence[Path], hide: Sequence[Path] = ()) -> str:
     mode = current_mode()
     for path in private:
         sandbox_procs.tighten_permissions(Path(path))
-    if mode == "namespace":
+    if mode == "namespace" and _state.fresh_proc:
         return "tool processes run in user+pid+mount namespaces; the home is hidden from them"
+    if mode == "namespace":
+        # the host's /proc is in view: only the process itself can read its environment then
+        _prctl(_PR_SET_DUMPABLE, 0)
+        return (
+            "tool processes run in user+pid+mount namespaces; the home is hidden from them; "
+            f"a private /proc was refused ({_state.why}), so they see the host's, where the "
+            "gateway's own entries (its environment) are unreadable to them"
+        )
     _prctl(_PR_SET_DUMPABLE, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     if os.geteuid() == 0:
@@ -112,7 +123,7 @@ def current_mode() -> Mode:
 def force_mode(mode: Mode | None) -> None:
     """Tests: pretend the probe said `mode` (None: probe again on next use)."""
     with _lock:
-        _state.mode, _state.why = mode, "forced"
+        _state.mode, _state.why, _state.fresh_proc = mode, "forced", True
 
 
 class Sandboxed:
@@ -209,9 +220,10 @@ def _in_namespace(argv: list[str], cwd: Path, workspace: Path) -> list[str]:
     rebind = any(ws.is_relative_to(p) for p in hidden)
     # what lies inside the workspace is hidden again once the workspace is put back
     inside = [str(p) for p in hidden if p.is_relative_to(ws)]
+    flags = _UNSHARE if _state.fresh_proc else [f for f in _UNSHARE if f != "--mount-proc"]
     return [
         _tool("unshare"),
-        *_UNSHARE,
+        *flags,
         "--",
         "/bin/sh",
         "-c",
@@ -241,9 +253,23 @@ def _with_limits(limits: Limits) -> list[str]:
 
 
 def _probe() -> tuple[Mode, str]:
-    """Build a namespace the way `spawn` does, hide a directory in it, and check the result."""
+    """Build a namespace the way `spawn` does, hide a directory in it, and check the result:
+    first with a private /proc, then (refused, as under ProtectKernelTunables) without."""
     if not shutil.which("unshare") or not shutil.which("setpriv"):
         return "fallback", "util-linux unshare/setpriv not installed"
+    _state.fresh_proc = True
+    refused = _try_namespace()
+    if refused is None:
+        return "namespace", ""
+    _state.fresh_proc = False
+    if _try_namespace() is None:
+        return "namespace", refused
+    _state.fresh_proc = True
+    return "fallback", refused
+
+
+def _try_namespace() -> str | None:
+    """None when a namespace can be built as `spawn` builds it now, else why not."""
     here = Path("/")
     argv = _in_namespace(["/bin/sh", "-c", "echo $$"], here, here)
     try:
@@ -251,11 +277,11 @@ def _probe() -> tuple[Mode, str]:
             argv, capture_output=True, timeout=10, stdin=subprocess.DEVNULL, check=False, env={}
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return "fallback", str(exc)
+        return str(exc)
     if out.returncode != 0 or out.stdout.strip() != b"1":
         reason = out.stderr.decode("utf-8", "replace").strip().splitlines()
-        return "fallback", reason[-1] if reason else f"exit {out.returncode}"
-    return "namespace", ""
+        return reason[-1] if reason else f"exit {out.returncode}"
+    return None
 
 
 def _tool(name: str) -> str:

@@ -8,6 +8,8 @@ import contextlib
 import os
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -282,3 +284,40 @@ def test_what_is_hidden_stays_hidden_inside_the_workspace(tmp_path: Path) -> Non
     output = child.stdout.read().decode()
     child.kill()
     assert output.split() == ["visible", "workspace"], output
+
+
+_UNDER_SYSTEMD = """
+import os, sys, tempfile
+from pathlib import Path
+from tools import sandbox
+home = Path(tempfile.mkdtemp()); (home / "secret").write_text("s3cret")
+ws = home / "workspace"; ws.mkdir()
+print(sandbox.setup([home]))
+print(sandbox.current_mode(), sandbox._state.fresh_proc)
+c = sandbox.spawn(
+    ["/bin/sh", "-c", f"cat {home}/secret; cat /proc/{os.getpid()}/environ"],
+    cwd=ws, workspace=ws, env={"PATH": "/usr/bin:/bin", "MY_APIKEY": ""},
+)
+print(c.stdout.read().decode()); c.kill()
+"""
+
+
+@pytest.mark.skipif(not sandbox.shutil.which("unshare"), reason="needs util-linux unshare")
+def test_where_a_private_proc_is_refused_the_gateway_environment_stays_unreadable() -> None:
+    """systemd's ProtectKernelTunables= lays a read-only /proc/sys over /proc, and the kernel
+    then refuses a fresh /proc in a new namespace: the sandbox keeps its namespaces (the home
+    hidden, everything killed with it) and makes the gateway's own /proc entries unreadable."""
+    protect = "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys"
+    script = f'{protect} && exec "$0" -c "$1"'
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, sys.executable, _UNDER_SYSTEMD],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MY_APIKEY": "sk-leak-me-0123456789"},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "namespace False" in proc.stdout  # namespaces kept, the host's /proc in view
+    assert "s3cret" not in proc.stdout  # the home is still hidden
+    assert "sk-leak-me" not in proc.stdout and "Permission denied" in proc.stdout
