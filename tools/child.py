@@ -2,22 +2,22 @@
 
 Work that can run away on input the model chose (a backtracking regex) goes to a child: a
 thread holding the GIL stops the whole gateway, a child is simply killed. The child gets a
-minimal environment, its own session (so the kill takes its whole group), and is killed on
-timeout and as soon as the tool is asked to stop.
+minimal environment and runs in the tools' sandbox, and it is killed (with everything it
+started) on timeout and as soon as the tool is asked to stop.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
 import selectors
-import signal
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tools import sandbox
 
 _POLL_S = 0.05
 _MAX_OUTPUT = 4 * 1024 * 1024
@@ -48,40 +48,31 @@ def run_child(
     should_stop: Callable[[], bool],
     max_output: int = _MAX_OUTPUT,
 ) -> ChildResult:
-    """Run ``argv`` to its end, its timeout, a stop, or ``max_output`` bytes of output."""
-    proc = subprocess.Popen(
-        list(argv),
+    """Run ``argv`` to its end, its timeout, a stop, or ``max_output`` bytes of output.
+
+    It runs in the tools' sandbox (``cwd`` is the workspace): the gateway's home hidden,
+    everything it starts killed with it. CPU and memory limits are the backstop should the
+    wall-clock kill not come (the gateway itself killed), and a lower priority keeps a
+    runaway child from crowding out the gateway on a small machine."""
+    limits = sandbox.Limits(cpu_s=int(timeout_s) + 5, memory_bytes=_MEMORY_BYTES)
+    nice = ["nice", "-n", str(_NICE)] if shutil.which("nice") else []
+    proc = sandbox.spawn(
+        [*nice, *argv],
         cwd=cwd,
+        workspace=cwd,
         env=child_env(),
-        stdin=subprocess.DEVNULL,
+        limits=limits,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
     )
-    _limit(proc.pid, timeout_s)
     try:
         return _collect(proc, timeout_s, should_stop, max_output)
     finally:
         _kill(proc)
 
 
-def _limit(pid: int, timeout_s: float) -> None:
-    """CPU and memory limits, a backstop should the wall-clock kill not come (the gateway
-    itself killed); set from outside, since `preexec_fn` is unsafe in a threaded process.
-    A lower priority keeps a runaway child from crowding out the gateway on a small machine."""
-    cpu = int(timeout_s) + 5
-    # it may have ended already, the limits may not be ours to set, prlimit is Linux-only
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.prlimit(pid, resource.RLIMIT_AS, (_MEMORY_BYTES, _MEMORY_BYTES))
-    with contextlib.suppress(OSError):
-        nice = max(os.getpriority(os.PRIO_PROCESS, 0), _NICE)  # never above the gateway's
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
-
-
 def _collect(
-    proc: subprocess.Popen[bytes],
+    proc: sandbox.Sandboxed,
     timeout_s: float,
     should_stop: Callable[[], bool],
     max_output: int,
@@ -115,23 +106,16 @@ def _collect(
     return _result(proc, chunks)
 
 
-def _result(
-    proc: subprocess.Popen[bytes], chunks: dict[int, list[bytes]], **flags: bool
-) -> ChildResult:
+def _result(proc: sandbox.Sandboxed, chunks: dict[int, list[bytes]], **flags: bool) -> ChildResult:
     if flags:
         _kill(proc)
     code = None if flags else proc.returncode
     return ChildResult(code, b"".join(chunks[1]), b"".join(chunks[2]), **flags)
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child's whole group (anything it started, even after it exited: a group's
-    id is not reused while a member lives), and reap it."""
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+def _kill(proc: sandbox.Sandboxed) -> None:
+    """End the child and anything it started (also after a normal exit), and close its pipes."""
+    proc.kill()
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
