@@ -50,16 +50,20 @@ CANNOT_ASK = (
 )
 
 
-def dangerous_reason(command: str, workspace: Path) -> str | None:
-    """Why ``command`` needs approval, or None when it looks harmless. It reads files (a
-    sourced script), so it runs on a worker thread, never the event loop."""
+def dangerous_reason(command: str, workspace: Path, cwd: Path | None = None) -> str | None:
+    """Why ``command`` needs approval, or None when it looks harmless; relative paths are
+    judged from ``cwd`` (the workspace root by default). It reads files (a sourced script),
+    so it runs on a worker thread, never the event loop."""
     if len(command) > MAX_COMMAND_CHARS:
         return f"too long to check ({len(command)} characters)"
     for pattern, reason in _PATTERNS:
         if pattern.search(command):
             return reason
     try:
-        return Screen(workspace.resolve()).script(command)
+        screen = Screen(workspace.resolve())
+        if cwd is not None:
+            screen.cwd = screen.env["PWD"] = str(cwd.resolve())
+        return screen.script(command)
     except Exception as exc:  # a fault in the screen must fail closed: ask
         return f"could not be checked ({type(exc).__name__})"
 

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools import sandbox
-from tools.approval import approve, dangerous_reason
+from tools.approval import MAX_COMMAND_CHARS, approve, dangerous_reason
 from tools.errors import ToolError
 from tools.host import ApprovalRequest
 from tools.paths import resolve_in_workspace
@@ -38,6 +38,7 @@ class TerminalArgs(BaseModel):
         description="A shell command line (bash), run non-interactively with no input, e.g. "
         "'ls -la src && git status'. Do not start programs that wait for keyboard input.",
         min_length=1,
+        max_length=MAX_COMMAND_CHARS,  # past this the approval screen could not read it
     )
     timeout_s: float | None = Field(
         None,
@@ -69,7 +70,7 @@ class TerminalTool(ModelTool):
             raise ToolError(f"workdir {args.workdir.strip()!r} is not a directory")
         policy = self.settings.approval
         if policy != "off":
-            reason = dangerous_reason(args.command, ctx.workspace)
+            reason = dangerous_reason(args.command, ctx.workspace, cwd)
             if policy == "always" or reason:
                 request = ApprovalRequest(
                     ctx.session_key, self.name, args.command, reason or "every command is asked"

@@ -356,3 +356,22 @@ def test_the_daemon_does_not_run_a_wrapped_delete_unasked(
     assert len(results) == 3
     assert all("needs the user's approval" in r for r in results), results
     assert keep.read_text() == "precious"
+
+
+def test_relative_paths_are_judged_from_the_commands_workdir(workspace: Path) -> None:
+    (workspace / "sub").mkdir(exist_ok=True)
+    # from sub/, ../notes.txt is the workspace's own file; from the root it is outside
+    assert dangerous_reason("echo x > ../notes.txt", workspace, workspace / "sub") is None
+    assert dangerous_reason("echo x > ../notes.txt", workspace)
+    assert dangerous_reason("echo x > ../../notes.txt", workspace, workspace / "sub")
+
+
+def test_the_terminal_refuses_a_command_too_long_to_screen() -> None:
+    from pydantic import ValidationError
+
+    from tools.approval import MAX_COMMAND_CHARS
+    from tools.terminal import TerminalArgs
+
+    assert TerminalArgs(command="x" * MAX_COMMAND_CHARS).command
+    with pytest.raises(ValidationError):
+        TerminalArgs(command="x" * (MAX_COMMAND_CHARS + 1))
