@@ -315,7 +315,7 @@ class TelegramAdapter:
             return web.Response(status=503, text="not ready")  # Telegram delivers it later
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past any real update
             return web.Response(status=400, text="not JSON")
         try:
             update = Update.de_json(body, self.app.bot)

@@ -144,6 +144,16 @@ def test_a_non_utf8_telegram_secret_header_is_refused(gateway: GatewayProcess) -
     no_tracebacks(gateway, since)
 
 
+def test_a_deeply_nested_telegram_update_is_refused(gateway: GatewayProcess) -> None:
+    """Only a sender holding the secret gets this far; it still gets a 400, not a 500."""
+    since = log_mark(gateway)
+    update = b"[" * 100_000 + b"]" * 100_000
+    headers = {"X-Telegram-Bot-Api-Secret-Token": TG_SECRET.encode()}
+    status, _ = rawhttp.exchange(gateway.port, rawhttp.post("/telegram/webhook", update, headers))
+    assert status == 400
+    no_tracebacks(gateway, since)
+
+
 def slack_post(gw: GatewayProcess, body: bytes, headers: dict[str, str]) -> httpx.Response:
     sent = {"Content-Type": "application/json", **headers}
     return httpx.post(f"{gw.url}/slack/events", content=body, headers=sent, timeout=10)
