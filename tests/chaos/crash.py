@@ -80,6 +80,7 @@ def gateway_config(tg: ChaosTelegram, llm: FakeOpenAI, chats: list[int]) -> dict
             }
         },
         "control": {"token": keys.CONTROL_TOKEN},
+        "tools": {"enabled": ["read_file", "terminal"]},  # ChaosModel's slow tool is `cat`
     }
 
 

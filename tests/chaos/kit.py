@@ -187,7 +187,9 @@ class ChaosModel:
         names = " ".join(open_tokens(messages))
         first_step = bool(messages) and messages[-1].get("role") == "user"
         if first_step and names and self._wants_tool(names):
-            return tool_calls(("read_file", {"path": self.tool_path}), delay=delay)
+            # `cat` blocks on the FIFO until SlowTool writes: a real run inside a real tool
+            # (read_file refuses FIFOs, rightly; the terminal's own process may block)
+            return tool_calls(("terminal", {"command": f"cat {self.tool_path}"}), delay=delay)
         return text(f"ack {names}".strip(), delay=delay)
 
     def _wants_tool(self, names: str) -> bool:
@@ -213,8 +215,9 @@ def open_tokens(messages: list[dict[str, Any]]) -> list[str]:
 
 
 class SlowTool:
-    """A FIFO in the workspace: `read_file` on it blocks until this thread writes, which it does
-    after a random hold, so a run spends real time inside a tool. `busy` is set meanwhile."""
+    """A FIFO in the workspace: `cat` on it (through the terminal tool) blocks until this thread
+    writes, which it does after a random hold, so a run spends real time inside a tool. `busy`
+    is set meanwhile."""
 
     def __init__(self, workspace: Path, hold: tuple[float, float] = (0.05, 0.3), seed: int = 0):
         workspace.mkdir(parents=True, exist_ok=True)

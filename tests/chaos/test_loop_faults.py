@@ -167,7 +167,7 @@ def test_a_frozen_loop_exits_75_and_the_restart_answers_once(
 def test_sigterm_exits_even_with_a_thread_stuck_in_a_tool(
     tmp_path: Path, llm: FakeOpenAI, tg: ChaosTelegram, stuck: StuckFile
 ) -> None:
-    llm.push(tool_calls(("read_file", {"path": "stuck.fifo"})))
+    llm.push(tool_calls(("terminal", {"command": "cat stuck.fifo"})))
     gw = GatewayProcess(tmp_path / "home", gateway_config(tg, llm, [1001]))
     try:
         gw.start()
