@@ -81,6 +81,9 @@ def gateway_config(tg: ChaosTelegram, llm: FakeOpenAI, chats: list[int]) -> dict
         },
         "control": {"token": keys.CONTROL_TOKEN},
         "tools": {"enabled": ["read_file", "terminal"]},  # ChaosModel's slow tool is `cat`
+        # these kills are not the messages' fault: one in flight at two kills in a row would
+        # be quarantined as a poison message (tests/hostile/test_poison.py covers that)
+        "store": {"quarantine_after": 1000},
     }
 
 
