@@ -95,7 +95,13 @@ class Replayer:
             shares.setdefault(u.event.platform, Share()).to_send.append(u)
         for q in self.held:
             shares.setdefault(q.event.platform, Share()).held.append(q)
-        await asyncio.gather(*(self._replay(p, shares[p], previews) for p in sorted(shares)))
+        await asyncio.gather(*(self._guarded(p, shares[p], previews) for p in sorted(shares)))
+
+    async def _guarded(self, platform: str, share: Share, previews: dict[int, str]) -> None:
+        try:
+            await self._replay(platform, share, previews)
+        except Exception:  # what failed stays in the inbox; the other platforms go on
+            log.exception("replay.platform_failed", platform=platform, **share.counts())
 
     async def _replay(self, platform: str, share: Share, previews: dict[int, str]) -> None:
         """One platform's share, once that platform is ready. Every entry was younger than
