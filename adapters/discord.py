@@ -23,6 +23,7 @@ from adapters.discord_inbound import command_event, looks_content_less, message_
 from adapters.discord_interactions import reply_context
 from adapters.discord_outbound import DiscordOutbox, snowflake
 from adapters.downloader import Downloader, origins
+from hermes_gateway.config import DiscordConfig
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.indicator import TypingIndicator
@@ -48,7 +49,6 @@ class DiscordAdapter:
 
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
-        self.config = host.config.platforms.discord
         self.outbox = DiscordOutbox(self._rest_client, host.remember_preview)
         self.downloader = Downloader(
             self.name,
@@ -76,6 +76,12 @@ class DiscordAdapter:
         self._task: asyncio.Task[None] | None = None
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._saved_endpoints: Endpoints | None = None
+
+    @property
+    def config(self) -> DiscordConfig:
+        """This platform's section of the config in force, read at each use: a SIGHUP reload
+        changes its access rules (`require_mention` included), which this adapter follows too."""
+        return self.host.config.platforms.discord
 
     # -- lifecycle ----------------------------------------------------------------------------
 

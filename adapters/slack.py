@@ -29,6 +29,7 @@ from adapters.slack_socket import AckingSocketHandler
 from adapters.slack_socket import close_socket as _close_socket
 from adapters.slack_socket import frame_type as _frame_type
 from hermes_gateway.bus import LifecycleEvent
+from hermes_gateway.config import SlackConfig
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -53,7 +54,6 @@ class SlackAdapter:
 
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
-        self.config = host.config.platforms.slack
         self.web: SlackWeb | None = None
         self.app: AsyncApp | None = None
         self.socket: AsyncSocketModeHandler | None = None
@@ -74,6 +74,12 @@ class SlackAdapter:
         host.bus.subscribe(self._on_lifecycle, _PROGRESS_EVENTS, name="slack:progress")
         if self.config.mode == "http":
             host.add_route("POST", self.config.events_path, self._http_events, public=True)
+
+    @property
+    def config(self) -> SlackConfig:
+        """This platform's section of the config in force, read at each use: a SIGHUP reload
+        changes its access rules (`require_mention` included), which this adapter follows too."""
+        return self.host.config.platforms.slack
 
     # -- lifecycle ----------------------------------------------------------------------
 

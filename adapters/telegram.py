@@ -31,6 +31,7 @@ from adapters.telegram_transport import (
     bounded,
     download_media,
 )
+from hermes_gateway.config import TelegramConfig
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -73,7 +74,6 @@ class TelegramAdapter:
 
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
-        self.config = host.config.platforms.telegram
         self.monitor = PollMonitor()
         self.lock = TokenLock(host.config.home_path, self.config.token)
         t = self.request_timeout
@@ -103,6 +103,12 @@ class TelegramAdapter:
         )
         if self.config.mode == "webhook":
             host.add_route("POST", self.config.webhook_path, self.webhook, public=True)
+
+    @property
+    def config(self) -> TelegramConfig:
+        """This platform's section of the config in force, read at each use: a SIGHUP reload
+        changes its access rules (`require_mention` included), which this adapter follows too."""
+        return self.host.config.platforms.telegram
 
     def _build_app(self) -> App:
         # PTB's Updater is not used: `Poller` polls (one parse per update, offsets moved only

@@ -19,6 +19,7 @@ from hermes_gateway.config import Config
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.pool import AgentPool
 from hermes_gateway.runner import GatewayRunner
 from hermes_gateway.sessions import Pending
@@ -64,7 +65,7 @@ class Commands:
 
     def __init__(
         self,
-        config: Config,
+        config: LiveConfig,
         runner: GatewayRunner,
         store: Store,
         delivery: Delivery,
@@ -74,7 +75,7 @@ class Commands:
         *,
         tool_host: GatewayToolHost | None = None,
     ) -> None:
-        self.config = config
+        self.live = config
         self.tool_host = tool_host
         self.runner = runner
         self.store = store
@@ -94,6 +95,10 @@ class Commands:
             "deny": self._deny,
             "compact": self._compact,
         }
+
+    @property
+    def config(self) -> Config:
+        return self.live.now
 
     async def handle(self, name: str, args: str, event: MessageEvent, inbox_id: int | None) -> None:
         log.info("command", command=name, session_key=event.session_key)

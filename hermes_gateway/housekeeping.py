@@ -13,6 +13,7 @@ import structlog
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.config import Config
 from hermes_gateway.errors import StoreError
+from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.store import Store
 
 log = structlog.get_logger("hermes.housekeeping")
@@ -23,10 +24,14 @@ class Housekeeper:
 
     interval_s = 60.0
 
-    def __init__(self, config: Config, agents: AgentCache, store: Store) -> None:
-        self.config = config
+    def __init__(self, config: LiveConfig, agents: AgentCache, store: Store) -> None:
+        self.live = config
         self.agents = agents
         self.store = store
+
+    @property
+    def config(self) -> Config:
+        return self.live.now
 
     async def run(self) -> None:
         while True:

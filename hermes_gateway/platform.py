@@ -49,9 +49,14 @@ class StreamSink(Protocol):
 class AdapterHost(Protocol):
     """What the gateway gives an adapter."""
 
-    config: Config
     bus: EventBus
     metrics: Metrics
+
+    @property
+    def config(self) -> Config:
+        """The config in force, read at each use: a SIGHUP reload changes it (access rules,
+        log level), so an adapter keeps no section of it."""
+        ...
 
     async def submit(self, event: MessageEvent, *, durable: bool = False) -> SubmitOutcome:
         """Hand over a normalized inbound message (persisted before this returns). When the

@@ -5,12 +5,15 @@ first undelivered part; messages accepted but never answered run again, merged p
 one turn. A live preview the crash left half-written is finished by either. Entries older than
 `store.replay_max_age_s` were already expired by the store; entries that runs kept dying on
 (`store.quarantine_after` of them) are quarantined, not run again, and their users told so.
+Each platform replays on its own once it is ready: one that stays down holds back no other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -19,6 +22,7 @@ from hermes_gateway.config import Config
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.platform import Adapter, PreviewResumer, ReplyResumer
 from hermes_gateway.quarantine import NOTICE, log_quarantined
 from hermes_gateway.run import with_text
@@ -27,6 +31,7 @@ from hermes_gateway.sessions import Pending
 from hermes_gateway.store import Quarantined, Store, Undelivered
 
 log = structlog.get_logger("hermes.replay")
+READY_POLL_S = 0.2  # readiness is derived from SDK state; this poll runs only while waiting
 RESTARTED = (
     "I restarted before I could act on /{command}, so I did not; send it again if you still "
     "need it."
@@ -40,20 +45,26 @@ class Replayer:
         runner: GatewayRunner,
         delivery: Delivery,
         adapters: Mapping[str, Adapter],
-        config: Config,
+        config: LiveConfig,
     ) -> None:
         self.store = store
         self.runner = runner
         self.delivery = delivery
         self.adapters = adapters
-        self.config = config
+        self.live = config
         self._left: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] | None = None
         self.held: list[Quarantined] = []  # quarantined by this start: their users are told
+        self._loaded_at = 0.0
+
+    @property
+    def config(self) -> Config:
+        return self.live.now
 
     async def load(self) -> None:
         """Read what the last run left in the inbox. Call it before intake starts: read later,
         a message this run already took would look left over and be answered twice."""
         cfg = self.config.store
+        self._loaded_at = time.time()
         try:
             # first: a message the last runs died on must not be among the ones run again
             self.held = await self.store.quarantine(cfg.quarantine_after, cfg.replay_max_age_s)
@@ -77,14 +88,57 @@ class Replayer:
         previews = await self._previews(
             [i for i, _ in to_run] + [u.inbox_id for u in to_send] + held_ids
         )
-        platforms = {ev.platform for _, ev in to_run} | {u.event.platform for u in to_send}
-        for platform in sorted(platforms | {q.event.platform for q in self.held}):
-            if not await self._wait_ready(platform):
-                continue
-            await self._tell_held([q for q in self.held if q.event.platform == platform], previews)
-            for reply in by_reply([u for u in to_send if u.event.platform == platform]):
-                await self._resend(reply, previews)
-            await self._rerun([(i, ev) for i, ev in to_run if ev.platform == platform], previews)
+        shares: dict[str, Share] = {}
+        for i, ev in to_run:
+            shares.setdefault(ev.platform, Share()).to_run.append((i, ev))
+        for u in to_send:
+            shares.setdefault(u.event.platform, Share()).to_send.append(u)
+        for q in self.held:
+            shares.setdefault(q.event.platform, Share()).held.append(q)
+        await asyncio.gather(*(self._guarded(p, shares[p], previews) for p in sorted(shares)))
+
+    async def _guarded(self, platform: str, share: Share, previews: dict[int, str]) -> None:
+        try:
+            await self._replay(platform, share, previews)
+        except Exception:  # what failed stays in the inbox; the other platforms go on
+            log.exception("replay.platform_failed", platform=platform, **share.counts())
+
+    async def _replay(self, platform: str, share: Share, previews: dict[int, str]) -> None:
+        """One platform's share, once that platform is ready. Every entry was younger than
+        `store.replay_max_age_s` when read, so it waits that long at most; then its entries
+        expire, as they would have at a start that late."""
+        adapter = self.adapters.get(platform)
+        if adapter is None:
+            log.warning("replay.platform_disabled", platform=platform, **share.counts())
+            return
+        max_age = self.config.store.replay_max_age_s
+        health = adapter.health()
+        if not health.ready:
+            log.info("replay.waiting", platform=platform, detail=health.detail, **share.counts())
+            if not await _ready_by(adapter, self._loaded_at + max_age):
+                await self._expire(platform, share)
+                return
+        await self._tell_held(share.held, previews)
+        for reply in by_reply(share.to_send):
+            await self._resend(reply, previews)
+        await self._rerun(share.to_run, previews)
+        log.info("replay.platform_done", platform=platform, **share.counts())
+
+    async def _expire(self, platform: str, share: Share) -> None:
+        """A platform that stayed down past the age limit: its entries are not answered, as
+        the store does with entries that old at start. Quarantined ones stay quarantined."""
+        ids = [i for i, _ in share.to_run] + [u.inbox_id for u in share.to_send]
+        log.warning(
+            "replay.expired",
+            platform=platform,
+            max_age_s=self.config.store.replay_max_age_s,
+            **share.counts(),
+        )
+        if ids:
+            try:
+                await self.store.mark(ids, "expired")
+            except StoreError as exc:  # the next start's replay expires them
+                log.error("replay.expire_failed", platform=platform, error=str(exc))
 
     async def _tell_held(self, held: list[Quarantined], previews: dict[int, str]) -> None:
         """One notice per session for its quarantined messages (in the preview the crash left,
@@ -106,16 +160,6 @@ class Replayer:
         except StoreError as exc:  # the replies still go out, as new messages
             log.error("replay.previews_failed", error=str(exc))
             return {}
-
-    async def _wait_ready(self, platform: str) -> bool:
-        adapter = self.adapters.get(platform)
-        if adapter is None:
-            log.warning("replay.platform_disabled", platform=platform)
-            return False
-        # readiness is derived from SDK state; this 0.1 s poll only runs at start
-        while not adapter.health().ready:  # noqa: ASYNC110
-            await asyncio.sleep(0.1)
-        return True
 
     async def _resend(self, group: list[Undelivered], previews: dict[int, str]) -> None:
         """One stored reply, sent once for every message it answers, from its first part the
@@ -198,3 +242,28 @@ def by_reply(undelivered: list[Undelivered]) -> list[list[Undelivered]]:
         key: tuple[str, str] | int = (u.run_id, u.reply) if u.run_id else u.inbox_id
         groups.setdefault(key, []).append(u)
     return list(groups.values())
+
+
+@dataclass
+class Share:
+    """What one platform has to replay."""
+
+    to_run: list[tuple[int, MessageEvent]] = field(default_factory=list)
+    to_send: list[Undelivered] = field(default_factory=list)
+    held: list[Quarantined] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "reruns": len(self.to_run),
+            "resends": len(self.to_send),
+            "quarantined": len(self.held),
+        }
+
+
+async def _ready_by(adapter: Adapter, deadline: float) -> bool:
+    """Wait for ``adapter`` to be ready, until ``deadline`` (a wall-clock time) at most."""
+    while not adapter.health().ready:
+        if time.time() >= deadline:
+            return False
+        await asyncio.sleep(READY_POLL_S)
+    return True

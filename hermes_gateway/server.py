@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import logging
 import signal
 import time
 from typing import Any
@@ -24,19 +23,14 @@ from hermes_gateway.agent_factory import AgentFactory, confine_tools
 from hermes_gateway.agents import AgentCache
 from hermes_gateway.bus import EventBus
 from hermes_gateway.commands import Commands, parse_command
-from hermes_gateway.config import (
-    Config,
-    config_path,
-    load_config,
-    reload_changes,
-    systemd_notify_socket,
-)
+from hermes_gateway.config import Config, config_path, systemd_notify_socket
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, encodable
 from hermes_gateway.hooks import collect_hooks, install_hooks
 from hermes_gateway.housekeeping import Housekeeper
+from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.pairing import PairingBook
 from hermes_gateway.platform import (
@@ -65,7 +59,7 @@ class Gateway:
     """The daemon. Also the `AdapterHost` every adapter is built with."""
 
     def __init__(self, config: Config, config_path: str | None = None) -> None:
-        self.config = config
+        self.live = LiveConfig(config)  # what every part reads; SIGHUP swaps what it holds
         self.config_path = config_path
         self.should_exit = asyncio.Event()
         self.force_exit = False
@@ -89,7 +83,7 @@ class Gateway:
         self.adapters: dict[str, Adapter] = {}
         self.delivery = Delivery(self.adapters, self.store, self.bus, self.metrics)
         self.runner = GatewayRunner(
-            config.runner,
+            config.runner,  # a restart's to change, like every section but access and log level
             store=self.store,
             bus=self.bus,
             pool=self.pool,
@@ -108,7 +102,7 @@ class Gateway:
         )
         self.agent_factory.host = self.tool_host.host
         self.commands = Commands(
-            config,
+            self.live,
             self.runner,
             self.store,
             self.delivery,
@@ -135,6 +129,10 @@ class Gateway:
         self.vitals.register_gauges()
 
     # -- AdapterHost --------------------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        return self.live.now
 
     def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
         self.control.add_route(method, path, handler, public=public)
@@ -186,7 +184,7 @@ class Gateway:
     def access_for(self, platform: str) -> AccessPolicy:
         policy = self._access.get(platform)
         if policy is None:
-            section = getattr(self.config.platforms, platform)
+            section = self.live.platform(platform)
             policy = self._access[platform] = AccessPolicy(platform, section, self.pairing)
         return policy
 
@@ -234,23 +232,11 @@ class Gateway:
         self.should_exit.set()
 
     async def reload(self) -> None:
-        """SIGHUP: take new access lists and log level from the config file; sessions,
-        runs and connections are untouched (other keys need a restart)."""
-        try:
-            new = await asyncio.to_thread(load_config, self.config_path)
-        except ConfigError as exc:
-            log.error("config.reload_failed", error=str(exc))
-            return
-        taken, ignored = reload_changes(self.config, new)
-        self.config = self.config.model_copy(
-            update={"platforms": new.platforms, "logging": new.logging}
-        )
-        for name, policy in self._access.items():
-            policy.reconfigure(getattr(new.platforms, name))
-        logging.getLogger().setLevel(new.logging.level.upper())
-        log.info("config.reloaded", log_level=new.logging.level, applied=taken)
-        if ignored:  # said out loud: an edit that silently does nothing is the worst kind
-            log.warning("config.needs_restart", keys=ignored)
+        """SIGHUP: take new access rules and log level from the config file; sessions, runs
+        and connections are untouched (other keys need a restart)."""
+        if await self.live.reload(self.config_path):
+            for name, policy in self._access.items():  # the one part that derives state
+                policy.reconfigure(self.live.platform(name))
 
     async def _listen(self) -> None:
         """Open the control port; an address we cannot listen on is the operator's to fix, so
@@ -282,7 +268,7 @@ class Gateway:
         await self.store.open()
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
-        replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.config)
+        replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
         await replayer.load()  # before intake: what this run takes is not a leftover (issue 9)
         await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
@@ -293,7 +279,7 @@ class Gateway:
             await adapter.start()
             log.info("adapter.started", platform=name)
         self._spawn(replayer.run(), "replay")
-        self._spawn(Housekeeper(self.config, self.agents, self.store).run(), "housekeeping")
+        self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
         self._spawn(self._warm_up(), "warm-up")
         self.notifier.notify("READY=1")
         self.bus.emit("gateway_startup", session_key="", version=__version__)

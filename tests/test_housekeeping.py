@@ -48,5 +48,5 @@ async def test_the_sweep_prunes_media_with_the_configured_retention(
     media.mkdir(parents=True)
     old, recent = _file(media / "a.png", 3), _file(media / "b.png", 1)
     async with running_gateway(config) as (gw, _):
-        await Housekeeper(gw.config, gw.agents, gw.store).sweep()
+        await Housekeeper(gw.live, gw.agents, gw.store).sweep()
     assert not old.exists() and recent.exists()
