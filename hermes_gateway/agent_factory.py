@@ -9,6 +9,7 @@ from agent_core import AIAgent, LLMClient, LLMSettings
 from agent_core.parallel import ToolExecutor
 from agent_core.prompt import build_system_prompt
 from hermes_gateway.config import Config, tool_environment
+from hermes_gateway.logs import Redactor
 from tools import ToolRegistry
 from tools.catalog import TerminalSettings, ToolSettings, WebSettings, build_registry
 from tools.host import ToolHost
@@ -76,6 +77,7 @@ def _llm_settings(config: Config) -> LLMSettings:
         max_retries=m.max_retries,
         stream=m.stream,
         temperature=m.temperature,
+        redact=Redactor(config.secrets()),
     )
 
 
