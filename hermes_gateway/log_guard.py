@@ -30,10 +30,6 @@ _SEPARATORS = frozenset(" \t\r\n,;'\"()[]{}<>|`")
 _BACKOFF = 160
 
 
-def is_own(name: str) -> bool:
-    return name == "hermes" or name.startswith("hermes.")
-
-
 def truncate(text: str, limit: int, *, keep_end: bool = False) -> str:
     """`text` cut to about `limit` characters, with a marker saying how many were cut."""
     if len(text) <= limit:
@@ -79,12 +75,13 @@ class ForeignRecordLimiter(logging.Filter):
         self._loggers: dict[str, _Bucket] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.INFO or is_own(record.name):
+        # ours come through structlog (the message is its event dict); a library's is a string,
+        # also when it logs under one of our names (slack-bolt does, as we hand it a logger)
+        if record.levelno < logging.INFO or not isinstance(record.msg, str):
             return True
         if getattr(record, "hermes_summary", False):
             return True
-        msg = record.msg if isinstance(record.msg, str) else type(record.msg).__name__
-        key = (record.name, msg[:_KEY_CHARS])
+        key = (record.name, record.msg[:_KEY_CHARS])
         now = time.monotonic()
         with self._lock:
             bucket = self._keys.get(key)
@@ -122,7 +119,7 @@ class ForeignRecordLimiter(logging.Filter):
 def cut_foreign(record: logging.LogRecord) -> None:
     """Shrink a third-party record before it is queued: its long text arguments (a request body,
     a header line) cut, and a peer's malformed request reduced to one line without traceback."""
-    if is_own(record.name) or not isinstance(record.msg, str):
+    if not isinstance(record.msg, str):  # one of ours, from structlog
         return
     if isinstance(record.args, tuple) and record.args:
         record.args = tuple(_cut_arg(arg) for arg in record.args)
@@ -148,10 +145,12 @@ def _cut_arg(arg: object) -> object:
 def cap_fields(
     logger: Any, method: str, event_dict: structlog.typing.EventDict
 ) -> structlog.typing.EventDict:
-    """Every field of a line within its cap (on the writer thread, before rendering)."""
-    foreign = not is_own(str(event_dict.get("logger", "")))
-    limit = FOREIGN_FIELD_CHARS if foreign else FIELD_CHARS
+    """Every field of a line within its cap (on the writer thread, before rendering; runs before
+    `remove_processors_meta`, which drops the `_from_structlog` it reads)."""
+    limit = FIELD_CHARS if event_dict.get("_from_structlog") else FOREIGN_FIELD_CHARS
     for key, value in event_dict.items():
+        if key.startswith("_"):
+            continue
         if key == "exception" and isinstance(value, str):
             event_dict[key] = truncate(value, TRACEBACK_CHARS, keep_end=True)
         elif isinstance(value, str):

@@ -146,9 +146,9 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
     json_formatter = _RedactingFormatter(
         redactor,
         processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
             cap_fields,
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             capped(structlog.processors.JSONRenderer(default=str, ensure_ascii=False)),
         ],
         foreign_pre_chain=foreign_chain,
@@ -160,8 +160,8 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
         _RedactingFormatter(
             redactor,
             processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 cap_fields,
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 capped(structlog.dev.ConsoleRenderer(colors=stream.isatty())),
             ],
             foreign_pre_chain=foreign_chain,

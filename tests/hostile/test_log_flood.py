@@ -25,6 +25,7 @@ from hermes_gateway.logs import Redactor, configure_logging
 from hermes_gateway.store import Store
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, error
+from tests.fakes.slack import FakeSlack
 from tests.harness import dm
 
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
@@ -258,4 +259,49 @@ def test_a_burst_of_malformed_requests_against_the_daemon(
     assert bad, "the malformed requests were logged"
     assert all("exception" not in e for e in bad), "a traceback per request"
     assert sum(len(line) for line in lines) < 64 * 1024
+    assert health_s < 2.0, health_s
+
+
+@pytest.mark.e2e
+def test_unsigned_slack_bodies_of_backslashes_are_not_logged_in_full(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """slack-bolt logs an unsigned request with its whole body at INFO: 200 KB of backslashes,
+    a few times over, cost the daemon neither its loop nor its log history."""
+    slack = FakeSlack(bot_token="xoxb-1-fake", app_token="xapp-1-fake").start()
+    home = tmp_path / "home"
+    gw = GatewayProcess(
+        home,
+        {
+            "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+            "logging": {"format": "json", "max_bytes": 256 * 1024, "backups": 1},
+            "platforms": {
+                "slack": {
+                    "enabled": True,
+                    "mode": "http",
+                    "bot_token": slack.bot_token,
+                    "signing_secret": "s3cret",
+                    "api_base": slack.api_base,
+                    "allowed_users": ["U1"],
+                }
+            },
+        },
+    )
+    body = b"\\" * 200_000
+    try:
+        gw.start()
+        headers = {"X-Slack-Request-Timestamp": str(int(time.time())), "X-Slack-Signature": "v0=0"}
+        for _ in range(5):
+            r = httpx.post(f"{gw.url}/slack/events", content=body, headers=headers, timeout=30)
+            assert r.status_code == 401
+        start = time.perf_counter()
+        assert httpx.get(f"{gw.url}/healthz", timeout=10).status_code == 200
+        health_s = time.perf_counter() - start
+    finally:
+        gw.kill()
+        slack.stop()
+    lines = _lines(home)
+    assert "gateway.ready" in [json.loads(line)["event"] for line in lines]
+    assert all(len(line) <= LINE_CHARS for line in lines)
+    assert "\\" * 1000 not in "\n".join(lines)
     assert health_s < 2.0, health_s
