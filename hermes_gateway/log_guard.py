@@ -28,6 +28,7 @@ _KEY_CHARS = 40  # bolt logs f-strings: the start of the text stands for its tem
 # a cut never leaves the first half of a token behind: it backs off to one of these
 _SEPARATORS = frozenset(" \t\r\n,;'\"()[]{}<>|`")
 _BACKOFF = 160
+_TRACEBACKS = frozenset({"exception", "stack"})  # the watchdog's stuck-loop stack too
 
 
 def truncate(text: str, limit: int, *, keep_end: bool = False) -> str:
@@ -151,7 +152,7 @@ def cap_fields(
     for key, value in event_dict.items():
         if key.startswith("_"):
             continue
-        if key == "exception" and isinstance(value, str):
+        if key in _TRACEBACKS and isinstance(value, str):
             event_dict[key] = truncate(value, TRACEBACK_CHARS, keep_end=True)
         elif isinstance(value, str):
             event_dict[key] = truncate(value, limit)

@@ -124,14 +124,17 @@ def test_own_fields_and_whole_lines_are_capped(tmp_path: Path) -> None:
     log.info("one.big", detail="x" * 100_000)
     log.info("many.big", **{f"f{i}": "y" * FIELD_CHARS for i in range(10)})
     log.info("nested.big", rows=[{"text": "z" * 1000}] * 200)
+    log.warning("loop.lag", stack="frame\n" * 5000 + "the stuck frame")
     sink.stop()
     events = {json.loads(line)["event"]: json.loads(line) for line in _lines(tmp_path)}
     assert all(len(line) <= LINE_CHARS for line in _lines(tmp_path))
     detail = events["one.big"]["detail"]
     assert detail.startswith("x" * 1000) and detail.endswith("chars cut]")
-    assert "96000" in detail or "chars cut" in detail
+    assert len(detail) < FIELD_CHARS + 30
     assert events["many.big"]["line_cut"] > LINE_CHARS
     assert len(str(events["nested.big"]["rows"])) < FIELD_CHARS + 100
+    stack = events["loop.lag"]["stack"]
+    assert stack.startswith("…[") and stack.endswith("the stuck frame")  # its end is kept
 
 
 def test_a_cut_never_leaves_half_a_token() -> None:
