@@ -221,6 +221,32 @@ def test_a_provider_error_shown_to_the_user_is_redacted(fake_llm: FakeOpenAI) ->
     assert len(shown) < 300
 
 
+@pytest.mark.e2e
+def test_the_daemon_redacts_a_provider_error_before_the_user_sees_it(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The same, wired: the gateway hands its redactor to the model client."""
+    control = "control-token-Vb7-PRIVATE"
+    gw = GatewayProcess(
+        tmp_path / "home",
+        {
+            "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+            "control": {"token": control},
+        },
+    )
+    fake_llm.push(error(400, message=f"chat not found: bot{TOKEN}/sendMessage, auth {control}"))
+    try:
+        gw.start()
+        body = {"user": "u", "messages": [{"role": "user", "content": "hi"}]}
+        headers = {"Authorization": f"Bearer {control}"}
+        url = f"{gw.url}/v1/chat/completions"
+        reply = httpx.post(url, json=body, headers=headers, timeout=30).text
+    finally:
+        gw.kill()
+    assert "chat not found" in reply
+    assert TOKEN.split(":")[1][:10] not in reply and control not in reply
+
+
 def _malformed_request(port: int) -> None:
     """A header line without a colon, 8 KB of backslashes: aiohttp answers 400 and logs it."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
