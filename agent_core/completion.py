@@ -11,6 +11,9 @@ if TYPE_CHECKING:
 
     import openai
 
+_DETAIL_READ = 4096
+_DETAIL_CHARS = 200
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -117,7 +120,11 @@ def _usage(usage: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def status_error(exc: openai.APIStatusError, api_key: str = "") -> ModelError:
+def status_error(
+    exc: openai.APIStatusError, api_key: str = "", redact: Callable[[str], str] | None = None
+) -> ModelError:
+    """`redact` masks secrets and token-shaped strings in the provider's words (the gateway
+    passes its log redactor)."""
     status = exc.status_code
     if status == 401 or status == 403:
         err = ModelError(
@@ -143,23 +150,37 @@ def status_error(exc: openai.APIStatusError, api_key: str = "") -> ModelError:
             retryable=True,
         )
     else:
-        detail = _error_detail(exc, api_key)
+        detail = _error_detail(exc, api_key, redact)
         err = ModelError(f"The model refused the request (HTTP {status}){detail}.", status=status)
     err.retry_after = _retry_after(exc)
     return err
 
 
-def _error_detail(exc: openai.APIStatusError, api_key: str = "") -> str:
-    """The provider's own words, which the user is shown: never with our key in them (a
-    provider or proxy may echo the key it was sent; issue 9)."""
+def _error_detail(
+    exc: openai.APIStatusError, api_key: str = "", redact: Callable[[str], str] | None = None
+) -> str:
+    """The provider's own words, which the user is shown: never with our key or any other secret
+    in them (a provider or proxy may echo what it was sent), and short."""
     body = exc.body
     if isinstance(body, dict):
         message = body.get("message") or (body.get("error") or {}).get("message")
         if isinstance(message, str) and message:
+            message = message[:_DETAIL_READ]  # bounds what the redactor reads
             if api_key:
                 message = message.replace(api_key, "***")
-            return f": {message[:200]}"
+            if redact is not None:
+                message = redact(message)
+            return f": {_cut(message, _DETAIL_CHARS)}"
     return ""
+
+
+def _cut(text: str, limit: int) -> str:
+    """At most `limit` characters, cut at a space when there is one."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = head.rfind(" ", limit // 2)
+    return (head[:space] if space > 0 else head) + "…"
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:

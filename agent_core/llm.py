@@ -46,6 +46,8 @@ class LLMSettings:
     max_retries: int = 2
     stream: bool = True
     temperature: float | None = None
+    # masks secrets in provider error text before the user sees it
+    redact: Callable[[str], str] | None = None
 
 
 class LLMClient:
@@ -170,7 +172,7 @@ class LLMClient:
                 return self._stream(body, should_stop, on_delta)
             return self._plain(body)
         except openai.APIStatusError as exc:
-            raise status_error(exc, self.settings.api_key) from exc
+            raise status_error(exc, self.settings.api_key, self.settings.redact) from exc
         # httpx errors: raised while reading a stream, where the SDK no longer wraps them
         except (openai.APITimeoutError, httpx.TimeoutException) as exc:
             raise self._timed_out() from exc

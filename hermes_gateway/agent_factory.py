@@ -12,6 +12,7 @@ from agent_core import AIAgent, LLMClient, LLMSettings
 from agent_core.parallel import ToolExecutor
 from agent_core.prompt import build_system_prompt
 from hermes_gateway.config import Config, tool_environment
+from hermes_gateway.logs import Redactor
 from tools import ToolRegistry, sandbox
 from tools.catalog import TerminalSettings, ToolSettings, WebSettings, build_registry
 from tools.host import ToolHost
@@ -81,6 +82,7 @@ def _llm_settings(config: Config) -> LLMSettings:
         max_retries=m.max_retries,
         stream=m.stream,
         temperature=m.temperature,
+        redact=Redactor(config.secrets()),
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import structlog
 
 from hermes_gateway.config import Config
+from hermes_gateway.log_guard import ForeignRecordLimiter, cap_fields, capped, cut_foreign
 
 _TOKEN_PATTERNS = re.compile(
     r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}"  # Telegram bot token, also inside /bot<token>/
@@ -35,7 +36,9 @@ _TOKEN_PATTERNS = re.compile(
 # or JSON, escaped at any depth: an inbox row's payload inside a logged SQL call) is the secret
 _PREFIXED_TOKENS = re.compile(
     r"(/(?:webhooks|interactions)/\d+/)[A-Za-z0-9._~-]{16,}"
-    r"""|((?:'|\\*")token(?:'|\\*")\s*:\s*(?:'|\\*"))[^'"\\]{8,}"""
+    # the opening quote's backslashes are read from the first of a run only: from every one of
+    # them, each start would rescan the whole run (quadratic on a body of backslashes)
+    r"""|((?:'|(?<!\\)\\*")token(?:'|\\*")\s*:\s*(?:'|\\*"))[^'"\\]{8,}"""
 )
 
 
@@ -71,9 +74,11 @@ class _RedactingFormatter(structlog.stdlib.ProcessorFormatter):
 
 
 class _CallerQueueHandler(logging.handlers.QueueHandler):
-    """Hands records to the listener thread unformatted, with the caller's bound context."""
+    """Hands records to the listener thread unformatted, with the caller's bound context; a
+    third-party record is cut first (cheap slicing), so the queue never holds a whole body."""
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        cut_foreign(record)
         # contextvars live on the calling thread: capture them before the thread hop
         ctx = structlog.contextvars.get_contextvars()
         if ctx:
@@ -100,17 +105,30 @@ def _merge_record_context(
     if ctx:
         for key, value in ctx.items():
             event_dict.setdefault(key, value)
+    for attr, key in (("hermes_error", "error"), ("hermes_suppressed", "suppressed_similar")):
+        value = getattr(record, attr, None)
+        if value is not None:
+            event_dict[key] = value
     return event_dict
 
 
 class LogSink:
     """The running log pipeline; `stop()` flushes and joins the writer thread."""
 
-    def __init__(self, listener: logging.handlers.QueueListener, path: Path | None) -> None:
+    def __init__(
+        self,
+        listener: logging.handlers.QueueListener,
+        path: Path | None,
+        limiter: ForeignRecordLimiter,
+    ) -> None:
         self._listener = listener
+        self._limiter = limiter
         self.path = path
 
     def stop(self) -> None:
+        # what the rate limit held back and no later record reported
+        for record in self._limiter.summaries():
+            self._listener.queue.put_nowait(record)
         self._listener.stop()
 
 
@@ -128,9 +146,10 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
     json_formatter = _RedactingFormatter(
         redactor,
         processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
+            cap_fields,
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            capped(structlog.processors.JSONRenderer(default=str, ensure_ascii=False)),
         ],
         foreign_pre_chain=foreign_chain,
     )
@@ -141,8 +160,9 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
         _RedactingFormatter(
             redactor,
             processors=[
+                cap_fields,
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.dev.ConsoleRenderer(colors=stream.isatty()),
+                capped(structlog.dev.ConsoleRenderer(colors=stream.isatty())),
             ],
             foreign_pre_chain=foreign_chain,
         )
@@ -171,11 +191,16 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(_CallerQueueHandler(log_queue))
+    limiter = ForeignRecordLimiter()
+    queue_handler = _CallerQueueHandler(log_queue)
+    queue_handler.addFilter(limiter)
+    root.addHandler(queue_handler)
     root.setLevel(config.logging.level.upper())
     # per-request INFO lines from the HTTP stacks would drown the gateway's own events
     for noisy in ("httpx", "httpcore", "aiohttp.access", "hpack", "websockets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # aiosqlite logs every call at debug with its SQL parameters: the users' texts
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)
 
     structlog.configure(
         processors=[
@@ -193,4 +218,4 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
         cache_logger_on_first_use=False,  # capture_logs in tests must see every logger
     )
     listener.start()
-    return LogSink(listener, path)
+    return LogSink(listener, path, limiter)

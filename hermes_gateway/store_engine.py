@@ -73,7 +73,7 @@ class StoreEngine:
             path = self.url.split("///", 1)[-1]
             if path and path != ":memory:":
                 await asyncio.to_thread(Path(path).parent.mkdir, parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {"pool_pre_ping": not self._is_sqlite}
+        kwargs: dict[str, Any] = {"pool_pre_ping": not self._is_sqlite, "hide_parameters": True}
         if self._is_sqlite:
             kwargs["connect_args"] = {"timeout": self.lock_wait_s}
         elif "+asyncpg" in self.url:

@@ -108,5 +108,5 @@ def test_a_debug_level_daemon_on_every_platform_logs_no_secret(
     assert not keys.leaks("\n".join(replies)), replies  # nor in what users are told
     logs = (home / "logs" / "gateway.log").read_text()
     assert "telegram.connected" in logs and "model.failed" in logs
-    assert logs.count("\n") > 200  # debug level: plenty was written
+    assert logs.count("\n") > 100  # debug level: plenty was written (aiosqlite is kept at INFO)
     keys.assert_no_leaks(keys.log_files(home))
