@@ -18,12 +18,11 @@ import structlog
 
 from adapters.discord_catchup import CatchUp
 from adapters.discord_cdn import CdnLinks
-from adapters.discord_client import HermesClient
+from adapters.discord_client import Endpoints, HermesClient, point_at, restore
 from adapters.discord_inbound import command_event, looks_content_less, message_event
 from adapters.discord_interactions import reply_context
 from adapters.discord_outbound import DiscordOutbox, snowflake
 from adapters.downloader import Downloader, origins
-from adapters.shims.discordpy import Endpoints, point_at, restore
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.indicator import TypingIndicator

@@ -12,7 +12,11 @@ import discord
 import structlog
 from discord import app_commands
 
+# re-exported (`X as X`): the adapter sets its endpoints through this module
+from adapters.shims.discordpy import Endpoints as Endpoints
 from adapters.shims.discordpy import gateway_parsers
+from adapters.shims.discordpy import point_at as point_at
+from adapters.shims.discordpy import restore as restore
 from hermes_gateway.commands import Commands
 from hermes_gateway.config import DiscordConfig
 
