@@ -9,12 +9,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import discord
-import discord.gateway
-import discord.http
 import structlog
-import yarl
 from discord import app_commands
 
+# re-exported (`X as X`): the adapter sets its endpoints through this module
+from adapters.shims.discordpy import Endpoints as Endpoints
+from adapters.shims.discordpy import gateway_parsers
+from adapters.shims.discordpy import point_at as point_at
+from adapters.shims.discordpy import restore as restore
 from hermes_gateway.commands import Commands
 from hermes_gateway.config import DiscordConfig
 
@@ -32,7 +34,6 @@ DESCRIPTIONS = {
 TAKES_TEXT = frozenset({"queue", "steer"})
 _VITAL = frozenset({"READY", "RESUMED"})  # without these the session is broken anyway
 
-Endpoints = tuple[str, yarl.URL]
 OnCommand = Callable[["discord.Interaction[Any]", str, str], Awaitable[None]]
 
 
@@ -50,19 +51,6 @@ class ClientEvents(Protocol):
     async def on_command(
         self, interaction: discord.Interaction[Any], name: str, args: str
     ) -> None: ...
-
-
-def point_at(api_base: str, gateway_url: str) -> Endpoints:
-    """Set discord.py's REST base and gateway URL (process-global class attributes, so a
-    daemon can be pointed at a proxy or a fake); returns the previous values for `restore`."""
-    saved = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
-    discord.http.Route.BASE = api_base.rstrip("/")
-    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
-    return saved
-
-
-def restore(saved: Endpoints) -> None:
-    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = saved
 
 
 def intents(message_content: bool) -> discord.Intents:
@@ -94,7 +82,7 @@ class HermesClient(discord.Client):
         self.tree: app_commands.CommandTree[HermesClient] = _Tree(self)
         for name in sorted(Commands.NAMES):
             self.tree.add_command(_command(name, events.on_command))
-        _guard_parsers(self._connection.parsers)
+        _guard_parsers(gateway_parsers(self))
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         # Discord allows one IDENTIFY per 5 s per bot; discord.py's default waits exactly that

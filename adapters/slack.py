@@ -17,10 +17,8 @@ import structlog
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
-from slack_bolt.middleware.authorization.async_single_team_authorization import (
-    AsyncSingleTeamAuthorization,
-)
 
+from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack_api import SlackWeb, file_downloader
 from adapters.slack_events import BotIdentity, Recent, normalize
 from adapters.slack_http import serve_event
@@ -114,7 +112,7 @@ class SlackAdapter:
             try:
                 # our own apps.connections.open: a rejected app token is an error here, where the
                 # SDK's connect() would retry it forever
-                handler.client.wss_uri = await self.web.socket_url(self.config.app_token)
+                use_socket_url(handler.client, await self.web.socket_url(self.config.app_token))
                 self.socket = handler
                 await handler.connect_async()  # type: ignore[no-untyped-call]
             except BaseException:
@@ -152,11 +150,9 @@ class SlackAdapter:
             logger=logging.getLogger("hermes.adapters.slack.bolt"),
             name="hermes",
         )
-        for middleware in app._async_middleware_list:
-            if isinstance(middleware, AsyncSingleTeamAuthorization):
-                # reuse our auth.test: bolt would otherwise call it on the first event, and a
-                # failure there drops that event
-                middleware.auth_test_result = auth
+        # reuse our auth.test: bolt would otherwise call it on the first event, and a failure
+        # there drops that event
+        seed_auth_test(app, auth)
         app.event("message")(self._on_event)
         app.event("app_mention")(self._on_event)
         app.event(re.compile(".*"))(_ack_only)  # other subscribed events: acked, not retried

@@ -25,6 +25,7 @@ from telegram.error import (
     TelegramError,
 )
 
+from adapters.shims.ptb import retry_after_s
 from adapters.telegram_http import AiohttpRequest
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -51,8 +52,7 @@ NOT_MODIFIED = "message is not modified"
 def translate(exc: TelegramError) -> AdapterError:
     """A PTB error as one of ours (the retry helper and `Delivery` act on the class)."""
     if isinstance(exc, RetryAfter):
-        # `retry_after` warns about PTB's int -> timedelta migration; the field does not
-        return RateLimitedError(str(exc), exc._retry_after.total_seconds())
+        return RateLimitedError(str(exc), retry_after_s(exc))
     if isinstance(exc, InvalidToken):
         return AdapterAuthError(f"Telegram rejected the bot token: {exc}")
     if isinstance(exc, BadRequest | Forbidden | ChatMigrated | Conflict | EndPointNotFound):

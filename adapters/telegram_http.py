@@ -12,10 +12,11 @@ from typing import Any, cast
 from urllib.parse import urlencode
 
 import aiohttp
-from telegram._utils.defaultvalue import DefaultValue
-from telegram._utils.types import ODVInput
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
+
+# PTB's "not given" marker class, reached through its public `DEFAULT_NONE`
+_NOT_GIVEN = type(BaseRequest.DEFAULT_NONE)
 
 
 class AiohttpRequest(BaseRequest):
@@ -60,18 +61,18 @@ class AiohttpRequest(BaseRequest):
         url: str,
         method: str,
         request_data: RequestData | None = None,
-        read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        read_timeout: object = BaseRequest.DEFAULT_NONE,
+        write_timeout: object = BaseRequest.DEFAULT_NONE,
+        connect_timeout: object = BaseRequest.DEFAULT_NONE,
+        pool_timeout: object = BaseRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
         if self._session is None or self._session.closed:
             raise RuntimeError("This AiohttpRequest is not initialized!")
         files = request_data.multipart_data if request_data else None
-        read = self._read if isinstance(read_timeout, DefaultValue) else read_timeout
-        connect = self._connect if isinstance(connect_timeout, DefaultValue) else connect_timeout
-        write = self._write if isinstance(write_timeout, DefaultValue) else write_timeout
-        if files and isinstance(write_timeout, DefaultValue):
+        read = _given(read_timeout, self._read)
+        connect = _given(connect_timeout, self._connect)
+        write = _given(write_timeout, self._write)
+        if files and isinstance(write_timeout, _NOT_GIVEN):
             write = self._media_write
         # aiohttp has no separate write or pool timeout: bound the whole exchange by their sum
         parts = [t for t in (read, connect, write) if t is not None]
@@ -117,6 +118,13 @@ class Fields:
             k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
             for k, v in self.parameters.items()
         }
+
+
+def _given(timeout: object, default: float | None) -> float | None:
+    """The timeout PTB passed, or ours where it passed its "not given" marker."""
+    if isinstance(timeout, _NOT_GIVEN):
+        return default
+    return None if timeout is None else float(cast(float, timeout))
 
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}

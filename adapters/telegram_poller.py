@@ -12,6 +12,7 @@ import structlog
 from telegram import Bot, Update
 from telegram.error import InvalidToken, RetryAfter, TelegramError, TimedOut
 
+from adapters.shims.ptb import retry_after_s
 from adapters.telegram_http import AiohttpRequest
 from hermes_gateway.errors import AdapterAuthError
 
@@ -81,7 +82,7 @@ class Poller:
             except InvalidToken as exc:  # its text may quote the token
                 raise AdapterAuthError("Telegram rejected the bot token while polling") from exc
             except RetryAfter as exc:
-                pause = 0.5 + exc._retry_after.total_seconds()  # the field; the property warns
+                pause = 0.5 + retry_after_s(exc)
             except TimedOut:
                 pause = 0.0  # a long poll Telegram did not answer in time: ask again at once
             except TelegramError as exc:

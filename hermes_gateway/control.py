@@ -69,9 +69,8 @@ class ControlServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        if addresses := self._runner.addresses:
+            self.port = addresses[0][1]
         log.info("control.listening", host=self.config.host, port=self.port)
 
     async def stop(self) -> None:

@@ -12,9 +12,15 @@ from typing import Any, cast
 
 import structlog
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from hermes_gateway.aiohttp_shim import (
+    HandlerBase,
+    RunnerBase,
+    ServerBase,
+    remember_body,
+    server_kwargs,
+)
 from hermes_gateway.config import ControlConfig
 from hermes_gateway.errors import RequestError
 
@@ -43,7 +49,7 @@ def fit_fd_limit(wanted: int) -> int:
     return wanted
 
 
-class _Handler(RequestHandler):
+class _Handler(HandlerBase):
     """aiohttp's connection handler, plus a deadline from a request's first byte to the end of
     its head (aiohttp's keep-alive timer bounds a connection that sends nothing), and a cap on
     open connections (over it: 503 and close at once, the descriptor freed)."""
@@ -57,8 +63,7 @@ class _Handler(RequestHandler):
         self._cap = cap
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert self._manager is not None
-        if len(self._manager.connections) >= self._cap:
+        if self.open_connections() >= self._cap:
             transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
             transport.write(_BUSY)
             transport.close()
@@ -67,21 +72,18 @@ class _Handler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._head_pending():
+        if self.head_pending():
             if self._head_handle is None:
-                self._head_handle = self._loop.call_later(self._head_timeout, self._head_expired)
+                self._head_handle = self.event_loop().call_later(
+                    self._head_timeout, self._head_expired
+                )
         elif self._head_handle is not None:
             self._head_handle.cancel()
             self._head_handle = None
 
-    def _head_pending(self) -> bool:
-        """Bytes of a request head have come and the head is not complete: no request is
-        being handled and none is parsed and queued."""
-        return not self._messages and not self._request_in_progress
-
     def _head_expired(self) -> None:
         self._head_handle = None
-        if self._head_pending() and not self._force_close:
+        if self.head_pending() and not self.closing():
             log.debug("control.head_timeout")
             self.force_close()
 
@@ -112,7 +114,7 @@ class _Handler(RequestHandler):
         super().connection_lost(exc)
 
 
-class _Server(web.Server):
+class _Server(ServerBase):
     def __init__(
         self, base: web.Server, config: ControlConfig, max_connections: int, **kw: Any
     ) -> None:
@@ -125,17 +127,12 @@ class _Server(web.Server):
         self._head_timeout = config.header_timeout_s
         self._cap = max_connections
 
-    def __call__(self) -> RequestHandler:
-        return _Handler(
-            self,
-            head_timeout=self._head_timeout,
-            cap=self._cap,
-            loop=self._loop,
-            **self._kwargs,
-        )
+    def __call__(self) -> _Handler:
+        kw = self.handler_kwargs()
+        return _Handler(self, head_timeout=self._head_timeout, cap=self._cap, **kw)
 
 
-class BoundedRunner(web.AppRunner):
+class BoundedRunner(RunnerBase):
     """An `AppRunner` whose connections are `_Handler`s."""
 
     def __init__(self, app: web.Application, config: ControlConfig, max_connections: int) -> None:
@@ -150,10 +147,10 @@ class BoundedRunner(web.AppRunner):
         self._config = config
         self._max_connections = max_connections
 
-    async def _make_server(self) -> web.Server:
-        base = await super()._make_server()
+    def wrap_server(self, base: web.Server) -> web.Server:
         loop = asyncio.get_running_loop()
-        return _Server(base, self._config, self._max_connections, loop=loop, **base._kwargs)
+        kw = server_kwargs(base)
+        return _Server(base, self._config, self._max_connections, loop=loop, **kw)
 
 
 class BodyBudget:
@@ -190,7 +187,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         if len(body) > limit:
             raise RequestError(413, f"the request body is over {limit} bytes", "body_too_large")
     data = bytes(body)
-    request._read_bytes = data  # what `BaseRequest.read()` returns from now on
+    remember_body(request, data)  # what `BaseRequest.read()` returns from now on
     return data
 
 
