@@ -1,6 +1,6 @@
-"""The store's engine room: the async engine (which also adds the columns an older database
-lacks), serialized write transactions, the SQLite fast path, and the circuit (store_health.py)
-that fails calls at once while the database is stuck or unreachable.
+"""The store's engine room: the async engine (opened once `store_migrate` has brought the schema
+to this release's revision), serialized write transactions, the SQLite fast path, and the
+circuit (store_health.py) that fails calls at once while the database is stuck or unreachable.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, event, inspect, text
+from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -21,13 +21,11 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.pool import NullPool
-from sqlalchemy.schema import CreateColumn
 
+from hermes_gateway import store_migrate
 from hermes_gateway.errors import StoreError
-from hermes_gateway.models import Base
 from hermes_gateway.store_health import StoreCircuit
-from hermes_gateway.store_search import create_search_index
-from hermes_gateway.store_sqlite import SqliteFastPath
+from hermes_gateway.store_sqlite import SqliteFastPath, sqlite_pragmas
 from hermes_gateway.store_writes import DatabaseFileGone
 
 log = structlog.get_logger("hermes.store")
@@ -73,28 +71,16 @@ class StoreEngine:
             path = self.url.split("///", 1)[-1]
             if path and path != ":memory:":
                 await asyncio.to_thread(Path(path).parent.mkdir, parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {"pool_pre_ping": not self._is_sqlite}
-        if self._is_sqlite:
-            kwargs["connect_args"] = {"timeout": self.lock_wait_s}
-        elif "+asyncpg" in self.url:
-            lock_timeout = str(int(self.lock_wait_s * 1000))  # milliseconds
-            kwargs["connect_args"] = {
-                "timeout": CONNECT_TIMEOUT_S,
-                "server_settings": {"lock_timeout": lock_timeout},
-            }
-        engine = create_async_engine(self.url, **kwargs)
-        if self._is_sqlite:
-            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        kwargs = engine_options(self.url, self.lock_wait_s)
         try:
-            async with engine.begin() as conn:
-                await conn.run_sync(Base.metadata.create_all)
-                added = await conn.run_sync(add_missing_columns)
-                await create_search_index(conn, self._is_sqlite)
+            before, after = await store_migrate.run(self.url, kwargs, store_migrate.upgrade)
         except (SQLAlchemyError, OSError) as exc:
-            await engine.dispose()
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
-        if added:
-            log.info("store.columns_added", columns=added)
+        if before != after:
+            log.info("store.migrated", before=before.describe(), after=after.describe())
+        engine = create_async_engine(self.url, pool_pre_ping=not self._is_sqlite, **kwargs)
+        if self._is_sqlite:
+            event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         if not self._is_sqlite:
@@ -247,32 +233,20 @@ class StoreEngine:
             raise self.circuit.failed(exc, started, "read") from exc
 
 
-def add_missing_columns(conn: Connection) -> list[str]:
-    """Give a database made by an older release the columns added since: `create_all` only
-    makes missing tables. Idempotent; each new column is nullable or has a server default."""
-    inspector = inspect(conn)
-    added: list[str] = []
-    for table in Base.metadata.sorted_tables:
-        if not inspector.has_table(table.name):
-            continue
-        have = {column["name"] for column in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in have:
-                continue
-            ddl = CreateColumn(column).compile(dialect=conn.dialect)
-            # PostgreSQL: another gateway opening the same database may have just added it
-            guard = "IF NOT EXISTS " if conn.dialect.name == "postgresql" else ""
-            conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {guard}{ddl}"))
-            added.append(f"{table.name}.{column.name}")
-    return added
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a process crash
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.close()
+def engine_options(url: str, lock_wait_s: float) -> dict[str, Any]:
+    """How the store connects: how long a statement waits for another process's lock, and
+    (PostgreSQL) for a server that does not answer."""
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": lock_wait_s}}
+    if "+asyncpg" in url:
+        lock_timeout = str(int(lock_wait_s * 1000))  # milliseconds
+        return {
+            "connect_args": {
+                "timeout": CONNECT_TIMEOUT_S,
+                "server_settings": {"lock_timeout": lock_timeout},
+            }
+        }
+    return {}
 
 
 def safe_url(url: str) -> str:
