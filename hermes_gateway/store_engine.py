@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -24,11 +26,13 @@ from sqlalchemy.pool import NullPool
 
 from hermes_gateway import store_migrate
 from hermes_gateway.errors import StoreError
+from hermes_gateway.store_core import EngineHotPath, HotPath
 from hermes_gateway.store_health import StoreCircuit
 from hermes_gateway.store_sqlite import SqliteFastPath, sqlite_pragmas
 from hermes_gateway.store_writes import DatabaseFileGone
 
 log = structlog.get_logger("hermes.store")
+T = TypeVar("T")
 
 
 CONNECT_TIMEOUT_S = 10.0  # asyncpg waits 60 s for a server that does not answer
@@ -165,25 +169,22 @@ class StoreEngine:
             raise StoreError("the store is not open")
         return self._sessions()
 
-    async def read(self, fn: Any, *args: Any) -> Any:
-        """Run ``await fn(db, *args)`` in a read session (for modules with tables of their own)."""
+    async def read(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        """Run ``await fn(db)`` in a read session (for modules with tables of their own)."""
         started = self.circuit.check(write=False)
         try:
             async with self.circuit.watch(), self._session() as db:
-                return await fn(db, *args)
+                return await fn(db)
         except DRIVER_ERRORS as exc:
             raise self.circuit.failed(exc, started, "read") from exc
 
-    async def write(self, fn: Any, *args: Any) -> Any:
-        """Run ``await fn(db, *args)`` in one serialized write transaction."""
-        return await self._write(fn, *args)
-
-    async def _write(self, fn: Any, *args: Any) -> Any:
+    async def write(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        """Run ``await fn(db)`` in one serialized write transaction."""
         async with self._write_lock:
             started = self.circuit.check()
             try:
                 async with self.circuit.watch(), self._session() as db, db.begin():
-                    result = await fn(db, *args)
+                    result = await fn(db)
                 self.circuit.wrote()
                 return result
             except IntegrityError:
@@ -191,7 +192,18 @@ class StoreEngine:
             except DRIVER_ERRORS as exc:
                 raise self.circuit.failed(exc, started) from exc
 
-    async def _tx(self, fn: Any) -> Any:
+    async def _hot(self, fn: Callable[[HotPath], Awaitable[T]], *, read: bool = False) -> T:
+        """One transaction of the per-message path, on the implementation chosen at open: the
+        SQLite fast path, else the engine (PostgreSQL; SQLite on an aiosqlite without seams)."""
+        if self._fast is not None:
+            return await self._fast_tx(self._fast, fn, read=read)
+
+        async def on_engine(conn: AsyncConnection) -> T:
+            return await fn(EngineHotPath(conn))
+
+        return await (self._query(on_engine) if read else self._tx(on_engine))
+
+    async def _tx(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """One serialized write transaction on a bare connection (Core, no ORM unit of work:
         the hot path writes three times per message, so the ORM's overhead would dominate)."""
         if self._engine is None:
@@ -208,21 +220,23 @@ class StoreEngine:
             except DRIVER_ERRORS as exc:
                 raise self.circuit.failed(exc, started) from exc
 
-    async def _fast_tx(self, fn: Any, *, read: bool = False) -> Any:
+    async def _fast_tx(
+        self, fast: SqliteFastPath, fn: Callable[[HotPath], Awaitable[T]], *, read: bool
+    ) -> T:
         """Like `_tx`, on the SQLite fast path (reads too: it is one connection). A read is
         never skipped while writes are: WAL readers do not wait for another process's writer,
-        and a session's history must load (issue 9)."""
+        and a session's history must load."""
         async with self._write_lock:
             started = self.circuit.check(write=not read)
             try:
-                result = await fn(self._fast)
+                result = await fn(fast)
             except sqlite3.Error as exc:
                 raise self.circuit.failed(exc, started, "read" if read else "write") from exc
             if not read:
                 self.circuit.wrote()
             return result
 
-    async def _query(self, fn: Any) -> Any:
+    async def _query(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         if self._engine is None:
             raise StoreError("the store is not open")
         started = self.circuit.check(write=False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hermes_gateway.errors import StoreError
@@ -21,17 +21,6 @@ from hermes_gateway.store_engine import StoreEngine
 
 log = structlog.get_logger("hermes.store")
 _INBOX = cast(Table, InboxRow.__table__)
-_IDS: Any = bindparam("ids", expanding=True)
-_BEGIN = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS), _INBOX.c.status == "accepted")
-    .values(attempts=_INBOX.c.attempts + 1)
-)
-_UNDO = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS), _INBOX.c.status == "accepted", _INBOX.c.attempts > 0)
-    .values(attempts=_INBOX.c.attempts - 1)
-)
 _LISTED = (_INBOX.c.id, _INBOX.c.payload, _INBOX.c.attempts, _INBOX.c.accepted_at)
 
 
@@ -63,20 +52,17 @@ class InboxGuard(StoreEngine):
     async def begin_attempt(self, inbox_ids: list[int]) -> None:
         """Count a run starting on these entries; committed before it does anything."""
         if inbox_ids:
-            await self._count(inbox_ids, _BEGIN, +1)
+            await self._count(inbox_ids, +1)
 
     async def undo_attempt(self, inbox_ids: list[int]) -> None:
         """A clean shutdown interrupted the run: it was no crash, so its attempt is taken back."""
         if inbox_ids:
-            await self._count(inbox_ids, _UNDO, -1)
+            await self._count(inbox_ids, -1)
 
-    async def _count(self, ids: list[int], stmt: Any, delta: int) -> None:
+    async def _count(self, ids: list[int], delta: int) -> None:
         """Never raises: a store that cannot write costs the count, not the run."""
         try:
-            if self._fast is not None:
-                await self._fast_tx(lambda f: f.attempt(ids, delta))
-            else:
-                await self._tx(lambda conn: conn.execute(stmt, {"ids": ids}))
+            await self._hot(lambda db: db.attempt(ids, delta))
         except StoreError as exc:
             log.error("inbox.attempt_failed", error=str(exc), inbox_ids=ids)
 

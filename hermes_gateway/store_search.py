@@ -1,4 +1,4 @@
-"""Full-text search over stored messages (issue 6: `session_search`).
+"""Full-text search over stored messages (the `session_search` tool).
 
 SQLite: an FTS5 table over `messages` (external content), kept in sync by triggers, so the
 SQLite fast write path (`store_sqlite`) needs no change. PostgreSQL: a GIN index on each
