@@ -76,15 +76,18 @@ class StoreEngine:
             if path and path != ":memory:":
                 await asyncio.to_thread(Path(path).parent.mkdir, parents=True, exist_ok=True)
         kwargs = engine_options(self.url, self.lock_wait_s)
-        try:
-            before, after = await store_migrate.run(self.url, kwargs, store_migrate.upgrade)
-        except (SQLAlchemyError, OSError) as exc:
-            raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
-        if before != after:
-            log.info("store.migrated", before=before.describe(), after=after.describe())
         engine = create_async_engine(self.url, pool_pre_ping=not self._is_sqlite, **kwargs)
         if self._is_sqlite:
             event.listen(engine.sync_engine, "connect", sqlite_pragmas)
+        # an in-memory database exists on the engine's one connection only
+        own = engine if store_migrate.in_memory(self.url) else None
+        try:
+            before, after = await store_migrate.run(self.url, kwargs, store_migrate.upgrade, own)
+        except (SQLAlchemyError, OSError) as exc:
+            await engine.dispose()
+            raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
+        if before != after:
+            log.info("store.migrated", before=before.describe(), after=after.describe())
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         if not self._is_sqlite:

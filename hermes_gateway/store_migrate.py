@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, event, inspect, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
@@ -84,18 +84,35 @@ def upgrade(conn: Connection) -> tuple[Revision, Revision]:
     return before, current(conn)
 
 
-async def run(url: str, options: dict[str, Any], fn: Callable[[Connection], Any]) -> Any:
+async def run(
+    url: str,
+    options: dict[str, Any],
+    fn: Callable[[Connection], Any],
+    engine: AsyncEngine | None = None,
+) -> Any:
     """Run ``fn(connection)`` in one transaction on a connection of its own (SQLite: a write
-    transaction from its first statement, so a second opener waits for the first)."""
-    engine = create_async_engine(url, poolclass=NullPool, **options)
-    if engine.dialect.name == "sqlite":
-        event.listen(engine.sync_engine, "connect", _driver_transactions)
-        event.listen(engine.sync_engine, "begin", _begin_immediate)
-    try:
+    transaction from its first statement, so a second opener waits for the first), or on
+    ``engine``'s (an in-memory database: no other opener can see it)."""
+    if engine is not None:
         async with engine.begin() as conn:
             return await conn.run_sync(fn)
+    own = create_async_engine(url, poolclass=NullPool, **options)
+    if own.dialect.name == "sqlite":
+        event.listen(own.sync_engine, "connect", _driver_transactions)
+        event.listen(own.sync_engine, "begin", _begin_immediate)
+    try:
+        async with own.begin() as conn:
+            return await conn.run_sync(fn)
     finally:
-        await engine.dispose()
+        await own.dispose()
+
+
+def in_memory(url: str) -> bool:
+    """An SQLite URL without a file (`sqlite://`, `:memory:`, `mode=memory`)."""
+    if not url.startswith("sqlite"):
+        return False
+    path = url.split("://", 1)[-1].lstrip("/")
+    return path in ("", ":memory:") or "mode=memory" in url
 
 
 def _driver_transactions(dbapi_conn: Any, record: Any) -> None:

@@ -240,3 +240,16 @@ def test_hermes_db_current_and_upgrade(tmp_path: Path) -> None:
     current = hermes_db(tmp_path, "current")
     assert f"revision: {head()}\nhead:     {head()}\n" in current.stdout
     assert "hermes db upgrade" not in current.stdout
+
+
+async def test_an_in_memory_database_is_migrated_on_its_own_connection() -> None:
+    store = Store("sqlite+aiosqlite:///:memory:")
+    await store.open()
+    try:
+        inbox_id = await store.accept(event("1"))
+        await store.complete_turn(
+            "telegram:dm:555", [{"role": "user", "content": "hi"}], [], "", "r"
+        )
+        assert inbox_id is not None and len(await store.history("telegram:dm:555")) == 1
+    finally:
+        await store.close()
