@@ -1,7 +1,7 @@
 """Durable state through the SQLAlchemy async engine: inbox, sessions and history.
 
-SQLite (WAL, aiosqlite) by default, PostgreSQL (asyncpg) by URL. Every call runs off the event
-loop thread (the async drivers do their I/O on their own threads or sockets).
+SQLite (WAL, aiosqlite) by default, PostgreSQL (asyncpg) by URL. The per-message calls go
+through `HotPath` (store_core.py); every call runs off the event loop thread.
 """
 
 from __future__ import annotations
@@ -102,8 +102,7 @@ class Store(InboxGuard):
         async def run(conn: AsyncConnection) -> dict[int, str]:
             return {int(i): str(ref) for i, ref in await conn.execute(stmt)}
 
-        found: dict[int, str] = await self._query(run)
-        return found
+        return await self._query(run)
 
     async def replayable(
         self, max_age_s: float
@@ -137,8 +136,7 @@ class Store(InboxGuard):
                     to_run.append((inbox_id, ev))
             return to_run, to_send
 
-        result: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] = await self._tx(run)
-        return result
+        return await self._tx(run)
 
     async def prune(self, retention_days: float) -> int:
         cutoff = time.time() - retention_days * 86400
@@ -147,8 +145,7 @@ class Store(InboxGuard):
         async def run(conn: AsyncConnection) -> int:
             return int((await conn.execute(stmt)).rowcount or 0)
 
-        removed: int = await self._tx(run)
-        return removed
+        return await self._tx(run)
 
     # -- sessions and history -------------------------------------------------------------
 

@@ -88,8 +88,7 @@ class InboxGuard(StoreEngine):
                 )
             return found
 
-        result: list[Quarantined] = await self._tx(run)
-        return result
+        return await self._tx(run)
 
     async def quarantined(self, limit: int = 100) -> list[Quarantined]:
         """The entries held back now, oldest first."""
@@ -103,8 +102,7 @@ class InboxGuard(StoreEngine):
         async def run(conn: AsyncConnection) -> list[Quarantined]:
             return [_entry(*row) for row in await conn.execute(stmt)]
 
-        result: list[Quarantined] = await self._query(run)
-        return result
+        return await self._query(run)
 
     async def release(self, inbox_id: int) -> MessageEvent | None:
         """The operator's retry: the entry is unanswered again with no attempts (and accepted
@@ -125,8 +123,7 @@ class InboxGuard(StoreEngine):
             )
             return event_from_json(payload)
 
-        result: MessageEvent | None = await self._tx(run)
-        return result
+        return await self._tx(run)
 
     async def discard(self, inbox_id: int) -> bool:
         """The operator's drop: the entry is settled unanswered; False if not quarantined."""
@@ -139,8 +136,7 @@ class InboxGuard(StoreEngine):
         async def run(conn: AsyncConnection) -> bool:
             return bool((await conn.execute(stmt)).rowcount)
 
-        result: bool = await self._tx(run)
-        return result
+        return await self._tx(run)
 
 
 def _entry(inbox_id: int, payload: str, attempts: int, accepted_at: float) -> Quarantined:
