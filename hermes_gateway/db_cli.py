@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -18,11 +19,25 @@ EXIT_FAILURE = 1
 
 
 def run_db(action: str, store_url: str) -> int:
+    path = _sqlite_file(store_url)
+    if path is not None and action == "current" and not path.exists():
+        print(f"store:    {safe_url(store_url)}")
+        print("revision: none (no database file yet: the first start makes it)")
+        print(f"head:     {store_migrate.head()}")
+        return EXIT_OK
     try:
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         return asyncio.run(_current(store_url) if action == "current" else _upgrade(store_url))
     except (StoreError, SQLAlchemyError, OSError) as exc:
         print(f"hermes: store {safe_url(store_url)}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _sqlite_file(url: str) -> Path | None:
+    if not url.startswith("sqlite") or store_migrate.in_memory(url):
+        return None
+    return Path(url.split("///", 1)[-1].split("?", 1)[0])
 
 
 async def _current(url: str) -> int:

@@ -226,7 +226,9 @@ def hermes_db(home: Path, action: str) -> subprocess.CompletedProcess[str]:
 def test_hermes_db_current_and_upgrade(tmp_path: Path) -> None:
     """An operator sees the revision, upgrades an older database, and upgrading again is a
     no-op; the store's URL is printed without its password."""
-    (tmp_path / "state.db").parent.mkdir(exist_ok=True)
+    nothing = hermes_db(tmp_path, "current")
+    assert "revision: none (no database file yet" in nothing.stdout, nothing.stderr
+    assert not (tmp_path / "state.db").exists()  # looking made no database
     asyncio.run(on(f"sqlite+aiosqlite:///{tmp_path / 'state.db'}", make_release, 0))
     current = hermes_db(tmp_path, "current")
     assert current.returncode == 0, current.stderr
