@@ -42,7 +42,7 @@ def _sqlite_file(url: str) -> Path | None:
 
 async def _current(url: str) -> int:
     options = engine_options(url, StoreEngine.lock_wait_s)
-    found: store_migrate.Revision = await store_migrate.run(url, options, store_migrate.current)
+    found = await store_migrate.run(url, options, store_migrate.current)
     print(f"store:    {safe_url(url)}")
     print(f"revision: {found.describe()}")
     print(f"head:     {found.head}")

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -21,6 +21,7 @@ from sqlalchemy.pool import NullPool
 from hermes_gateway.errors import StoreError
 from hermes_gateway.store_sqlite import sqlite_pragmas
 
+T = TypeVar("T")
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Releases before revisions made their tables with `create_all` and added later columns at
 # open. Such a database is upgraded from nothing, and each revision makes only what is missing,
@@ -87,9 +88,9 @@ def upgrade(conn: Connection) -> tuple[Revision, Revision]:
 async def run(
     url: str,
     options: dict[str, Any],
-    fn: Callable[[Connection], Any],
+    fn: Callable[[Connection], T],
     engine: AsyncEngine | None = None,
-) -> Any:
+) -> T:
     """Run ``fn(connection)`` in one transaction on a connection of its own (SQLite: a write
     transaction from its first statement, so a second opener waits for the first), or on
     ``engine``'s (an in-memory database: no other opener can see it)."""
