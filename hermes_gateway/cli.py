@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
         isub.add_parser(name, help=text).add_argument("inbox_id", type=int)
 
     _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
+    db = _with_config(sub.add_parser("db", help="the store's schema revision"))
+    dsub = db.add_subparsers(dest="action", required=True)
+    dsub.add_parser("current", help="the database's schema revision and this release's")
+    dsub.add_parser("upgrade", help="bring the database to this release's revision")
     config = sub.add_parser("config", help="configuration tools")
     csub = config.add_subparsers(dest="action", required=True)
     _with_config(csub.add_parser("check", help="validate the config (exit 78 if invalid)"))
@@ -152,6 +156,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_inbox(args, url, config.control.token, config.store_url)
     if args.command == "doctor":
         return run_doctor(config)
+    if args.command == "db":
+        from hermes_gateway.db_cli import run_db
+
+        return run_db(args.action, config.store_url)
     if args.action == "run":
         return run_gateway(config, args.config)
     return _manage(args, config, url)

@@ -49,7 +49,7 @@ class InboxRow(Base):
     attempts: runs started on the entry that never ended (committed before the run works on
     it; a clean shutdown takes its count back), so a crash loop shows as a growing count.
     Columns added after the first release carry a server default or are nullable: opening an
-    older database adds them (`store_engine.add_missing_columns`).
+    older database adds them (a revision in `migrations/versions/`).
     """
 
     __tablename__ = "inbox"

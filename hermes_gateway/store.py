@@ -1,7 +1,7 @@
 """Durable state through the SQLAlchemy async engine: inbox, sessions and history.
 
-SQLite (WAL, aiosqlite) by default, PostgreSQL (asyncpg) by URL. Every call runs off the event
-loop thread (the async drivers do their I/O on their own threads or sockets).
+SQLite (WAL, aiosqlite) by default, PostgreSQL (asyncpg) by URL. The per-message calls go
+through `HotPath` (store_core.py); every call runs off the event loop thread.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy import Table, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.context import restore as restore_compacted
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.models import InboxRow, MessageRow, SessionRow
+from hermes_gateway.store_core import HotPath
 from hermes_gateway.store_inbox import InboxGuard, Quarantined, event_from_json
 from hermes_gateway.store_search import WORD, Hit, search_statement
-from hermes_gateway.store_sqlite import SqliteFastPath
 
 log = structlog.get_logger("hermes.store")
 Message = dict[str, Any]
@@ -33,46 +33,6 @@ _MSG = cast(Table, MessageRow.__table__)
 _SESSIONS = cast(Table, SessionRow.__table__)
 _SID_CACHE = 4096
 _REPLAY_COLUMNS = ("id", "status", "payload", "reply", "run_id", "parts_sent")
-# Statements built once with bound parameters: SQLAlchemy caches their compiled form, while a
-# statement with values baked in is keyed and compiled again on every call.
-_ACCEPT = insert(_INBOX)
-_ADD_MESSAGES = insert(_MSG)
-_IDS: Any = bindparam("ids", expanding=True)
-_MARK = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS))
-    .values(status=bindparam("new_status"), updated_at=bindparam("now"))
-)
-_MARK_REPLY = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS))
-    .values(
-        status=bindparam("new_status"), reply=bindparam("new_reply"), updated_at=bindparam("now")
-    )
-)
-_PROGRESS = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS))
-    .values(parts_sent=bindparam("parts"), updated_at=bindparam("now"))
-)
-_PREVIEW = (
-    update(_INBOX)
-    .where(
-        _INBOX.c.platform == bindparam("key_platform"), _INBOX.c.chat_id == bindparam("key_chat")
-    )
-    .where(_INBOX.c.message_id == bindparam("key_message"))
-    .values(preview=bindparam("ref"))
-)
-_SETTLE = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS))
-    .values(
-        status=bindparam("new_status"),
-        reply=bindparam("new_reply"),
-        run_id=bindparam("new_run_id"),
-        updated_at=bindparam("now"),
-    )
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,53 +69,27 @@ class Store(InboxGuard):
             "updated_at": now,
             "run_id": "",
         }
-
-        if self._fast is not None:
-            fast_id: int | None = await self._fast_tx(lambda f: f.accept(row))
-            return fast_id
-
-        async def run(conn: AsyncConnection) -> int:
-            result = await conn.execute(_ACCEPT, row)
-            return int(result.inserted_primary_key[0])  # type: ignore[index]
-
         try:
-            inbox_id: int = await self._tx(run)
-        except IntegrityError:
+            return await self._hot(lambda db: db.accept(row))
+        except IntegrityError:  # the engine's answer to a redelivery
             return None
-        return inbox_id
 
     async def mark(self, inbox_ids: Iterable[int], status: str, reply: str | None = None) -> None:
         ids = list(inbox_ids)
         if not ids:
             return
-        if self._fast is not None:
-            now = time.time()
-            await self._fast_tx(lambda f: f.mark(ids, status, reply, now))
-            return
-        params: dict[str, Any] = {"ids": ids, "new_status": status, "now": time.time()}
-        stmt = _MARK
-        if reply is not None:
-            params["new_reply"] = reply
-            stmt = _MARK_REPLY
-        await self._tx(lambda conn: conn.execute(stmt, params))
+        now = time.time()
+        await self._hot(lambda db: db.mark(ids, status, reply, now))
 
     async def progress(self, inbox_ids: list[int], parts_sent: int) -> None:
         """Record that the first ``parts_sent`` parts of the entries' reply went out."""
         now = time.time()
-        if self._fast is not None:
-            await self._fast_tx(lambda f: f.progress(inbox_ids, parts_sent, now))
-            return
-        params = {"ids": inbox_ids, "parts": parts_sent, "now": now}
-        await self._tx(lambda conn: conn.execute(_PROGRESS, params))
+        await self._hot(lambda db: db.progress(inbox_ids, parts_sent, now))
 
     async def remember_preview(self, ev: MessageEvent, ref: str) -> None:
         """Record where the live preview answering ``ev`` is (its platform message reference)."""
         key = (ev.platform, ev.chat_id, ev.message_id)
-        if self._fast is not None:
-            await self._fast_tx(lambda f: f.remember_preview(key, ref))
-            return
-        params = {"key_platform": key[0], "key_chat": key[1], "key_message": key[2], "ref": ref}
-        await self._tx(lambda conn: conn.execute(_PREVIEW, params))
+        await self._hot(lambda db: db.remember_preview(key, ref))
 
     async def previews(self, inbox_ids: list[int]) -> dict[int, str]:
         """The live previews recorded for these entries (at start: the ones a crash cut short)."""
@@ -168,8 +102,7 @@ class Store(InboxGuard):
         async def run(conn: AsyncConnection) -> dict[int, str]:
             return {int(i): str(ref) for i, ref in await conn.execute(stmt)}
 
-        found: dict[int, str] = await self._query(run)
-        return found
+        return await self._query(run)
 
     async def replayable(
         self, max_age_s: float
@@ -203,8 +136,7 @@ class Store(InboxGuard):
                     to_run.append((inbox_id, ev))
             return to_run, to_send
 
-        result: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] = await self._tx(run)
-        return result
+        return await self._tx(run)
 
     async def prune(self, retention_days: float) -> int:
         cutoff = time.time() - retention_days * 86400
@@ -213,34 +145,16 @@ class Store(InboxGuard):
         async def run(conn: AsyncConnection) -> int:
             return int((await conn.execute(stmt)).rowcount or 0)
 
-        removed: int = await self._tx(run)
-        return removed
+        return await self._tx(run)
 
     # -- sessions and history -------------------------------------------------------------
 
     async def history(self, session_key: str) -> list[Message]:
-        if self._fast is not None:
+        async def run(db: HotPath) -> list[Message]:
+            sid = await self._session_id(db, session_key, create=False)
+            return [] if sid is None else [_to_message(*r) for r in await db.history(sid)]
 
-            async def fast(f: SqliteFastPath) -> list[Message]:
-                sid = await self._fast_session_id(f, session_key, create=False)
-                return [] if sid is None else [_to_message(*r) for r in await f.history(sid)]
-
-            fast_rows: list[Message] = await self._fast_tx(fast, read=True)
-            return restore_compacted(fast_rows)
-
-        async def run(conn: AsyncConnection) -> list[Message]:
-            sid = await self._session_id(conn, session_key, create=False)
-            if sid is None:
-                return []
-            rows = await conn.execute(
-                select(_MSG.c.role, _MSG.c.content, _MSG.c.tool_calls, _MSG.c.tool_call_id)
-                .where(_MSG.c.session_id == sid)
-                .order_by(_MSG.c.id)
-            )
-            return [_to_message(*row) for row in rows]
-
-        result: list[Message] = await self._query(run)
-        return restore_compacted(result)
+        return restore_compacted(await self._hot(run, read=True))
 
     async def search_messages(self, session_key: str, query: str, limit: int = 10) -> list[Hit]:
         """Full-text search over the user and assistant messages of every session of this key
@@ -273,34 +187,14 @@ class Store(InboxGuard):
         """Append a turn and settle its inbox entries in one transaction: all or nothing."""
         ids = list(inbox_ids)
         now = time.time()
-        if self._fast is not None:
 
-            async def fast(f: SqliteFastPath) -> None:
-                sid = await self._fast_session_id(f, session_key, create=True)
-                assert sid is not None
-                rows = [_message_row(sid, m, run_id, now) for m in messages]
-                await f.complete_turn(sid, rows, ids, (status, reply, run_id, now))
-
-            await self._fast_tx(fast)
-            return
-
-        async def run(conn: AsyncConnection) -> None:
-            sid = await self._session_id(conn, session_key, create=True)
+        async def run(db: HotPath) -> None:
+            sid = await self._session_id(db, session_key, create=True)
             assert sid is not None
-            if messages:
-                rows = [_message_row(sid, m, run_id, now) for m in messages]
-                await conn.execute(_ADD_MESSAGES, rows)
-            if ids:
-                params = {
-                    "ids": ids,
-                    "new_status": status,
-                    "new_reply": reply,
-                    "new_run_id": run_id,
-                    "now": now,
-                }
-                await conn.execute(_SETTLE, params)
+            rows = [_message_row(sid, m, run_id, now) for m in messages]
+            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now))
 
-        await self._tx(run)
+        await self._hot(run)
 
     async def reset_session(self, session_key: str) -> None:
         """Close the current session of this key; the next message starts a fresh one."""
@@ -312,30 +206,11 @@ class Store(InboxGuard):
         self._sids.pop(session_key, None)
         await self._tx(lambda conn: conn.execute(stmt))
 
-    async def _session_id(self, conn: AsyncConnection, key: str, *, create: bool) -> int | None:
+    async def _session_id(self, db: HotPath, key: str, *, create: bool) -> int | None:
         """The current session row of ``key``; remembered, since it changes only on /new."""
         sid = self._cached_sid(key)
-        if sid is not None:
-            return sid
-        sid = (
-            await conn.execute(
-                select(_SESSIONS.c.id)
-                .where(_SESSIONS.c.key == key, _SESSIONS.c.closed_at.is_(None))
-                .order_by(_SESSIONS.c.id.desc())
-                .limit(1)
-            )
-        ).scalar()
-        if sid is None and create:
-            result = await conn.execute(insert(_SESSIONS).values(key=key, created_at=time.time()))
-            sid = int(result.inserted_primary_key[0])  # type: ignore[index]
-        return self._remember_sid(key, sid)
-
-    async def _fast_session_id(self, fast: SqliteFastPath, key: str, *, create: bool) -> int | None:
-        sid = self._cached_sid(key)
         if sid is None:
-            sid = self._remember_sid(
-                key, await fast.session_id(key, create=create, now=time.time())
-            )
+            sid = self._remember_sid(key, await db.session_id(key, create=create, now=time.time()))
         return sid
 
     def _cached_sid(self, key: str) -> int | None:

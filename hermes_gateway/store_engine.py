@@ -1,6 +1,6 @@
-"""The store's engine room: the async engine (which also adds the columns an older database
-lacks), serialized write transactions, the SQLite fast path, and the circuit (store_health.py)
-that fails calls at once while the database is stuck or unreachable.
+"""The store's engine room: the async engine (opened once `store_migrate` has brought the schema
+to this release's revision), serialized write transactions, the SQLite fast path, and the
+circuit (store_health.py) that fails calls at once while the database is stuck or unreachable.
 """
 
 from __future__ import annotations
@@ -8,29 +8,31 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import Connection, event, inspect, text
+from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
 from sqlalchemy.pool import NullPool
-from sqlalchemy.schema import CreateColumn
 
+from hermes_gateway import store_migrate
 from hermes_gateway.errors import StoreError
-from hermes_gateway.models import Base
+from hermes_gateway.store_core import EngineHotPath, HotPath
 from hermes_gateway.store_health import StoreCircuit
-from hermes_gateway.store_search import create_search_index
-from hermes_gateway.store_sqlite import SqliteFastPath
+from hermes_gateway.store_sqlite import SqliteFastPath, sqlite_pragmas
 from hermes_gateway.store_writes import DatabaseFileGone
 
 log = structlog.get_logger("hermes.store")
+T = TypeVar("T")
 
 
 CONNECT_TIMEOUT_S = 10.0  # asyncpg waits 60 s for a server that does not answer
@@ -73,28 +75,19 @@ class StoreEngine:
             path = self.url.split("///", 1)[-1]
             if path and path != ":memory:":
                 await asyncio.to_thread(Path(path).parent.mkdir, parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {"pool_pre_ping": not self._is_sqlite, "hide_parameters": True}
+        kwargs = engine_options(self.url, self.lock_wait_s)
+        engine = create_async_engine(self.url, pool_pre_ping=not self._is_sqlite, **kwargs)
         if self._is_sqlite:
-            kwargs["connect_args"] = {"timeout": self.lock_wait_s}
-        elif "+asyncpg" in self.url:
-            lock_timeout = str(int(self.lock_wait_s * 1000))  # milliseconds
-            kwargs["connect_args"] = {
-                "timeout": CONNECT_TIMEOUT_S,
-                "server_settings": {"lock_timeout": lock_timeout},
-            }
-        engine = create_async_engine(self.url, **kwargs)
-        if self._is_sqlite:
-            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(engine.sync_engine, "connect", sqlite_pragmas)
+        # an in-memory database exists on the engine's one connection only
+        own = engine if store_migrate.in_memory(self.url) else None
         try:
-            async with engine.begin() as conn:
-                await conn.run_sync(Base.metadata.create_all)
-                added = await conn.run_sync(add_missing_columns)
-                await create_search_index(conn, self._is_sqlite)
+            before, after = await store_migrate.run(self.url, kwargs, store_migrate.upgrade, own)
         except (SQLAlchemyError, OSError) as exc:
             await engine.dispose()
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
-        if added:
-            log.info("store.columns_added", columns=added)
+        if before != after:
+            log.info("store.migrated", before=before.describe(), after=after.describe())
         self._engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         if not self._is_sqlite:
@@ -179,25 +172,22 @@ class StoreEngine:
             raise StoreError("the store is not open")
         return self._sessions()
 
-    async def read(self, fn: Any, *args: Any) -> Any:
-        """Run ``await fn(db, *args)`` in a read session (for modules with tables of their own)."""
+    async def read(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        """Run ``await fn(db)`` in a read session (for modules with tables of their own)."""
         started = self.circuit.check(write=False)
         try:
             async with self.circuit.watch(), self._session() as db:
-                return await fn(db, *args)
+                return await fn(db)
         except DRIVER_ERRORS as exc:
             raise self.circuit.failed(exc, started, "read") from exc
 
-    async def write(self, fn: Any, *args: Any) -> Any:
-        """Run ``await fn(db, *args)`` in one serialized write transaction."""
-        return await self._write(fn, *args)
-
-    async def _write(self, fn: Any, *args: Any) -> Any:
+    async def write(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        """Run ``await fn(db)`` in one serialized write transaction."""
         async with self._write_lock:
             started = self.circuit.check()
             try:
                 async with self.circuit.watch(), self._session() as db, db.begin():
-                    result = await fn(db, *args)
+                    result = await fn(db)
                 self.circuit.wrote()
                 return result
             except IntegrityError:
@@ -205,7 +195,18 @@ class StoreEngine:
             except DRIVER_ERRORS as exc:
                 raise self.circuit.failed(exc, started) from exc
 
-    async def _tx(self, fn: Any) -> Any:
+    async def _hot(self, fn: Callable[[HotPath], Awaitable[T]], *, read: bool = False) -> T:
+        """One transaction of the per-message path, on the implementation chosen at open: the
+        SQLite fast path, else the engine (PostgreSQL; SQLite on an aiosqlite without seams)."""
+        if self._fast is not None:
+            return await self._fast_tx(self._fast, fn, read=read)
+
+        async def on_engine(conn: AsyncConnection) -> T:
+            return await fn(EngineHotPath(conn))
+
+        return await (self._query(on_engine) if read else self._tx(on_engine))
+
+    async def _tx(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """One serialized write transaction on a bare connection (Core, no ORM unit of work:
         the hot path writes three times per message, so the ORM's overhead would dominate)."""
         if self._engine is None:
@@ -222,21 +223,23 @@ class StoreEngine:
             except DRIVER_ERRORS as exc:
                 raise self.circuit.failed(exc, started) from exc
 
-    async def _fast_tx(self, fn: Any, *, read: bool = False) -> Any:
+    async def _fast_tx(
+        self, fast: SqliteFastPath, fn: Callable[[HotPath], Awaitable[T]], *, read: bool
+    ) -> T:
         """Like `_tx`, on the SQLite fast path (reads too: it is one connection). A read is
         never skipped while writes are: WAL readers do not wait for another process's writer,
-        and a session's history must load (issue 9)."""
+        and a session's history must load."""
         async with self._write_lock:
             started = self.circuit.check(write=not read)
             try:
-                result = await fn(self._fast)
+                result = await fn(fast)
             except sqlite3.Error as exc:
                 raise self.circuit.failed(exc, started, "read" if read else "write") from exc
             if not read:
                 self.circuit.wrote()
             return result
 
-    async def _query(self, fn: Any) -> Any:
+    async def _query(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         if self._engine is None:
             raise StoreError("the store is not open")
         started = self.circuit.check(write=False)
@@ -247,32 +250,23 @@ class StoreEngine:
             raise self.circuit.failed(exc, started, "read") from exc
 
 
-def add_missing_columns(conn: Connection) -> list[str]:
-    """Give a database made by an older release the columns added since: `create_all` only
-    makes missing tables. Idempotent; each new column is nullable or has a server default."""
-    inspector = inspect(conn)
-    added: list[str] = []
-    for table in Base.metadata.sorted_tables:
-        if not inspector.has_table(table.name):
-            continue
-        have = {column["name"] for column in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in have:
-                continue
-            ddl = CreateColumn(column).compile(dialect=conn.dialect)
-            # PostgreSQL: another gateway opening the same database may have just added it
-            guard = "IF NOT EXISTS " if conn.dialect.name == "postgresql" else ""
-            conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {guard}{ddl}"))
-            added.append(f"{table.name}.{column.name}")
-    return added
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a process crash
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.close()
+def engine_options(url: str, lock_wait_s: float) -> dict[str, Any]:
+    """How the store connects: how long a statement waits for another process's lock, and
+    (PostgreSQL) for a server that does not answer. Statement parameters (users' messages)
+    never appear in SQLAlchemy's logs or error texts."""
+    quiet = {"hide_parameters": True}
+    if url.startswith("sqlite"):
+        return {**quiet, "connect_args": {"timeout": lock_wait_s}}
+    if "+asyncpg" in url:
+        lock_timeout = str(int(lock_wait_s * 1000))  # milliseconds
+        return {
+            **quiet,
+            "connect_args": {
+                "timeout": CONNECT_TIMEOUT_S,
+                "server_settings": {"lock_timeout": lock_timeout},
+            },
+        }
+    return quiet
 
 
 def safe_url(url: str) -> str:

@@ -44,7 +44,7 @@ def describe(exc: BaseException) -> str:
 class StoreCircuit:
     """Stuck: a write waited `stuck_after_s` and still failed (another process held the
     database past its lock timeout): the next writes fail at once for `stuck_pause_s`, instead of
-    each waiting the whole timeout in turn while no user gets an answer (issue 9).
+    each waiting the whole timeout in turn while no user gets an answer.
 
     Unreachable: the server refused, dropped or did not answer a connection. Every call fails at
     once (no user waits on a dead server), and ``probe`` is tried every `probe_every_s` until it

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hermes_gateway.errors import StoreError
@@ -21,17 +21,6 @@ from hermes_gateway.store_engine import StoreEngine
 
 log = structlog.get_logger("hermes.store")
 _INBOX = cast(Table, InboxRow.__table__)
-_IDS: Any = bindparam("ids", expanding=True)
-_BEGIN = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS), _INBOX.c.status == "accepted")
-    .values(attempts=_INBOX.c.attempts + 1)
-)
-_UNDO = (
-    update(_INBOX)
-    .where(_INBOX.c.id.in_(_IDS), _INBOX.c.status == "accepted", _INBOX.c.attempts > 0)
-    .values(attempts=_INBOX.c.attempts - 1)
-)
 _LISTED = (_INBOX.c.id, _INBOX.c.payload, _INBOX.c.attempts, _INBOX.c.accepted_at)
 
 
@@ -63,20 +52,17 @@ class InboxGuard(StoreEngine):
     async def begin_attempt(self, inbox_ids: list[int]) -> None:
         """Count a run starting on these entries; committed before it does anything."""
         if inbox_ids:
-            await self._count(inbox_ids, _BEGIN, +1)
+            await self._count(inbox_ids, +1)
 
     async def undo_attempt(self, inbox_ids: list[int]) -> None:
         """A clean shutdown interrupted the run: it was no crash, so its attempt is taken back."""
         if inbox_ids:
-            await self._count(inbox_ids, _UNDO, -1)
+            await self._count(inbox_ids, -1)
 
-    async def _count(self, ids: list[int], stmt: Any, delta: int) -> None:
+    async def _count(self, ids: list[int], delta: int) -> None:
         """Never raises: a store that cannot write costs the count, not the run."""
         try:
-            if self._fast is not None:
-                await self._fast_tx(lambda f: f.attempt(ids, delta))
-            else:
-                await self._tx(lambda conn: conn.execute(stmt, {"ids": ids}))
+            await self._hot(lambda db: db.attempt(ids, delta))
         except StoreError as exc:
             log.error("inbox.attempt_failed", error=str(exc), inbox_ids=ids)
 
@@ -102,8 +88,7 @@ class InboxGuard(StoreEngine):
                 )
             return found
 
-        result: list[Quarantined] = await self._tx(run)
-        return result
+        return await self._tx(run)
 
     async def quarantined(self, limit: int = 100) -> list[Quarantined]:
         """The entries held back now, oldest first."""
@@ -117,8 +102,7 @@ class InboxGuard(StoreEngine):
         async def run(conn: AsyncConnection) -> list[Quarantined]:
             return [_entry(*row) for row in await conn.execute(stmt)]
 
-        result: list[Quarantined] = await self._query(run)
-        return result
+        return await self._query(run)
 
     async def release(self, inbox_id: int) -> MessageEvent | None:
         """The operator's retry: the entry is unanswered again with no attempts (and accepted
@@ -139,8 +123,7 @@ class InboxGuard(StoreEngine):
             )
             return event_from_json(payload)
 
-        result: MessageEvent | None = await self._tx(run)
-        return result
+        return await self._tx(run)
 
     async def discard(self, inbox_id: int) -> bool:
         """The operator's drop: the entry is settled unanswered; False if not quarantined."""
@@ -153,8 +136,7 @@ class InboxGuard(StoreEngine):
         async def run(conn: AsyncConnection) -> bool:
             return bool((await conn.execute(stmt)).rowcount)
 
-        result: bool = await self._tx(run)
-        return result
+        return await self._tx(run)
 
 
 def _entry(inbox_id: int, payload: str, attempts: int, accepted_at: float) -> Quarantined:

@@ -1,8 +1,9 @@
-"""Full-text search over stored messages (issue 6: `session_search`).
+"""Full-text search over stored messages (the `session_search` tool).
 
 SQLite: an FTS5 table over `messages` (external content), kept in sync by triggers, so the
 SQLite fast write path (`store_sqlite`) needs no change. PostgreSQL: a GIN index on each
-message's `tsvector` ('simple' configuration: no stemming, any language).
+message's `tsvector` ('simple' configuration: no stemming, any language). Both are made by the
+migration `migrations/versions/r03_search.py`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,45 +27,7 @@ class Hit:
 
 WORD = re.compile(r"\w+")
 _SEARCHABLE = "('user', 'assistant')"
-_SQLITE_FTS = [
-    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content, content='messages', "
-    "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
-    # triggers keep it in sync, so the fast write path (store_sqlite) needs no change
-    "CREATE TRIGGER IF NOT EXISTS messages_fts_ai AFTER INSERT ON messages "
-    f"WHEN new.role IN {_SEARCHABLE} AND new.content IS NOT NULL BEGIN "
-    "INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
-    "CREATE TRIGGER IF NOT EXISTS messages_fts_ad AFTER DELETE ON messages "
-    f"WHEN old.role IN {_SEARCHABLE} AND old.content IS NOT NULL BEGIN "
-    "INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, "
-    "old.content); END",
-]
 _PG_TSV = "to_tsvector('simple', coalesce(m.content, ''))"
-
-
-async def create_search_index(conn: AsyncConnection, sqlite: bool) -> None:
-    """SQLite: an FTS5 index fed by triggers (filled from the existing rows when it is
-    new). PostgreSQL: a GIN index on the messages' tsvector (issue 6: session_search)."""
-    if not sqlite:
-        await conn.execute(
-            text(
-                "CREATE INDEX IF NOT EXISTS ix_messages_fts ON messages "
-                "USING gin (to_tsvector('simple', coalesce(content, '')))"
-            )
-        )
-        return
-    exists = await conn.execute(
-        text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts'")
-    )
-    fresh = exists.first() is None
-    for ddl in _SQLITE_FTS:
-        await conn.execute(text(ddl))
-    if fresh:
-        await conn.execute(
-            text(
-                "INSERT INTO messages_fts(rowid, content) SELECT id, content FROM messages "
-                f"WHERE role IN {_SEARCHABLE} AND content IS NOT NULL"
-            )
-        )
 
 
 def search_statement(sqlite: bool, words: list[str], mode: str) -> tuple[Any, dict[str, Any]]:

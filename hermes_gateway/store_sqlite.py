@@ -163,6 +163,15 @@ class SqliteFastPath:
         return list(await self._db.execute_fetchall(_HISTORY, (session_id,)))
 
 
+def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """Every connection the store makes: WAL, and foreign keys enforced."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a process crash
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
 def _transaction(conn: sqlite3.Connection, statements: list[tuple[str, Any]]) -> int | None:
     """On aiosqlite's thread: the statements, then commit; rolled back on any error."""
     try:
