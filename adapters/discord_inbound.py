@@ -36,7 +36,7 @@ def message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbo
 
     Never raises: discord.py builds a `Message` from a payload missing fields Discord always
     sends (``mentions``...) without those attributes; such a message is logged and ignored
-    (issue 9, fuzzing)."""
+    (fuzzing)."""
     try:
         return _message_event(message, bot_id, per_user)
     except (AttributeError, TypeError, ValueError, LookupError) as exc:

@@ -51,7 +51,7 @@ def normalize(update: Update, me: BotIdentity, *, per_user: bool = True) -> Inbo
     stickers, service messages and unknown kinds are ignored.
 
     Never raises: PTB does not check field types, so a shape Telegram does not send (a list
-    for a text, a message without a chat) is logged and ignored too (issue 9, fuzzing)."""
+    for a text, a message without a chat) is logged and ignored too (fuzzing)."""
     try:
         return _normalize(update, me, per_user)
     except (AttributeError, TypeError, ValueError, LookupError) as exc:

@@ -40,7 +40,7 @@ INTERRUPTED_MARK = "[interrupted]"
 class RunControl:
     """Thread-safe handles on one run: an interrupt flag and a queue of steering messages.
 
-    A child run's control (`child`) is interrupted with its parent's (issue 6: delegate_task).
+    A child run's control (`child`) is interrupted with its parent's (delegate_task).
     """
 
     def __init__(self, parent: RunControl | None = None) -> None:

@@ -2,7 +2,7 @@
 
 python-telegram-bot 22 long polling on uvloop -> one handler -> `run_in_executor` (a pool of
 `--workers` threads) running one sync openai-SDK call with just the message text ->
-`bot.send_message`. No sessions, history, store, typing, access rules or logging (issue 8).
+`bot.send_message`. No sessions, history, store, typing, access rules or logging.
 
 Run as its own process: ``python -m bench.floor --telegram URL --openai URL [--workers 8]``.
 """

@@ -1,4 +1,4 @@
-"""The measurements of issue 8, each on one side; `suite` interleaves the two sides' runs.
+"""The bench's measurements, each on one side; `suite` interleaves the two sides' runs.
 
 Every phase records raw values per run in ``side.runs`` (summarised into medians later) and
 its lost messages in ``side.lost``; none of them can wait longer than the plan's timeouts.

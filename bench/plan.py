@@ -1,4 +1,4 @@
-"""How much a bench run does: the full run of issue 8, `--quick` (CI, < 90 s) and `--tiny`
+"""How much a bench run does: the full run, `--quick` (CI, < 90 s) and `--tiny`
 (the test's smoke run, whose figures mean nothing)."""
 
 from __future__ import annotations

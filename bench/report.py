@@ -1,4 +1,4 @@
-"""The results of a run: the JSON document of issue 8 and its Markdown table.
+"""The results of a run: the bench's JSON document and its Markdown table.
 
 ``ratios`` are gateway / floor (floor / gateway for throughput), so lower is better
 everywhere and 1.0 means "as cheap as the floor".
@@ -31,7 +31,7 @@ RATIOS = {
     "rss_idle": ("rss_idle_mb", False),
     "cpu_per_msg": ("cpu_per_msg_ms", False),
 }
-# shown beside the figures, not targets of issue 8
+# shown beside the figures, not targets
 INFO_RATIOS = {"rss_warm": ("rss_warm_mb", False)}
 
 
@@ -135,7 +135,7 @@ def _commit() -> str | None:
 
 
 def targets(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each target of issue 8 with the measured value and whether it is met."""
+    """Each bench target with the measured value and whether it is met."""
     out: dict[str, dict[str, Any]] = {}
 
     def check(name: str, value: Any, target: str, met: bool | None) -> None:

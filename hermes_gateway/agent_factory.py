@@ -36,7 +36,7 @@ class AgentFactory:
 
     def toolset(self, platform: str) -> tuple[ToolRegistry, str]:
         """The tools (and the system prompt naming them) for sessions on ``platform``:
-        `tools.enabled`, or the platform's own list from `tools.platforms` (issue 6)."""
+        `tools.enabled`, or the platform's own list from `tools.platforms`."""
         found = self._toolsets.get(platform)
         if found is None:
             registry = build_registry(self.config.tools.enabled_for(platform), self.tool_settings)

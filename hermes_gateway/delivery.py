@@ -106,7 +106,7 @@ class Delivery:
     async def _redeliver(
         self, out: OutboundMessage, ids: list[int], status: str, event: MessageEvent | None
     ) -> None:
-        """Until the platform takes it: a user must not wait for a restart (issue 9)."""
+        """Until the platform takes it: a user must not wait for a restart."""
         attempt = 0
         while True:
             await asyncio.sleep(self.redeliver_delays[min(attempt, len(self.redeliver_delays) - 1)])

@@ -183,7 +183,7 @@ def render_telegram(blocks: list[Block]) -> str:
 def slack_escape(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     # Slack reads ``` anywhere as a code-block delimiter and has no escape for it: a run of
-    # three or more backticks in text or code would open or close a block (issue 9, fuzzing)
+    # three or more backticks in text or code would open or close a block (fuzzing)
     return _TICKS.sub(lambda m: "\u200b".join(m.group()), text) if "```" in text else text
 
 

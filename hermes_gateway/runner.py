@@ -217,7 +217,7 @@ class GatewayRunner:
         if result.status == "interrupted" and run.shutdown:
             return  # left unanswered in the inbox: replayed at the next start
         answered = run.items + consumed
-        if result.compaction is not None:  # older turns were summarized (issue 6)
+        if result.compaction is not None:  # older turns were summarized
             ctx.history = result.compaction.history
         ctx.history.extend(result.new_messages)
         if result.status == "interrupted":

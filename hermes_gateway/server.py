@@ -269,7 +269,7 @@ class Gateway:
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
-        await replayer.load()  # before intake: what this run takes is not a leftover (issue 9)
+        await replayer.load()  # before intake: what this run takes is not a leftover
         await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop

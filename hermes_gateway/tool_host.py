@@ -1,4 +1,4 @@
-"""The gateway's services for tools (issue 6): approvals asked in the chat, past-message search,
+"""The gateway's services for tools: approvals asked in the chat, past-message search,
 attachment downloads and the vision model, as plain synchronous callables for worker threads.
 
 Each callable hops to the event loop with `run_coroutine_threadsafe(...).result(timeout)`: the

@@ -1,4 +1,4 @@
-"""The bench of issue 8 runs end to end in a tiny configuration (figures are never checked:
+"""The bench runs end to end in a tiny configuration (figures are never checked:
 CI must not fail on a timing), and its pure parts compute what they claim."""
 
 from __future__ import annotations

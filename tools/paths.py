@@ -27,7 +27,7 @@ def resolve_in_workspace(workspace: Path, raw: str) -> Path:
         if not candidate.is_absolute():
             candidate = root / candidate
         resolved = _resolve_strictly(candidate)
-    except (OSError, RuntimeError) as exc:  # ~nobody, a symlink loop, a name too long (issue 9)
+    except (OSError, RuntimeError) as exc:  # ~nobody, a symlink loop, a name too long
         raise ToolError(f"path {cleaned!r} cannot be resolved: {exc.__class__.__name__}") from None
     if resolved != root and root not in resolved.parents:
         raise ToolError(
@@ -39,7 +39,7 @@ def resolve_in_workspace(workspace: Path, raw: str) -> Path:
 def _resolve_strictly(candidate: Path) -> Path:
     """Every symlink followed, or an error. A lenient `resolve()` stops at a symlink loop and
     leaves the rest as written: ``loop/../link_out`` then looked inside the workspace while
-    ``link_out`` still pointed out of it (issue 9, fuzzing). ``..`` is applied to the path as
+    ``link_out`` still pointed out of it (fuzzing). ``..`` is applied to the path as
     written; what does not exist yet resolves through its deepest existing directory, and no
     dangling symlink is let through (writing to one would create its target)."""
     path = Path(os.path.normpath(candidate))

@@ -27,7 +27,7 @@ class ToolContext:
     session_key: str = ""
     max_output_chars: int = 50_000
     should_stop: Callable[[], bool] = field(default=lambda: False)
-    host: ToolHost = field(default_factory=ToolHost)  # the gateway's services (issue 6)
+    host: ToolHost = field(default_factory=ToolHost)  # the gateway's services
     # set by the agent: run a child agent on this thread and return its summary
     delegate: Callable[[DelegateRequest], str] | None = None
     depth: int = 0  # 0 for a session's agent, 1 for its child, ...
