@@ -1,0 +1,96 @@
+"""SIGTERM while the local API is answering: open streams end with `[DONE]`, waiting clients get
+a 503, and the process exits within the drain, well inside systemd's TimeoutStopSec."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.daemon import GatewayProcess
+from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.server import wait_until
+
+pytestmark = pytest.mark.e2e
+DRAIN = 2.0
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(
+        tmp_path / "home",
+        {
+            "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+            "runner": {"drain_timeout_s": DRAIN},
+        },
+    )
+    yield gw
+    gw.kill()
+
+
+def _body(user: str, stream: bool) -> dict[str, Any]:
+    return {"user": user, "stream": stream, "messages": [{"role": "user", "content": "tell"}]}
+
+
+def test_sigterm_closes_an_open_stream_and_exits_within_the_drain(
+    gateway: GatewayProcess, fake_llm: FakeOpenAI
+) -> None:
+    # a slow model: one word a second for a minute
+    fake_llm.push(text("word " * 60, chunk_size=5, chunk_delay=1.0))
+    gateway.start()
+    lines: list[str] = []
+    first = threading.Event()
+
+    def client() -> None:
+        url = f"{gateway.url}/v1/chat/completions"
+        with httpx.stream("POST", url, json=_body("s", True), timeout=60) as r:
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                    if "word" in line:
+                        first.set()
+
+    reader = threading.Thread(target=client, daemon=True)
+    reader.start()
+    assert first.wait(20), gateway.stderr()
+    started = time.monotonic()
+    gateway.signal(signal.SIGTERM)
+    assert gateway.wait(30) == 0
+    took = time.monotonic() - started
+    reader.join(5)
+    assert took < DRAIN + 6, took
+    # the text so far, then an error event (OpenAI SDKs raise it), then the end of the stream
+    assert lines[-1] == "data: [DONE]", lines[-3:]
+    assert json.loads(lines[-2][6:])["error"]["code"] == "shutting_down"
+    assert "word" in lines[-3]
+
+
+def test_sigterm_answers_a_waiting_request_with_503(
+    gateway: GatewayProcess, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(text("late", delay=60))
+    gateway.start()
+    result: dict[str, Any] = {}
+
+    def client() -> None:
+        url = f"{gateway.url}/v1/chat/completions"
+        r = httpx.post(url, json=_body("w", False), timeout=60)
+        result["status"], result["body"] = r.status_code, r.json()
+
+    waiter = threading.Thread(target=client, daemon=True)
+    waiter.start()
+    wait_until(lambda: len(fake_llm.requests) == 1)
+    started = time.monotonic()
+    gateway.signal(signal.SIGTERM)
+    assert gateway.wait(30) == 0
+    assert time.monotonic() - started < DRAIN + 6
+    waiter.join(5)
+    assert result["status"] == 503, result
+    assert result["body"]["error"]["code"] == "shutting_down"
