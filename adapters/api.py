@@ -107,11 +107,7 @@ class ApiAdapter:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         if not self._open:
             raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
-        try:
-            event, stream, include_usage = await self._event(request)
-        except RequestError as exc:
-            log.info("api.rejected", status=exc.status, code=exc.code, reason=str(exc)[:200])
-            raise
+        event, stream, include_usage = await self._event(request)
         if (first := self._waiters.get(event.message_id)) is not None:
             return await self._same_as(first, event.message_id, stream)
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()

@@ -94,6 +94,14 @@ class ControlServer:
                 return await handler(request)
             return await self._with_body(request, handler, public)
         except RequestError as exc:
+            if exc.status < 500:  # one line: the operator sees why a client was refused
+                log.info(
+                    "control.rejected",
+                    path=request.path,
+                    status=exc.status,
+                    code=exc.code,
+                    reason=str(exc)[:200],
+                )
             response = error_response(exc.status, str(exc), exc.code)
             if exc.status in (408, 413, 503):  # the rest of the body is not worth reading
                 response.force_close()

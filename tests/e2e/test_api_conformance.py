@@ -192,3 +192,33 @@ def test_an_image_only_message_is_accepted(client: openai.OpenAI, fake: FakeOpen
     )
     assert done.choices[0].message.content
     assert "[attached image 1]" in fake.requests[0]["messages"][-1]["content"]
+
+
+def test_a_client_leaving_mid_stream_and_refused_requests_log_one_info_line(
+    gateway: GatewayProcess, fake: FakeOpenAI
+) -> None:
+    fake.push(text("part " * 40, chunk_size=5, chunk_delay=0.1))
+    url = f"{gateway.url}/v1/chat/completions"
+    body = {"user": "leaver", "stream": True, "messages": _say("go")}
+    with httpx.stream("POST", url, json=body, timeout=30) as r:
+        for line in r.iter_lines():
+            if "part" in line:
+                break  # and the connection closes
+    assert httpx.post(url, json={"messages": []}, timeout=10).status_code == 400
+    huge = {"user": "big", "messages": _say("x" * 200_000)}
+    assert httpx.post(url, json=huge, timeout=10).status_code == 413
+
+    def logged() -> list[dict[str, Any]]:
+        return gateway.log_events()
+
+    def seen() -> set[str]:  # the log is written off the loop: wait for it
+        return {e["event"] for e in logged()} | {str(e.get("status")) for e in logged()}
+
+    wait_until(lambda: {"api.client_gone", "413"} <= seen(), timeout=20)
+    events = logged()
+    gone = [e for e in events if e["event"] == "api.client_gone"]
+    assert gone[0]["session_key"] == "api:dm:leaver" and gone[0]["level"] == "info"
+    assert not [e for e in events if e["event"] == "control.handler_failed"]
+    rejected = [e for e in events if e["event"] == "control.rejected"]
+    assert {e["status"] for e in rejected} >= {400, 413}
+    assert all(e["level"] == "info" and e["reason"] for e in rejected)

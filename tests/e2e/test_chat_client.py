@@ -10,7 +10,7 @@ import pexpect
 import pytest
 
 from tests.e2e.daemon import GatewayProcess
-from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -64,6 +64,33 @@ def test_ctrl_c_during_a_reply_stops_the_run(gateway: GatewayProcess, fake_llm: 
     child.sendline("still there?")
     child.expect("echo: still there\\?")
     child.sendeof()
+
+
+def test_tool_activity_is_shown(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(tool_calls(("read_file", {"path": "notes.txt"})), text("No notes yet."))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.sendline("read my notes")
+    child.expect(r"\[tool: read_file\]")
+    child.expect("No notes yet.")
+    child.expect("you> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+
+
+def test_ctrl_d_during_a_reply_quits_once_it_is_done(
+    gateway: GatewayProcess, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(text("slow " * 40 + "THE END", chunk_size=5, chunk_delay=0.05))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.sendline("write a lot")
+    child.expect("slow slow")
+    child.sendeof()  # mid-reply
+    child.expect("THE END")
+    child.expect(pexpect.EOF, timeout=10)
+    child.close()
+    assert child.exitstatus == 0
 
 
 def test_reconnects_across_a_gateway_restart(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:
