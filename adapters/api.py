@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -22,11 +23,12 @@ from adapters.api_wire import (
     failure,
     json_body,
     last_user_message,
+    save_data_url,
     session_name,
 )
 from hermes_gateway.bus import LifecycleEvent
-from hermes_gateway.errors import RequestError
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.errors import PermanentAdapterError, RequestError
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.platform import AdapterHost, Health, StreamSink
 
 log = structlog.get_logger("hermes.adapters.api")
@@ -78,6 +80,14 @@ class ApiAdapter:
         if not delivered:
             # the client is gone (or this is a replay after a restart): it is in the history
             log.debug("api.no_listener", answers=message.answers, kind=message.kind)
+
+    async def download(self, attachment: Attachment) -> Path:
+        """An image the client sent inline, as a file for the image tool."""
+        folder = self.host.config.home_path / "media"
+        try:
+            return await asyncio.to_thread(save_data_url, attachment.url, folder)
+        except (ValueError, OSError) as exc:
+            raise PermanentAdapterError(str(exc)) from None
 
     def _end(self, message_id: str, answer: Answer) -> bool:
         found = False

@@ -3,10 +3,15 @@ session it names) and writing OpenAI-style completions, chunks, usage and error 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import os
 import re
+import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -118,6 +123,26 @@ def _content(content: Any) -> tuple[str, list[str]]:
 def _mime(url: str) -> str:
     found = _DATA_MIME.match(url)
     return found.group(1) if found else ""
+
+
+def save_data_url(url: str, folder: Path) -> Path:
+    """An inline image (``data:image/png;base64,...``) written to a private file in ``folder``
+    (blocking: run off the loop). Raises ValueError for anything else: a client's link is not
+    fetched on its behalf."""
+    head, sep, data = url.partition(",")
+    if not (sep and head.startswith("data:") and head.endswith(";base64")):
+        raise ValueError("only inline images (data: URLs, base64) can be read")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except binascii.Error:
+        raise ValueError("the inline image is not valid base64") from None
+    subtype = re.sub(r"[^a-z0-9]", "", _mime(url).partition("/")[2].lower())[:8] or "bin"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / f"api-{secrets.token_hex(8)}.{subtype}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(raw)
+    return path
 
 
 def usage_of(reply: OutboundMessage) -> dict[str, int]:
