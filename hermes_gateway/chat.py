@@ -23,6 +23,11 @@ import httpx
 RETRY_DELAYS = (0.5, 1, 2, 4, 8)
 
 
+class _Restarting(Exception):
+    """The gateway is stopping (503 `shutting_down`): the message waits in its inbox, and the
+    answer is picked up once it is back, as after a dropped connection."""
+
+
 class ChatClient:
     def __init__(
         self, base_url: str, token: str | None, session: str, *, stream: bool, out: TextIO
@@ -52,7 +57,7 @@ class ChatClient:
                     continue
             try:
                 status = self._turn(text, key)
-            except httpx.TransportError:
+            except (httpx.TransportError, _Restarting):
                 continue
             if status == 409:  # it got there before the connection dropped
                 self._await_answer(seen)
@@ -69,12 +74,14 @@ class ChatClient:
         headers = {"Idempotency-Key": key}
         if not self.stream:
             response = self.http.post("/v1/chat/completions", json=body, headers=headers)
+            _check_restarting(response)
             if response.status_code != 409:
                 self.out.write(f"hermes> {_text_of(response)}\n")
             return response.status_code
         with self.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
             if r.status_code != 200:
                 r.read()
+                _check_restarting(r)
                 if r.status_code != 409:
                     self.out.write(f"hermes> {_text_of(r)}\n")
                 return r.status_code
@@ -89,6 +96,9 @@ class ChatClient:
             return
         data = json.loads(line[6:])
         if isinstance(data.get("error"), dict):  # the stream ended in an error
+            if data["error"].get("code") == "shutting_down":
+                self.out.write("\n[the gateway is restarting]\n")
+                raise _Restarting
             self.out.write(f"\n[error: {data['error'].get('message')}]")
         extra = data.get("hermes") or {}
         if extra.get("tool") and extra.get("phase") == "start":
@@ -199,6 +209,18 @@ def _enable_line_editing(history_file: Path | None) -> None:
             pass
         readline.set_history_length(1000)
         atexit.register(readline.write_history_file, history_file)
+
+
+def _check_restarting(response: httpx.Response) -> None:
+    if response.status_code == 503 and _error_code(response) == "shutting_down":
+        raise _Restarting
+
+
+def _error_code(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return ""
 
 
 def _text_of(response: httpx.Response) -> str:

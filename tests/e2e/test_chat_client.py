@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,32 @@ def test_ctrl_d_during_a_reply_quits_once_it_is_done(
     child.expect(pexpect.EOF, timeout=10)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_a_restart_mid_reply_is_waited_out(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    gw = GatewayProcess(
+        tmp_path / "home2",
+        {
+            "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake"},
+            "runner": {"drain_timeout_s": 0.5},
+        },
+    )
+    fake_llm.push(text("slow " * 200, chunk_size=5, chunk_delay=0.1))
+    try:
+        gw.start()
+        child = spawn_chat(gw)
+        child.expect("you> ")
+        child.sendline("write a lot")
+        child.expect("slow slow")
+        gw.signal(signal.SIGTERM)
+        child.expect(r"the gateway is restarting")
+        assert gw.wait(20) == 0
+        gw.start()  # the message waited in the inbox; the model now echoes
+        child.expect("echo: write a lot", timeout=30)
+        child.expect("you> ")
+        child.sendeof()
+    finally:
+        gw.kill()
 
 
 def test_reconnects_across_a_gateway_restart(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:
