@@ -33,7 +33,6 @@ from hermes_gateway.platform import AdapterHost, Health, StreamSink
 
 log = structlog.get_logger("hermes.adapters.api")
 Answer = OutboundMessage | Ended
-_ENDS_A_RUN_EARLY = frozenset({"interrupted", "abandoned"})
 
 
 class ApiAdapter:
@@ -44,6 +43,7 @@ class ApiAdapter:
         self._open = False
         self._waiters: dict[str, asyncio.Future[Answer]] = {}
         self._sinks: dict[str, SseSink] = {}
+        self._cut_short: set[str] = set()
         host.add_route("POST", "/v1/chat/completions", self.chat_completions)
         host.add_route("GET", "/v1/models", self.models)
         host.add_route("GET", "/v1/history", self.history)
@@ -70,12 +70,12 @@ class ApiAdapter:
         return self._sinks.get(event.message_id)
 
     async def send(self, message: OutboundMessage) -> None:
-        """The reply goes to the newest request it answers; older ones it settles (a merged
-        or overtaken turn) are told they were interrupted, never given another's answer."""
+        """Every request a reply settles gets it (a merged or steered turn answers them all),
+        except one whose own run was cut short: it is told so, never given the next answer."""
         delivered = False
-        overtaken = message.outcome == "superseded"
-        for i, message_id in enumerate(message.answers):
-            answer: Answer = message if i == 0 and not overtaken else Ended("interrupted")
+        for message_id in message.answers:
+            cut = message_id in self._cut_short and message.kind == "reply"
+            answer: Answer = Ended("interrupted") if cut else message
             delivered = self._end(message_id, answer) or delivered
         if not delivered:
             # the client is gone (or this is a replay after a restart): it is in the history
@@ -109,8 +109,11 @@ class ApiAdapter:
             if sink is not None and (tool := ev.data.get("tool")):
                 phase = "start" if ev.data.get("kind") == "tool_start" else "end"
                 sink.queue.put_nowait(ToolNote(str(tool), phase, ev.data.get("ok")))
-        elif ev.data.get("status") in _ENDS_A_RUN_EARLY:
+        elif ev.data.get("status") == "interrupted":  # overtaken, or the gateway stopping
             self._end(message_id, Ended("interrupted" if self._open else "shutting_down"))
+        elif ev.data.get("status") == "abandoned" and message_id in self._waiters:
+            # a /stop answers it ("Stopped."); a newer message's reply must not
+            self._cut_short.add(message_id)
 
     # -- HTTP handlers --------------------------------------------------------------------
 
@@ -140,6 +143,7 @@ class ApiAdapter:
             if self._waiters.get(event.message_id) is fut:
                 del self._waiters[event.message_id]
             fut.cancel()  # a retry waiting on it learns there is no answer coming
+            self._cut_short.discard(event.message_id)
             if sink is not None and self._sinks.get(event.message_id) is sink:
                 del self._sinks[event.message_id]
 
