@@ -103,6 +103,15 @@ def test_model_errors_raise_status_errors(
         client.responses.create(model="m", input="hi")
     with pytest.raises(openai.NotFoundError):
         client.get("/nowhere", cast_to=httpx.Response)
+    with pytest.raises(openai.APIStatusError) as wrong_method:
+        client.get("/chat/completions", cast_to=httpx.Response)
+    assert wrong_method.value.status_code == 405
+    assert wrong_method.value.body == {
+        "message": "Method Not Allowed",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "method_not_allowed",
+    }
 
 
 def test_no_model_configured_is_a_503(tmp_path: Path) -> None:
