@@ -94,3 +94,40 @@ def test_sigterm_answers_a_waiting_request_with_503(
     waiter.join(5)
     assert result["status"] == 503, result
     assert result["body"]["error"]["code"] == "shutting_down"
+
+
+def test_a_second_sigterm_cuts_the_drain_short_and_still_closes_the_stream(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(text("word " * 60, chunk_size=5, chunk_delay=1.0))
+    gw = GatewayProcess(  # the default 8 s drain
+        tmp_path / "home2",
+        {"model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}},
+    )
+    lines: list[str] = []
+    first = threading.Event()
+
+    def client() -> None:
+        url = f"{gw.url}/v1/chat/completions"
+        with httpx.stream("POST", url, json=_body("s2", True), timeout=60) as r:
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                    first.set()
+
+    try:
+        gw.start()
+        reader = threading.Thread(target=client, daemon=True)
+        reader.start()
+        assert first.wait(20), gw.stderr()
+        gw.signal(signal.SIGTERM)
+        time.sleep(0.3)
+        started = time.monotonic()
+        gw.signal(signal.SIGTERM)
+        assert gw.wait(30) == 0
+        assert time.monotonic() - started < 6  # not the 8 s drain
+        reader.join(5)
+    finally:
+        gw.kill()
+    assert lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2][6:])["error"]["code"] == "shutting_down"
