@@ -8,6 +8,7 @@ are the history, in a session of its own. Streaming uses SSE. `hermes chat` is b
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -60,23 +61,24 @@ class ApiAdapter:
 
     async def close(self) -> None:
         """Whatever is still open gets its end now: `[DONE]` for a stream, 503 for a wait."""
-        for message_id in [*self._waiters, *self._sinks]:
-            self._end(message_id, Ended("shutting_down"))
+        for key in [*self._waiters, *self._sinks]:
+            self._end(key, Ended("shutting_down"))
 
     def health(self) -> Health:
         return Health(self._open, "" if self._open else "stopped")
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
-        return self._sinks.get(event.message_id)
+        return self._sinks.get(_key(event.session_key, event.message_id))
 
     async def send(self, message: OutboundMessage) -> None:
         """Every request a reply settles gets it (a merged or steered turn answers them all),
         except one whose own run was cut short: it is told so, never given the next answer."""
         delivered = False
         for message_id in message.answers:
-            cut = message_id in self._cut_short and message.kind == "reply"
+            key = _key(message.session_key, message_id)
+            cut = key in self._cut_short and message.kind == "reply"
             answer: Answer = Ended("interrupted") if cut else message
-            delivered = self._end(message_id, answer) or delivered
+            delivered = self._end(key, answer) or delivered
         if not delivered:
             # the client is gone (or this is a replay after a restart): it is in the history
             log.debug("api.no_listener", answers=message.answers, kind=message.kind)
@@ -89,12 +91,12 @@ class ApiAdapter:
         except (ValueError, OSError) as exc:
             raise PermanentAdapterError(str(exc)) from None
 
-    def _end(self, message_id: str, answer: Answer) -> bool:
+    def _end(self, key: str, answer: Answer) -> bool:
         found = False
-        if (sink := self._sinks.get(message_id)) is not None:
+        if (sink := self._sinks.get(key)) is not None:
             sink.queue.put_nowait(answer)
             found = True
-        fut = self._waiters.get(message_id)
+        fut = self._waiters.get(key)
         if fut is not None and not fut.done():
             fut.set_result(answer)
             found = True
@@ -103,17 +105,17 @@ class ApiAdapter:
     async def _on_lifecycle(self, ev: LifecycleEvent) -> None:
         if ev.message is None:
             return
-        message_id = ev.message.message_id
+        key = _key(ev.message.session_key, ev.message.message_id)
         if ev.name == "tool_event":
-            sink = self._sinks.get(message_id)
+            sink = self._sinks.get(key)
             if sink is not None and (tool := ev.data.get("tool")):
                 phase = "start" if ev.data.get("kind") == "tool_start" else "end"
                 sink.queue.put_nowait(ToolNote(str(tool), phase, ev.data.get("ok")))
         elif ev.data.get("status") == "interrupted":  # overtaken, or the gateway stopping
-            self._end(message_id, Ended("interrupted" if self._open else "shutting_down"))
-        elif ev.data.get("status") == "abandoned" and message_id in self._waiters:
+            self._end(key, Ended("interrupted" if self._open else "shutting_down"))
+        elif ev.data.get("status") == "abandoned" and key in self._waiters:
             # a /stop answers it ("Stopped."); a newer message's reply must not
-            self._cut_short.add(message_id)
+            self._cut_short.add(key)
 
     # -- HTTP handlers --------------------------------------------------------------------
 
@@ -121,13 +123,14 @@ class ApiAdapter:
         if not self._open:
             raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
         event, stream, include_usage = await self._event(request)
-        if (first := self._waiters.get(event.message_id)) is not None:
+        key = _key(event.session_key, event.message_id)  # one client's key is not another's
+        if (first := self._waiters.get(key)) is not None:
             return await self._same_as(first, event.message_id, stream)
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._waiters[event.message_id] = fut
+        self._waiters[key] = fut
         sink = SseSink() if stream else None
         if sink is not None:
-            self._sinks[event.message_id] = sink
+            self._sinks[key] = sink
         meta = StreamMeta(
             f"chatcmpl-{uuid.uuid4().hex[:24]}",
             self.host.config.model.name,
@@ -140,12 +143,12 @@ class ApiAdapter:
                 return await stream_response(request, sink, meta)
             return _json_answer(await fut, meta)
         finally:  # only this request's own: a duplicate must not unhook the first
-            if self._waiters.get(event.message_id) is fut:
-                del self._waiters[event.message_id]
+            if self._waiters.get(key) is fut:
+                del self._waiters[key]
             fut.cancel()  # a retry waiting on it learns there is no answer coming
-            self._cut_short.discard(event.message_id)
-            if sink is not None and self._sinks.get(event.message_id) is sink:
-                del self._sinks[event.message_id]
+            self._cut_short.discard(key)
+            if sink is not None and self._sinks.get(key) is sink:
+                del self._sinks[key]
 
     async def _event(self, request: web.Request) -> tuple[MessageEvent, bool, bool]:
         body = await json_body(request)
@@ -156,12 +159,14 @@ class ApiAdapter:
                 413, f"message is {len(text)} characters; the limit is {limit}", "too_long"
             )
         named = request.headers.get("X-Hermes-Session") or body.get("user")
-        message_id = request.headers.get("Idempotency-Key") or uuid.uuid4().hex
+        idempotency_key = request.headers.get("Idempotency-Key")
+        message_id = idempotency_key or uuid.uuid4().hex
         extra: dict[str, Any] = {}
         if named is not None and named != "":
             chat_id = session_name(named)
-        else:  # stateless: a session of its own ("~" is not allowed in a name)
-            chat_id = f"~{uuid.uuid4().hex}"
+        else:  # stateless: a session of its own ("~" is not allowed in a name); a retry
+            # with the same Idempotency-Key lands in the same one, so it is recognized
+            chat_id = f"~{_digest(idempotency_key) if idempotency_key else uuid.uuid4().hex}"
             extra["history"] = client_history(body)
         event = MessageEvent.create(
             platform="api",
@@ -226,6 +231,14 @@ class ApiAdapter:
             "the Responses API is not served here; use POST /v1/chat/completions",
             "unknown_url",
         )
+
+
+def _key(session_key: str, message_id: str) -> str:
+    return f"{session_key} {message_id}"
+
+
+def _digest(idempotency_key: str) -> str:
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
 
 
 def _json_answer(answer: Answer, meta: StreamMeta) -> web.Response:

@@ -231,3 +231,26 @@ def test_a_client_leaving_mid_stream_and_refused_requests_log_one_info_line(
     rejected = [e for e in events if e["event"] == "control.rejected"]
     assert {e["status"] for e in rejected} >= {400, 413}
     assert all(e["level"] == "info" and e["reason"] for e in rejected)
+
+
+def test_two_clients_with_the_same_idempotency_key_get_their_own_answers(
+    gateway: GatewayProcess, fake: FakeOpenAI
+) -> None:
+    fake.push(text("for alice", delay=1.5))
+    url = f"{gateway.url}/v1/chat/completions"
+    headers = {"Idempotency-Key": "same-key"}
+    result: dict[str, Any] = {}
+
+    def alice() -> None:
+        body = {"user": "idem-a", "messages": _say("alice asks")}
+        result.update(httpx.post(url, json=body, headers=headers, timeout=30).json())
+
+    first = threading.Thread(target=alice, daemon=True)
+    first.start()
+    wait_until(lambda: len(fake.requests) == 1)
+    body = {"user": "idem-b", "messages": _say("bob asks")}
+    bob = httpx.post(url, json=body, headers=headers, timeout=30)
+    first.join(20)
+    assert bob.status_code == 200
+    assert bob.json()["choices"][0]["message"]["content"] == "echo: bob asks"
+    assert result["choices"][0]["message"]["content"] == "for alice"
