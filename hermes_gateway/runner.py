@@ -157,7 +157,8 @@ class GatewayRunner:
             log.exception("run.crashed")
             if not run.stopped and not run.shutdown:
                 await self._reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
-        finally:
+        finally:  # cancelled by a shutdown that stopped waiting for it: not a crash
+            status = "interrupted" if status == "crashed" and run.shutdown else status
             elapsed = time.monotonic() - run.started
             self.metrics.run_duration.labels(status).observe(elapsed)
             say, why = (log.warning, {"error": error}) if error else (log.info, {})

@@ -70,6 +70,8 @@ def test_sigterm_closes_an_open_stream_and_exits_within_the_drain(
     assert lines[-1] == "data: [DONE]", lines[-3:]
     assert json.loads(lines[-2][6:])["error"]["code"] == "shutting_down"
     assert "word" in lines[-3]
+    finished = [e for e in gateway.log_events() if e["event"] == "run.finished"]
+    assert [e["status"] for e in finished] == ["interrupted"]  # cut short, not "crashed"
 
 
 def test_sigterm_answers_a_waiting_request_with_503(
