@@ -254,3 +254,17 @@ def test_two_clients_with_the_same_idempotency_key_get_their_own_answers(
     assert bob.status_code == 200
     assert bob.json()["choices"][0]["message"]["content"] == "echo: bob asks"
     assert result["choices"][0]["message"]["content"] == "for alice"
+
+
+def test_a_session_header_keeps_the_history_like_user(
+    client: openai.OpenAI, gateway: GatewayProcess, fake: FakeOpenAI
+) -> None:
+    header = {"X-Hermes-Session": "hdr-session"}
+    ignored = {"role": "user", "content": "an earlier turn the gateway does not need"}
+    for said in ("first", "second"):
+        client.chat.completions.create(
+            model="m", messages=[ignored, *_say(said)], extra_headers=header
+        )
+    contents = [m["content"] for m in gateway.history("hdr-session")]
+    assert contents == ["first", "echo: first", "second", "echo: second"]
+    assert "does not need" not in json.dumps(fake.requests)  # only the new message is used
