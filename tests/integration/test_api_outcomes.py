@@ -19,6 +19,8 @@ async def test_a_wedged_overtaken_request_is_told_it_was_interrupted(
         await eventually(lambda: len(fake_llm.requests) == 1)
         second = await client.chat("never mind")
         first_result = await first
+        # the wedged call ends before the next test: it would count in the fake's in-flight
+        await eventually(lambda: gw.pool.abandoned == 0 and fake_llm.in_flight == 0, timeout=10)
     assert second["text"] == "echo: never mind"
     assert first_result["status"] == 200 and first_result["kind"] == "interrupted"
     assert first_result["text"] == ""
