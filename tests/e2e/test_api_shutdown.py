@@ -77,7 +77,8 @@ def test_sigterm_closes_an_open_stream_and_exits_within_the_drain(
 def test_sigterm_answers_a_waiting_request_with_503(
     gateway: GatewayProcess, fake_llm: FakeOpenAI
 ) -> None:
-    fake_llm.push(text("late", delay=60))
+    # slow, and streamed to the gateway: the fake notices the gateway going away at once
+    fake_llm.push(text("late " * 60, chunk_size=5, chunk_delay=1.0))
     gateway.start()
     result: dict[str, Any] = {}
 
