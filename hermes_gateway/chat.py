@@ -2,12 +2,15 @@
 
 State lives in the gateway, so the client can drop and reconnect without losing the
 conversation: a message is sent with an idempotency key and, after a reconnect, its answer is
-picked up from the session history. Ctrl-C during a reply sends `/stop`; Ctrl-D quits.
+picked up from the session history. Ctrl-C during a reply sends `/stop`; Ctrl-D quits (during
+a reply: once it is done). Tool activity shows as a dim `[tool: name]` line.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import sys
 import time
 import uuid
@@ -18,6 +21,11 @@ from typing import Any, TextIO
 import httpx
 
 RETRY_DELAYS = (0.5, 1, 2, 4, 8)
+
+
+class _Restarting(Exception):
+    """The gateway is stopping (503 `shutting_down`): the message waits in its inbox, and the
+    answer is picked up once it is back, as after a dropped connection."""
 
 
 class ChatClient:
@@ -49,7 +57,7 @@ class ChatClient:
                     continue
             try:
                 status = self._turn(text, key)
-            except httpx.TransportError:
+            except (httpx.TransportError, _Restarting):
                 continue
             if status == 409:  # it got there before the connection dropped
                 self._await_answer(seen)
@@ -66,12 +74,14 @@ class ChatClient:
         headers = {"Idempotency-Key": key}
         if not self.stream:
             response = self.http.post("/v1/chat/completions", json=body, headers=headers)
+            _check_restarting(response)
             if response.status_code != 409:
                 self.out.write(f"hermes> {_text_of(response)}\n")
             return response.status_code
         with self.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
             if r.status_code != 200:
                 r.read()
+                _check_restarting(r)
                 if r.status_code != 409:
                     self.out.write(f"hermes> {_text_of(r)}\n")
                 return r.status_code
@@ -84,11 +94,25 @@ class ChatClient:
     def _write_chunk(self, line: str) -> None:
         if not line.startswith("data: ") or line == "data: [DONE]":
             return
-        for choice in json.loads(line[6:]).get("choices", ()):
+        data = json.loads(line[6:])
+        if isinstance(data.get("error"), dict):  # the stream ended in an error
+            if data["error"].get("code") == "shutting_down":
+                self.out.write("\n[the gateway is restarting]\n")
+                raise _Restarting
+            self.out.write(f"\n[error: {data['error'].get('message')}]")
+        extra = data.get("hermes") or {}
+        if extra.get("tool") and extra.get("phase") == "start":
+            self.out.write(self._dim(f"\n[tool: {extra['tool']}]\n"))
+        if extra.get("kind") == "interrupted":
+            self.out.write(self._dim(" [interrupted]"))
+        for choice in data.get("choices", ()):
             piece = (choice.get("delta") or {}).get("content")
             if piece:
                 self.out.write(piece)
-                self.out.flush()
+        self.out.flush()
+
+    def _dim(self, text: str) -> str:
+        return f"\x1b[2m{text}\x1b[0m" if self.out.isatty() else text
 
     def _history(self) -> list[dict[str, Any]]:
         try:
@@ -127,9 +151,10 @@ def run_chat(
         return 1
     _enable_line_editing(history_file)
     out.write(f"Connected to {base_url} (session {session}). /help for commands, Ctrl-D quits.\n")
+    typed: list[str] = []  # lines entered while a reply was printing, sent next
     while True:
         try:
-            line = read("you> ")
+            line = typed.pop(0) if typed else read("you> ")
         except EOFError:
             out.write("\n")
             return 0
@@ -143,6 +168,29 @@ def run_chat(
         except KeyboardInterrupt:
             out.write("\n[stopping]\n")
             client.send("/stop")
+        quit_now, lines = _typed_during_reply()
+        typed.extend(lines)
+        if quit_now:
+            out.write("\n")
+            return 0
+
+
+def _typed_during_reply() -> tuple[bool, list[str]]:
+    """Whether Ctrl-D was pressed while a reply printed, and the lines entered meanwhile.
+
+    The terminal stays in line mode during a reply, so what was typed waits in it: a complete
+    line is readable, and Ctrl-D on an empty line is a read of zero bytes.
+    """
+    if not sys.stdin.isatty():
+        return False, []
+    fd = sys.stdin.fileno()
+    lines: list[str] = []
+    while select.select([fd], [], [], 0)[0]:
+        data = os.read(fd, 4096)
+        if not data:
+            return True, lines
+        lines.extend(data.decode(errors="replace").splitlines())
+    return False, lines
 
 
 def _enable_line_editing(history_file: Path | None) -> None:
@@ -163,6 +211,18 @@ def _enable_line_editing(history_file: Path | None) -> None:
         atexit.register(readline.write_history_file, history_file)
 
 
+def _check_restarting(response: httpx.Response) -> None:
+    if response.status_code == 503 and _error_code(response) == "shutting_down":
+        raise _Restarting
+
+
+def _error_code(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
 def _text_of(response: httpx.Response) -> str:
     try:
         data = response.json()
@@ -170,4 +230,6 @@ def _text_of(response: httpx.Response) -> str:
         return f"[HTTP {response.status_code}]"
     if "error" in data:
         return f"[error: {data['error'].get('message')}]"
+    if (data.get("hermes") or {}).get("kind") == "interrupted":
+        return "[interrupted]"
     return str(data["choices"][0]["message"]["content"])

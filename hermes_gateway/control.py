@@ -93,12 +93,25 @@ class ControlServer:
                 return await handler(request)
             return await self._with_body(request, handler, public)
         except RequestError as exc:
+            if exc.status < 500:  # one line: the operator sees why a client was refused
+                log.info(
+                    "control.rejected",
+                    path=request.path,
+                    status=exc.status,
+                    code=exc.code,
+                    reason=str(exc)[:200],
+                )
             response = error_response(exc.status, str(exc), exc.code)
             if exc.status in (408, 413, 503):  # the rest of the body is not worth reading
                 response.force_close()
             return response
-        except web.HTTPException:
-            raise
+        except web.HTTPException as exc:  # 404, 405, 413: JSON too, so OpenAI clients read it
+            if exc.status < 400:
+                raise
+            response = error_response(exc.status, exc.reason, exc.reason.lower().replace(" ", "_"))
+            if allow := exc.headers.get("Allow"):
+                response.headers["Allow"] = allow
+            return response
         except Exception:
             log.exception("control.handler_failed", path=request.path)
             return error_response(500, "internal error; see the gateway log", "internal_error")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 ChatType = Literal["dm", "group", "channel", "thread"]
 CHAT_TYPES: tuple[str, ...] = ("dm", "group", "channel", "thread")
@@ -83,6 +83,9 @@ class MessageEvent:
     # what the adapter needs to answer this message after a restart too (a Discord slash
     # command's interaction), opaque here; it may hold a credential, so it stays out of repr
     reply_context: str = field(default="", repr=False, compare=False)
+    # the conversation so far as the client sent it (a stateless API request): the run uses it
+    # as the history instead of the session's stored one
+    history: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def create(
@@ -133,7 +136,9 @@ class OutboundMessage:
     `answers` lists the inbound message ids this text settles: one for a plain reply, several
     for a merged turn; the first is the one a platform quotes. An adapter that splits the text
     skips the first `skip_parts` parts (an earlier attempt delivered them) and awaits
-    `on_part(parts delivered)` after each part that has more after it.
+    `on_part(parts delivered)` after each part that has more after it. `outcome` (the run's
+    status, or why a message was dropped), `error` and `usage` are for adapters that answer
+    in a machine-readable way (the local API); chat platforms show only `text`.
     """
 
     platform: str
@@ -146,6 +151,9 @@ class OutboundMessage:
     run_id: str = ""
     skip_parts: int = 0
     on_part: PartSent | None = field(default=None, compare=False, repr=False)
+    outcome: str = ""
+    error: str = ""
+    usage: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     @property
     def reply_to(self) -> str | None:
@@ -153,7 +161,12 @@ class OutboundMessage:
 
     @classmethod
     def to(
-        cls, event: MessageEvent, text: str, kind: OutboundKind = "reply", run_id: str = ""
+        cls,
+        event: MessageEvent,
+        text: str,
+        kind: OutboundKind = "reply",
+        run_id: str = "",
+        outcome: str = "",
     ) -> OutboundMessage:
         """A message back to where `event` came from, settling it."""
         return cls(
@@ -165,4 +178,5 @@ class OutboundMessage:
             answers=(event.message_id,),
             kind=kind,
             run_id=run_id,
+            outcome=outcome,
         )

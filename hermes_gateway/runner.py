@@ -157,7 +157,8 @@ class GatewayRunner:
             log.exception("run.crashed")
             if not run.stopped and not run.shutdown:
                 await self._reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
-        finally:
+        finally:  # cancelled by a shutdown that stopped waiting for it: not a crash
+            status = "interrupted" if status == "crashed" and run.shutdown else status
             elapsed = time.monotonic() - run.started
             self.metrics.run_duration.labels(status).observe(elapsed)
             say, why = (log.warning, {"error": error}) if error else (log.info, {})
@@ -184,10 +185,11 @@ class GatewayRunner:
                 loop.call_soon_threadsafe(self._tool_event, run, kind, data)
 
         self.bus.emit("agent_run", run.primary, run_id=run.run_id)
+        sent = run.primary.history  # a stateless API request brings its own
         run.future = self.pool.submit(
             ctx.agent.run_conversation,
             merge_text(run.items),
-            ctx.history.snapshot(),
+            [*sent, *ctx.history] if sent else ctx.history.snapshot(),
             control=run.control,
             on_delta=on_delta,
             on_event=on_event,
@@ -227,7 +229,8 @@ class GatewayRunner:
             return
         text = result.text or EMPTY_ANSWER
         await self._persist(run, result, answered, reply=text, status="done")
-        await self._reply(run, text, "reply", result.status, answered=answered + run.carried)
+        why = {"usage": result.usage, "error": result.error or ""}
+        await self._reply(run, text, "reply", result.status, answered + run.carried, **why)
 
     async def _persist(
         self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
@@ -251,6 +254,7 @@ class GatewayRunner:
         kind: str,
         outcome: str,
         answered: list[Pending] | None = None,
+        **extra: Any,  # usage, error: for the local API
     ) -> None:
         items = answered if answered is not None else run.items + run.carried
         # the newest message is the one a platform quotes; the rest are settled with it
@@ -265,6 +269,8 @@ class GatewayRunner:
             answers=tuple(p.event.message_id for p in ordered),
             kind=kind,  # type: ignore[arg-type]
             run_id=run.run_id,
+            outcome=outcome,
+            **extra,
         )
         await self.delivery.send(out, inbox_ids(items), outcome=outcome, event=event)
 
@@ -331,15 +337,9 @@ class GatewayRunner:
             fut.add_done_callback(lambda f: self._late_result(run, f))
 
     async def _persist_abandoned(self, run: Run, record: list[dict[str, Any]]) -> None:
+        ids = inbox_ids(run.items + run.steered)
         try:
-            await self.store.complete_turn(
-                run.key,
-                record,
-                inbox_ids(run.items + run.steered),
-                "",
-                run.run_id,
-                status="answered",
-            )
+            await self.store.complete_turn(run.key, record, ids, "", run.run_id, status="answered")
         except StoreError as exc:
             log.error("run.persist_failed", error=str(exc), run_id=run.run_id)
 
@@ -382,7 +382,7 @@ class GatewayRunner:
         self.metrics.dropped.labels(item.event.platform, reason).inc()
         log.info("message.dropped", reason=reason, message_id=item.event.message_id)
         await self.delivery.send(
-            OutboundMessage.to(item.event, text, kind="notice"),
+            OutboundMessage.to(item.event, text, kind="notice", outcome=reason),
             [item.inbox_id],
             outcome=reason,
             status="dropped",

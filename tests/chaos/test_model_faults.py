@@ -128,15 +128,19 @@ async def test_model_fault_gets_a_clear_answer_and_the_session_goes_on(
         after = await client.chat("are you still there?", user="faulty")
         history = await client.history("faulty")
         status = gw.vitals.status()
+    # a failure reaches an API client as an error status (a chat platform gets the text)
+    told = reply["text"] if reply["status"] == 200 else reply["body"]["error"]["message"]
     outcome: dict[str, Any] = {
         "kind": reply["kind"],
-        "told": _short(reply["text"]),
+        "status": reply["status"],
+        "told": _short(told),
         "seconds": round(seconds, 2),
         "next_message": "answered" if after["text"] == "echo: are you still there?" else "broken",
     }
     record(f"model_fault_{_slug(fault.name)}", {"fault": fault.name, **outcome})
-    assert reply["status"] == 200
-    assert fault.expect in reply["text"], outcome
+    timed_out = "did not answer" in fault.expect
+    assert reply["status"] in ((504,) if timed_out else (200, 502)), outcome
+    assert fault.expect in told, outcome
     assert seconds < BOUND_S, outcome
     assert outcome["next_message"] == "answered"
     assert [m["role"] for m in history][-2:] == ["user", "assistant"]

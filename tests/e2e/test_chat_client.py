@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +11,7 @@ import pexpect
 import pytest
 
 from tests.e2e.daemon import GatewayProcess
-from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -64,6 +65,59 @@ def test_ctrl_c_during_a_reply_stops_the_run(gateway: GatewayProcess, fake_llm: 
     child.sendline("still there?")
     child.expect("echo: still there\\?")
     child.sendeof()
+
+
+def test_tool_activity_is_shown(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(tool_calls(("read_file", {"path": "notes.txt"})), text("No notes yet."))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.sendline("read my notes")
+    child.expect(r"\[tool: read_file\]")
+    child.expect("No notes yet.")
+    child.expect("you> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+
+
+def test_ctrl_d_during_a_reply_quits_once_it_is_done(
+    gateway: GatewayProcess, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(text("slow " * 40 + "THE END", chunk_size=5, chunk_delay=0.05))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.sendline("write a lot")
+    child.expect("slow slow")
+    child.sendeof()  # mid-reply
+    child.expect("THE END")
+    child.expect(pexpect.EOF, timeout=10)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_a_restart_mid_reply_is_waited_out(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    gw = GatewayProcess(
+        tmp_path / "home2",
+        {
+            "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake"},
+            "runner": {"drain_timeout_s": 0.5},
+        },
+    )
+    fake_llm.push(text("slow " * 200, chunk_size=5, chunk_delay=0.1))
+    try:
+        gw.start()
+        child = spawn_chat(gw)
+        child.expect("you> ")
+        child.sendline("write a lot")
+        child.expect("slow slow")
+        gw.signal(signal.SIGTERM)
+        child.expect(r"the gateway is restarting")
+        assert gw.wait(20) == 0
+        gw.start()  # the message waited in the inbox; the model now echoes
+        child.expect("echo: write a lot", timeout=30)
+        child.expect("you> ")
+        child.sendeof()
+    finally:
+        gw.kill()
 
 
 def test_reconnects_across_a_gateway_restart(gateway: GatewayProcess, fake_llm: FakeOpenAI) -> None:

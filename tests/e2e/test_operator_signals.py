@@ -98,13 +98,14 @@ def test_with_no_model_startup_and_readyz_say_what_to_set(tmp_path: Path) -> Non
     try:
         gw.start()
         ready = httpx.get(f"{gw.url}/readyz", timeout=5)
-        answer = gw.chat("hello?").json()["choices"][0]["message"]["content"]
+        reply = gw.chat("hello?")
+        answer = reply.json()["error"]["message"]  # an API client gets 503 and the text
         events = gw.log_events()
     finally:
         gw.kill()
     assert ready.status_code == 503
     assert any("model: not configured" in r for r in ready.json()["reasons"])
-    assert "No model is configured" in answer
+    assert reply.status_code == 503 and "No model is configured" in answer
     started = next(e for e in events if e["event"] == "gateway.ready")
     assert started["home"] == str(tmp_path / "home") and started["config"] == str(gw.config_path)
     assert any(e["event"] == "model.not_configured" for e in events)

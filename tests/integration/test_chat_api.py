@@ -105,7 +105,11 @@ async def test_model_errors_are_retried_then_explained(
         failed = await client.chat("second")
         after = await client.chat("third")
     assert recovered["text"] == "Back!"
-    assert failed["text"] == "The model is unavailable (HTTP 500); try again shortly."
+    # an API client gets an error status its SDK raises on; a chat platform gets the text
+    assert failed["status"] == 502
+    assert failed["body"]["error"]["message"] == (
+        "The model is unavailable (HTTP 500); try again shortly."
+    )
     assert after["text"] == "echo: third"  # the session still works
     assert len(fake_llm.requests) == 7
 
@@ -117,8 +121,9 @@ async def test_unreadable_model_response_is_explained(tmp_path: Path, fake_llm: 
         garbled = await client.chat("one")
         empty = await client.chat("two")
         fine = await client.chat("three")
-    assert garbled["text"] == "The model sent a response I could not read."
-    assert empty["text"] == "The model sent an empty response."
+    assert garbled["status"] == empty["status"] == 502
+    assert garbled["body"]["error"]["message"] == "The model sent a response I could not read."
+    assert empty["body"]["error"]["message"] == "The model sent an empty response."
     assert fine["text"] == "echo: three"
 
 
@@ -126,7 +131,9 @@ async def test_no_model_configured_says_what_to_set(tmp_path: Path) -> None:
     async with running_gateway(make_config(tmp_path, None)) as (gw, client):
         result = await client.chat("hello?")
         status, ready = await client.get("/readyz")
-    assert "model.api_key" in result["text"] and "OPENAI_API_KEY" in result["text"]
+    said = result["body"]["error"]["message"]
+    assert result["status"] == 503 and result["body"]["error"]["code"] == "model_not_configured"
+    assert "model.api_key" in said and "OPENAI_API_KEY" in said
     # it answers (with what to set), but it is not ready to serve anyone a real answer
     assert status == 503 and ready["ready"] is False
     assert any(r.startswith("model: not configured") for r in ready["reasons"])

@@ -1,0 +1,216 @@
+"""The local API's wire shapes: reading a chat-completions request (messages, images, the
+session it names) and writing OpenAI-style completions, chunks, usage and error statuses."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from hermes_gateway.errors import RequestError
+from hermes_gateway.events import Attachment, OutboundMessage, without_surrogates
+
+_SESSION_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@")
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_DATA_MIME = re.compile(r"data:([\w.+-]+/[\w.+-]+)[;,]")
+NO_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a request ends when no reply of its own comes: ``interrupted`` (a newer message in
+    the same session took over) or ``shutting_down`` (the gateway is stopping)."""
+
+    why: str
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read())
+    except RecursionError:
+        raise RequestError(400, "the request body is nested too deeply", "invalid_json") from None
+    except ValueError:  # bad JSON or UTF-8, or an integer over Python's digit limit
+        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    return body
+
+
+def session_name(value: Any) -> str:
+    name = str(value)
+    if not name or len(name) > 128 or not set(name) <= _SESSION_CHARS:
+        raise RequestError(
+            400, "'user' must be 1-128 characters of letters, digits and -_.@", "invalid_user"
+        )
+    return name
+
+
+def last_user_message(body: dict[str, Any]) -> tuple[str, tuple[Attachment, ...]]:
+    """The new message: its text (a note per image, so an image alone is not "empty") and
+    its images as attachments."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "'messages' must be a non-empty array", "invalid_messages")
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "user":
+        raise RequestError(400, "the last message must have role 'user'", "invalid_messages")
+    text, images = _content(last.get("content"))
+    attachments = tuple(
+        Attachment(kind="image", name=f"image {n}", url=url, mime_type=_mime(url))
+        for n, url in enumerate(images, 1)
+    )
+    notes = "\n".join(f"[attached image {n}]" for n in range(1, len(images) + 1))
+    text = f"{text}\n\n{notes}" if text.strip() and notes else (text if text.strip() else notes)
+    if not text.strip():
+        raise RequestError(400, "the message is empty", "empty_message")
+    return without_surrogates(text), attachments
+
+
+def client_history(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
+    """Every message before the last, as the history of a stateless request (the client's
+    own system prompt included); images in earlier turns become a note."""
+    history = []
+    for message in body["messages"][:-1]:
+        role = _ROLES.get(str(message.get("role"))) if isinstance(message, dict) else None
+        if role is None:
+            raise RequestError(
+                400,
+                "earlier messages must have role system, developer, user or assistant "
+                "(the gateway runs its own tools)",
+                "invalid_messages",
+            )
+        text, images = _content(message.get("content"))
+        if images:
+            text = f"{text}\n[{len(images)} image(s) not kept]".strip()
+        history.append({"role": role, "content": without_surrogates(text)})
+    return tuple(history)
+
+
+def _content(content: Any) -> tuple[str, list[str]]:
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    if not isinstance(content, list):
+        raise RequestError(400, "message content must be a string or parts", "invalid_messages")
+    texts, images = [], []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str) or not url:
+                raise RequestError(400, "an image_url part has no url", "invalid_messages")
+            images.append(url)
+        else:
+            raise RequestError(
+                400, "content parts must be of type text or image_url", "invalid_messages"
+            )
+    return "\n".join(texts), images
+
+
+def _mime(url: str) -> str:
+    found = _DATA_MIME.match(url)
+    return found.group(1) if found else ""
+
+
+def save_data_url(url: str, folder: Path) -> Path:
+    """An inline image (``data:image/png;base64,...``) written to a private file in ``folder``
+    (blocking: run off the loop). Raises ValueError for anything else: a client's link is not
+    fetched on its behalf."""
+    head, sep, data = url.partition(",")
+    if not (sep and head.startswith("data:") and head.endswith(";base64")):
+        raise ValueError("only inline images (data: URLs, base64) can be read")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except binascii.Error:
+        raise ValueError("the inline image is not valid base64") from None
+    subtype = re.sub(r"[^a-z0-9]", "", _mime(url).partition("/")[2].lower())[:8] or "bin"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / f"api-{secrets.token_hex(8)}.{subtype}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(raw)
+    return path
+
+
+def usage_of(reply: OutboundMessage) -> dict[str, int]:
+    usage = {k: int(reply.usage.get(k, 0)) for k in NO_USAGE}
+    if not usage["total_tokens"]:
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return usage
+
+
+def failure(reply: OutboundMessage | Ended) -> RequestError | None:
+    """The HTTP error a reply stands for, or None for a reply (an answer or a notice).
+
+    Chat platforms show these as one line of text; an API client gets a status its SDK
+    raises on: 503 no model or the gateway stopping, 502 the model failed, 504 it timed out,
+    500 a crash, 429 the session's queue is full.
+    """
+    if isinstance(reply, Ended):
+        if reply.why == "shutting_down":
+            return RequestError(503, "the gateway is shutting down; retry", "shutting_down")
+        return None
+    if reply.outcome == "failed":
+        if reply.error == "model not configured":
+            return RequestError(503, reply.text, "model_not_configured")
+        if "did not answer within" in reply.text:
+            return RequestError(504, reply.text, "model_timeout")
+        return RequestError(502, reply.text, "model_error")
+    if reply.outcome == "queue_full":
+        return RequestError(429, reply.text, "queue_full")
+    if reply.kind == "error":
+        status = 503 if reply.outcome == "store_unavailable" else 500
+        return RequestError(status, reply.text, reply.outcome or "internal_error")
+    return None
+
+
+def completion(reply: OutboundMessage | Ended, model: str, chat_id: str) -> dict[str, Any]:
+    if isinstance(reply, Ended):
+        text, kind, run_id, usage = "", reply.why, "", dict(NO_USAGE)
+    else:
+        text, kind, run_id, usage = reply.text, reply.kind, reply.run_id, usage_of(reply)
+    return {
+        "id": chat_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": usage,
+        "hermes": {"kind": kind, "run_id": run_id},
+    }
+
+
+def chunk(
+    chat_id: str, model: str, delta: dict[str, Any], finish: str | None = None
+) -> dict[str, Any]:
+    return {
+        "id": chat_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def error_body(exc: RequestError) -> dict[str, Any]:
+    kind = "invalid_request_error" if exc.status < 500 else "server_error"
+    return {"error": {"message": str(exc), "type": kind, "param": None, "code": exc.code}}
