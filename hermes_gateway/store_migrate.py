@@ -7,19 +7,18 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
+from hermes_gateway.migrations import HEAD
 from hermes_gateway.store_sqlite import sqlite_pragmas
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -46,13 +45,17 @@ class Revision:
 
 @functools.cache
 def head() -> str:
-    """The newest revision this release ships."""
+    """The newest revision this release ships, as Alembic reads the scripts."""
+    from alembic.script import ScriptDirectory
+
     found = ScriptDirectory.from_config(_config()).get_current_head()
     assert found is not None
     return found
 
 
 def _config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
@@ -61,6 +64,8 @@ def _config(connection: Connection | None = None) -> Config:
 
 def current(conn: Connection) -> Revision:
     """The revision of the database on ``conn``."""
+    from alembic.runtime.migration import MigrationContext
+
     found = MigrationContext.configure(conn).get_current_revision()
     unversioned = found is None and inspect(conn).has_table("inbox")
     return Revision(found, head(), unversioned)
@@ -72,6 +77,12 @@ def upgrade(conn: Connection) -> tuple[Revision, Revision]:
     see `_begin_immediate`); returns the revision before and after."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+    if _stamped(conn) == HEAD:  # the common case: no Alembic import at all
+        at_head = Revision(HEAD, HEAD)
+        return at_head, at_head
+    from alembic import command
+    from alembic.util import CommandError
+
     before = current(conn)
     if before.current == before.head:
         return before, before
@@ -83,6 +94,14 @@ def upgrade(conn: Connection) -> tuple[Revision, Revision]:
             f"know (its newest is {before.head}): run the release that upgraded it"
         ) from exc
     return before, current(conn)
+
+
+def _stamped(conn: Connection) -> str | None:
+    """The revision recorded in the database, read with plain SQL; None when there is none."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+    return str(row[0]) if row is not None else None
 
 
 async def run(

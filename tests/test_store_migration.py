@@ -256,3 +256,29 @@ async def test_an_in_memory_database_is_migrated_on_its_own_connection() -> None
         assert inbox_id is not None and len(await store.history("telegram:dm:555")) == 1
     finally:
         await store.close()
+
+
+def test_the_head_constant_is_alembics_head() -> None:
+    from hermes_gateway.migrations import HEAD
+
+    assert head() == HEAD  # a new revision must move HEAD too
+
+
+def test_opening_a_database_at_the_head_does_not_load_alembic(tmp_path: Path) -> None:
+    """Alembic costs 11 MB and startup time; a database already at the head needs neither."""
+    script = (
+        "import asyncio, sys\n"
+        "from hermes_gateway.store import Store\n"
+        "async def main(url):\n"
+        "    store = Store(url); await store.open(); await store.close()\n"
+        "asyncio.run(main(sys.argv[1]))\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    url = f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script, url], capture_output=True, text=True, timeout=60
+        )
+        for _ in range(2)
+    ]
+    assert [r.stdout.split()[-1] for r in runs] == ["True", "False"], [r.stderr for r in runs]
