@@ -15,6 +15,8 @@ from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
 from hermes_gateway.migrations import HEAD
+from hermes_gateway.models import Base
+from hermes_gateway.store_search import INDEX_DDL
 from hermes_gateway.store_sqlite import sqlite_pragmas
 
 if TYPE_CHECKING:
@@ -77,9 +79,13 @@ def upgrade(conn: Connection) -> tuple[Revision, Revision]:
     see `_begin_immediate`); returns the revision before and after."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
-    if _stamped(conn) == HEAD:  # the common case: no Alembic import at all
-        at_head = Revision(HEAD, HEAD)
+    stamped = _stamped(conn)
+    at_head = Revision(HEAD, HEAD)
+    if stamped == HEAD:  # the common case: no Alembic import at all
         return at_head, at_head
+    if stamped is None and not inspect(conn).get_table_names():
+        _create_at_head(conn)  # a new database: today's schema in one step, no Alembic
+        return Revision(None, HEAD), at_head
     from alembic import command
     from alembic.util import CommandError
 
@@ -94,6 +100,21 @@ def upgrade(conn: Connection) -> tuple[Revision, Revision]:
             f"know (its newest is {before.head}): run the release that upgraded it"
         ) from exc
     return before, current(conn)
+
+
+def _create_at_head(conn: Connection) -> None:
+    """The models' tables, the search index, and the head recorded as Alembic records it (a
+    test checks the result against a database the revisions built)."""
+    Base.metadata.create_all(conn)
+    for ddl in INDEX_DDL[conn.dialect.name]:
+        conn.exec_driver_sql(ddl)
+    conn.execute(
+        text(
+            "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+            "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+        )
+    )
+    conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": HEAD})
 
 
 def _stamped(conn: Connection) -> str | None:

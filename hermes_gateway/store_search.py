@@ -3,7 +3,8 @@
 SQLite: an FTS5 table over `messages` (external content), kept in sync by triggers, so the
 SQLite fast write path (`store_sqlite`) needs no change. PostgreSQL: a GIN index on each
 message's `tsvector` ('simple' configuration: no stemming, any language). Both are made by the
-migration `migrations/versions/r03_search.py`.
+migration `migrations/versions/r03_search.py` (which keeps its own frozen copy of this DDL),
+or at once for a new database (`INDEX_DDL`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,24 @@ class Hit:
 WORD = re.compile(r"\w+")
 _SEARCHABLE = "('user', 'assistant')"
 _PG_TSV = "to_tsvector('simple', coalesce(m.content, ''))"
+# the search index as the newest schema has it, for a database made in one step
+INDEX_DDL = {
+    "sqlite": [
+        "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', "
+        "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
+        "CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages "
+        f"WHEN new.role IN {_SEARCHABLE} AND new.content IS NOT NULL BEGIN "
+        "INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
+        "CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages "
+        f"WHEN old.role IN {_SEARCHABLE} AND old.content IS NOT NULL BEGIN "
+        "INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, "
+        "old.content); END",
+    ],
+    "postgresql": [
+        "CREATE INDEX ix_messages_fts ON messages "
+        "USING gin (to_tsvector('simple', coalesce(content, '')))"
+    ],
+}
 
 
 def search_statement(sqlite: bool, words: list[str], mode: str) -> tuple[Any, dict[str, Any]]:
