@@ -35,6 +35,14 @@ LIFECYCLE_EVENTS: tuple[str, ...] = (
     "gateway_startup",
     "gateway_shutdown",
 )
+_KNOWN = frozenset(LIFECYCLE_EVENTS)
+
+
+def _check_name(name: str) -> None:
+    # a misspelt name would otherwise reach no subscriber and vanish without a trace; it is
+    # a programming error, so it raises on every path (tests exercise each emit site)
+    if name not in _KNOWN:
+        raise ValueError(f"unknown lifecycle event: {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +145,7 @@ class EventBus:
     ) -> None:
         """Call ``handler(event)`` for each of ``events`` (all of them when None)."""
         wanted = frozenset(events) if events is not None else frozenset(LIFECYCLE_EVENTS)
-        unknown = wanted - set(LIFECYCLE_EVENTS)
+        unknown = wanted - _KNOWN
         if unknown:
             raise ValueError(f"unknown lifecycle events: {sorted(unknown)}")
         sub = _Subscription(
@@ -155,14 +163,22 @@ class EventBus:
         return bool(self._by_event.get(name))
 
     def publish(self, ev: LifecycleEvent) -> None:
-        """Hand ``ev`` to every interested subscriber; returns at once (loop thread only)."""
+        """Hand ``ev`` to every interested subscriber; returns at once (loop thread only).
+
+        Raises ValueError for a name not in `LIFECYCLE_EVENTS`, even after close.
+        """
+        _check_name(ev.name)
         if self.closed:
             return
         for sub in self._by_event.get(ev.name, ()):
             sub.offer(ev)
 
     def emit(self, name: str, message: MessageEvent | None = None, **data: Any) -> None:
-        """Shorthand for `publish`; skips building the event when nobody listens."""
+        """Shorthand for `publish`; skips building the event when nobody listens.
+
+        The name is checked first, so a misspelt one raises even when nobody listens.
+        """
+        _check_name(name)
         if not self._by_event.get(name):
             return
         run_id = str(data.pop("run_id", ""))

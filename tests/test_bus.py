@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import threading
 import time
@@ -206,6 +207,35 @@ class TestDelivery:
         with pytest.raises(ValueError, match=r"unknown lifecycle events: \['bogus'\]"):
             bus.subscribe(sub, ["message_received", "bogus"])
         assert not bus.has_subscribers("message_received")
+
+    async def test_unknown_event_name_rejected_at_emit(self, bus: EventBus) -> None:
+        got: list[str] = []
+
+        async def sub(ev: LifecycleEvent) -> None:
+            got.append(ev.name)
+
+        # no subscriber at all: the typo must still fail, not vanish on the fast path
+        with pytest.raises(ValueError, match=r"unknown lifecycle event: 'message_recieved'"):
+            bus.emit("message_recieved")
+        bus.subscribe(sub)
+        with pytest.raises(ValueError, match="unknown lifecycle event"):
+            bus.emit("response_send", run_id="r1")
+        with pytest.raises(ValueError, match="unknown lifecycle event"):
+            bus.publish(LifecycleEvent("Error"))
+        await bus.aclose(timeout=2)
+        assert got == []
+        with pytest.raises(ValueError, match="unknown lifecycle event"):
+            bus.emit("bogus")  # closed or not, a typo is a programming error
+
+    def test_every_emit_in_the_product_names_a_lifecycle_event(self) -> None:
+        root = Path(__file__).resolve().parent.parent
+        pattern = re.compile(r"""\.emit\(\s*["']([^"']+)["']""")
+        names: set[str] = set()
+        for package in ("hermes_gateway", "adapters", "agent_core", "tools"):
+            for source in (root / package).rglob("*.py"):
+                names.update(pattern.findall(source.read_text()))
+        assert names, "the scan found no emit call: the pattern is stale"
+        assert names <= set(LIFECYCLE_EVENTS), sorted(names - set(LIFECYCLE_EVENTS))
 
     async def test_aclose_drains_queued_events(self, bus: EventBus) -> None:
         got: list[int] = []
