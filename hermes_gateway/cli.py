@@ -230,7 +230,11 @@ def run_logs(args: argparse.Namespace, config: Config) -> int:
                 tail.show(tail.follow(path), flt, sys.stdout, as_json=args.json, color=color)
         elif tail.journal_available():
             lines = tail.journal_lines(args.follow, args.since)
-            tail.show(lines, flt, sys.stdout, as_json=args.json, color=color)
+            if not tail.show(lines, flt, sys.stdout, as_json=args.json, color=color):
+                print(
+                    f"hermes: no log file at {path}, and no matching journal lines", file=sys.stderr
+                )
+                return EXIT_FAILURE
         else:
             print(f"hermes: no log file at {path} and no journald", file=sys.stderr)
             return EXIT_FAILURE

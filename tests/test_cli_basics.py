@@ -35,3 +35,15 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 0, err
         assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_logs_with_nothing_to_show_say_so(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hermes_gateway", "gateway", "logs"],
+        env={**os.environ, "HERMES_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert f"no log file at {tmp_path / 'logs' / 'gateway.log'}" in proc.stderr
