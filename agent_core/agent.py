@@ -225,7 +225,8 @@ class _Turn:
         if not self.agent.llm.configured:
             # nothing was asked: the prompt must not wait in the history for a model to come
             self.new = []
-            return self._finish("failed", NOT_CONFIGURED, error="model not configured")
+            hint = self.agent.llm.settings.setup_hint or NOT_CONFIGURED
+            return self._finish("failed", hint, error="model not configured")
         self.history = history if isinstance(history, History) else History(history)
         prefix = [self.agent.system_json, *self.history.encoded]
         tool_specs = self.agent.tools.specs() or None

@@ -48,6 +48,8 @@ class LLMSettings:
     temperature: float | None = None
     # masks secrets in provider error text before the user sees it
     redact: Callable[[str], str] | None = None
+    # what a user is told while no model is configured (the host names its config file)
+    setup_hint: str = ""
 
 
 class LLMClient:

@@ -24,9 +24,9 @@ log = structlog.get_logger("hermes.gateway")
 class AgentFactory:
     """One per gateway; `make` is the agent cache's constructor."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, config_path: str | None = None) -> None:
         self.config = config
-        self.llm = LLMClient(_llm_settings(config))
+        self.llm = LLMClient(_llm_settings(config, config_path))
         self.vision_llm = _vision_llm(config, self.llm)
         self.tool_settings = _tool_settings(config)
         self.executor = ToolExecutor(config.tools.parallel_workers)
@@ -72,8 +72,14 @@ class AgentFactory:
             self.vision_llm.close()
 
 
-def _llm_settings(config: Config) -> LLMSettings:
+def _llm_settings(config: Config, config_path: str | None = None) -> LLMSettings:
     m = config.model
+    where = config_path or str(config.home_path / "config.yaml")
+    hint = (
+        f"No model is configured. Set model.api_key in {where} (or OPENAI_API_KEY in the "
+        f"environment or {config.home_path / 'gateway.env'}), or point model.base_url at a local "
+        "OpenAI-compatible server; `hermes config check` validates it."
+    )
     return LLMSettings(
         base_url=m.base_url,
         api_key=m.api_key,
@@ -83,6 +89,7 @@ def _llm_settings(config: Config) -> LLMSettings:
         stream=m.stream,
         temperature=m.temperature,
         redact=Redactor(config.secrets()),
+        setup_hint=hint,
     )
 
 

@@ -72,7 +72,7 @@ class Gateway:
         self.pairing = PairingBook(self.store)
         self._access: dict[str, AccessPolicy] = {}
         self.pool = AgentPool(config.runner.workers)
-        self.agent_factory = AgentFactory(config)
+        self.agent_factory = AgentFactory(config, config_path)
         self.llm = self.agent_factory.llm
         self.agents = AgentCache(
             self.agent_factory.make,

@@ -106,6 +106,7 @@ def test_with_no_model_startup_and_readyz_say_what_to_set(tmp_path: Path) -> Non
     assert ready.status_code == 503
     assert any("model: not configured" in r for r in ready.json()["reasons"])
     assert reply.status_code == 503 and "No model is configured" in answer
+    assert str(gw.config_path) in answer  # the file to edit, by name
     started = next(e for e in events if e["event"] == "gateway.ready")
     assert started["home"] == str(tmp_path / "home") and started["config"] == str(gw.config_path)
     assert any(e["event"] == "model.not_configured" for e in events)
