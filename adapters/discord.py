@@ -286,17 +286,17 @@ class DiscordAdapter:
             return
         if looks_content_less(message):
             self._warn_content_less()
-        policy = self.host.access_for(self.name)
-        admission = await policy.admit(
-            inbound.event,
-            from_self=inbound.from_self,
-            from_bot=inbound.from_bot,
-            allow_bots=self.config.allow_bots,
-        )
-        if admission.allowed:
-            await self.host.submit(inbound.event)
-        elif admission.reply:
-            await self.outbox.post(message.channel.id, admission.reply)
+        key = inbound.event.message_id
+        self.outbox.hold(key)  # a refusal is posted to the channel, as no reply
+
+        async def admitted(event: MessageEvent) -> MessageEvent:
+            self.outbox.release(key)
+            return event
+
+        try:
+            await self.host.submit(inbound.event, sender=inbound.sender, admitted=admitted)
+        finally:
+            self.outbox.release(key)
 
     def _warn_content_less(self) -> None:
         if not self._warned_content:
@@ -318,14 +318,18 @@ class DiscordAdapter:
         event = command_event(interaction, name, args, per_user)
         if event is None:
             return
-        admission = await self.host.access_for(self.name).admit(event)
-        if not admission.allowed:
-            if admission.reply:
-                await interaction.response.send_message(admission.reply, ephemeral=True)
-            return
-        if await self.outbox.defer(interaction, event.session_key):
-            event = replace(event, reply_context=reply_context(interaction))  # for a replay
-        outcome = await self.host.submit(event)
+
+        async def admitted(event: MessageEvent) -> MessageEvent:
+            self.outbox.release(event.message_id)
+            if await self.outbox.defer(interaction, event.session_key):
+                return replace(event, reply_context=reply_context(interaction))  # for a replay
+            return event
+
+        self.outbox.hold(event.message_id, interaction)  # a refusal answers it privately
+        try:
+            outcome = await self.host.submit(event, admitted=admitted)
+        finally:
+            self.outbox.release(event.message_id)
         if outcome == "closed":
             text = "The gateway is restarting; please try again in a moment."
             await self.send(OutboundMessage.to(event, text, "notice"))

@@ -11,7 +11,7 @@ import discord
 import structlog
 
 from hermes_gateway.commands import parse_command
-from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
 
 log = structlog.get_logger("hermes.adapters.discord")
 PLATFORM = "discord"
@@ -28,6 +28,10 @@ class Inbound:
     event: MessageEvent
     from_self: bool
     from_bot: bool
+
+    @property
+    def sender(self) -> Sender:
+        return "self" if self.from_self else "bot" if self.from_bot else "user"
 
 
 def message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbound | None:

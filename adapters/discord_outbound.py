@@ -109,6 +109,9 @@ class DiscordOutbox:
         self._answered: OrderedDict[str, int] = OrderedDict()
         self._previews: OrderedDict[str, Preview] = OrderedDict()
         self._orphans: dict[str, int] = {}  # previews a crash left, by the message they answer
+        # messages being admitted: a refusal answers a message plainly in its channel and a
+        # slash command privately (its interaction), as neither was acknowledged yet
+        self._held: dict[str, discord.Interaction[Any] | None] = {}
 
     # -- single calls -------------------------------------------------------------------------
 
@@ -159,6 +162,27 @@ class DiscordOutbox:
         if message_id in self._answered:
             return self._answered[message_id]
         return int(message_id) if message_id.isdigit() else None
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def hold(self, message_id: str, interaction: discord.Interaction[Any] | None = None) -> None:
+        self._held[message_id] = interaction
+
+    def release(self, message_id: str) -> None:
+        self._held.pop(message_id, None)
+
+    async def _refuse(self, out: OutboundMessage, channel_id: int) -> bool:
+        """Send the access rules' answer to a held message; False when ``out`` is not one."""
+        if out.kind != "notice" or not out.answers or out.answers[0] not in self._held:
+            return False
+        interaction = self._held.pop(out.answers[0])
+        if interaction is None:
+            await self.post(channel_id, out.text)
+        else:
+            await guarded(
+                lambda: interaction.response.send_message(out.text, ephemeral=True), "refuse"
+            )
+        return True
 
     # -- slash commands -----------------------------------------------------------------------
 
@@ -250,6 +274,8 @@ class DiscordOutbox:
     async def send(self, out: OutboundMessage) -> None:
         parts = split_rendered_discord(out.text, LIMIT) or ["…"]
         channel_id = snowflake(out.thread_id or out.chat_id, "channel")
+        if await self._refuse(out, channel_id):
+            return
         previews = [p for m in out.answers if (p := self._previews.pop(m, None)) is not None]
         orphans = [o for m in out.answers if (o := self._orphans.pop(m, None)) is not None]
         deferred = self._take_deferred(out)

@@ -237,15 +237,8 @@ class SlackAdapter:
             return True
         if not event.mentioned and await self._follows_thread(event):
             event = replace(event, mentioned=True)
-        admission = await self.host.access_for("slack").admit(
-            event, from_self=inbound.from_self, from_bot=inbound.from_bot
-        )
-        if admission.reply:
-            await self._send_quietly(OutboundMessage.to(event, admission.reply, "notice"))
-        if not admission.allowed:
-            log.debug("slack.not_admitted", verdict=admission.verdict, channel=event.chat_id)
-            return True
-        outcome = await self.host.submit(event, durable=self.config.mode == "socket")
+        durable = self.config.mode == "socket"
+        outcome = await self.host.submit(event, durable=durable, sender=inbound.sender)
         if outcome == "unavailable":
             self._seen.discard((event.chat_id, event.message_id))  # its redelivery is new
             return False

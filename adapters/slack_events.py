@@ -9,7 +9,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
 
 # plain messages, messages with files, thread replies also sent to the channel; every other
 # subtype (message_changed, message_deleted, channel_join, bot_message, ...) is ignored
@@ -34,6 +34,10 @@ class Inbound:
     event: MessageEvent
     from_self: bool
     from_bot: bool
+
+    @property
+    def sender(self) -> Sender:
+        return "self" if self.from_self else "bot" if self.from_bot else "user"
 
 
 def normalize(raw: Any, me: BotIdentity, *, per_user: bool = True) -> Inbound | None:

@@ -347,18 +347,7 @@ class TelegramAdapter:
         if inbound is None:
             return True
         event = inbound.event
-        admission = await self.host.access_for(self.name).admit(
-            event, from_self=inbound.from_self, from_bot=inbound.from_bot
-        )
-        if admission.reply:
-            try:
-                await self.send(OutboundMessage.to(event, admission.reply, "notice"))
-            except AdapterError as exc:
-                log.warning("telegram.access_reply_failed", error=str(exc))
-        if not admission.allowed:
-            log.debug("telegram.not_admitted", verdict=admission.verdict, user_id=event.user_id)
-            return True
-        outcome = await self.host.submit(event, durable=True)
+        outcome = await self.host.submit(event, durable=True, sender=inbound.sender)
         log.debug("telegram.submitted", outcome=outcome, message_id=event.message_id)
         return outcome != "unavailable"
 

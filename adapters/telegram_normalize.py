@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 from telegram import Message, MessageEntity, Update
 
-from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
 
 log = structlog.get_logger("hermes.adapters.telegram")
 
@@ -34,6 +34,10 @@ class Inbound:
     event: MessageEvent
     from_self: bool
     from_bot: bool
+
+    @property
+    def sender(self) -> Sender:
+        return "self" if self.from_self else "bot" if self.from_bot else "user"
 
 
 def update_kind(update: Update) -> str:

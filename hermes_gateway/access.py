@@ -1,4 +1,4 @@
-"""Who may talk to the agent on a platform: shared by every adapter.
+"""Who may talk to the agent on a platform, checked by the core on every message's intake.
 
 Default deny. The bot's own messages (and other bots', unless allowed) are always ignored;
 in groups the bot answers only when addressed (`require_mention`); unknown users get silence
@@ -7,15 +7,20 @@ in groups the bot answers only when addressed (`require_mention`); unknown users
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 
 from hermes_gateway.config_schema import _PlatformBase
-from hermes_gateway.errors import StoreError
-from hermes_gateway.events import MessageEvent
+from hermes_gateway.errors import AdapterError, StoreError
+from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
 from hermes_gateway.pairing import PairingBook
+
+if TYPE_CHECKING:
+    from hermes_gateway.live_config import LiveConfig
+    from hermes_gateway.platform import Adapter
 
 log = structlog.get_logger("hermes.access")
 
@@ -99,3 +104,74 @@ class AccessPolicy:
             chat_type=event.chat_type,
         )
         return Admission("unauthorized")
+
+
+class Gatekeeper:
+    """Admission on the one path every message takes (`Gateway.submit`), so an adapter cannot
+    let a stranger in by forgetting a check. A platform whose section has no access rules (the
+    local API: its routes require the control token) is not checked here; a platform without
+    any section gets the defaults, which deny everyone."""
+
+    def __init__(
+        self, live: LiveConfig, pairing: PairingBook, adapters: Mapping[str, Adapter]
+    ) -> None:
+        self._live = live
+        self._book = pairing
+        self._adapters = adapters
+        self._policies: dict[str, AccessPolicy] = {}
+
+    def _section(self, platform: str) -> _PlatformBase | None:
+        section = getattr(self._live.now.platforms, platform, None)
+        if section is None:
+            return _PlatformBase()
+        return section if isinstance(section, _PlatformBase) else None
+
+    def policy(self, platform: str) -> AccessPolicy | None:
+        policy = self._policies.get(platform)
+        if policy is None:
+            section = self._section(platform)
+            if section is None:
+                return None
+            policy = self._policies[platform] = AccessPolicy(platform, section, self._book)
+        return policy
+
+    def reconfigure(self) -> None:
+        """SIGHUP: every policy takes its section's new rules."""
+        for name, policy in self._policies.items():
+            section = self._section(name)
+            if section is not None:
+                policy.reconfigure(section)
+
+    async def admit(self, event: MessageEvent, sender: Sender) -> bool:
+        """Whether ``event`` may go on; when not, its sender gets the reply the rules give
+        (a pairing code, a "try later"), sent by its adapter as a notice."""
+        policy = self.policy(event.platform)
+        if policy is None:
+            return True
+        admission = await policy.admit(
+            event,
+            from_self=sender == "self",
+            from_bot=sender == "bot",
+            allow_bots=bool(getattr(policy.config, "allow_bots", False)),
+        )
+        if admission.reply:
+            await self._tell(event, admission.reply)
+        if not admission.allowed:
+            log.debug(
+                "access.refused",
+                platform=event.platform,
+                verdict=admission.verdict,
+                user_id=event.user_id,
+            )
+        return admission.allowed
+
+    async def _tell(self, event: MessageEvent, text: str) -> None:
+        adapter = self._adapters.get(event.platform)
+        if adapter is None:
+            return
+        try:  # a reply that cannot go out changes nothing: the message stays refused
+            await adapter.send(OutboundMessage.to(event, text, "notice"))
+        except AdapterError as exc:
+            log.warning("access.reply_failed", platform=event.platform, error=str(exc))
+        except Exception:
+            log.exception("access.reply_failed", platform=event.platform)

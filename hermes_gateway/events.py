@@ -10,6 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 ChatType = Literal["dm", "group", "channel", "thread"]
+# who wrote an inbound message, as its adapter saw it: the bot's own messages and other bots'
+# are refused by admission (other bots are let in only where a platform allows them)
+Sender = Literal["user", "self", "bot"]
 CHAT_TYPES: tuple[str, ...] = ("dm", "group", "channel", "thread")
 
 

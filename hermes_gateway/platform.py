@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from aiohttp import web
 
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
 
 if TYPE_CHECKING:
-    from hermes_gateway.access import AccessPolicy
     from hermes_gateway.bus import EventBus
     from hermes_gateway.config import Config
     from hermes_gateway.metrics import Metrics
@@ -26,9 +25,17 @@ ADAPTERS: dict[str, str] = {
     "slack": "adapters.slack:SlackAdapter",
 }
 
-# "unavailable": the store cannot write, so a durable submit did not take the message; its
-# platform must keep it (no offset, ack or 200) and offer it again once `writable()` returns
-SubmitOutcome = Literal["accepted", "duplicate", "empty", "too_long", "closed", "unavailable"]
+# "refused": admission said no (a stranger, a bot, a group message not addressed to the bot);
+# any reply the access rules give was already sent. "unavailable": the store cannot write, so
+# a durable submit did not take the message; its platform must keep it (no offset, ack or 200)
+# and offer it again once `writable()` returns
+SubmitOutcome = Literal[
+    "accepted", "refused", "duplicate", "empty", "too_long", "closed", "unavailable"
+]
+
+
+# an adapter's last step before a message it submitted is taken (see `AdapterHost.submit`)
+Admitted = Callable[[MessageEvent], Awaitable[MessageEvent]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +65,21 @@ class AdapterHost(Protocol):
         log level), so an adapter keeps no section of it."""
         ...
 
-    async def submit(self, event: MessageEvent, *, durable: bool = False) -> SubmitOutcome:
-        """Hand over a normalized inbound message (persisted before this returns). When the
-        store cannot write: ``durable`` (a platform that redelivers what it was not told is
-        taken) answers "unavailable"; otherwise the message is answered unpersisted."""
+    async def submit(
+        self,
+        event: MessageEvent,
+        *,
+        durable: bool = False,
+        sender: Sender = "user",
+        admitted: Admitted | None = None,
+    ) -> SubmitOutcome:
+        """Hand over a normalized inbound message (persisted before this returns). The core
+        admits it first (allow lists, pairing, mention gating; ``sender`` says whether the
+        bot itself or another bot wrote it), so an adapter never checks access itself;
+        ``admitted`` runs once it is let in, before it is taken (a slash command is
+        acknowledged there), and returns the event to take. When the store cannot write:
+        ``durable`` (a platform that redelivers what it was not told is taken) answers
+        "unavailable"; otherwise the message is answered unpersisted."""
         ...
 
     async def writable(self) -> None:
@@ -78,10 +96,6 @@ class AdapterHost(Protocol):
     ) -> None:
         """Mount an HTTP handler on the control server (webhooks, the local API); ``public``
         routes skip the control token because they authenticate themselves."""
-        ...
-
-    def access_for(self, platform: str) -> AccessPolicy:
-        """The shared access rules (allowlist, mention gating, pairing) for a platform."""
         ...
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:

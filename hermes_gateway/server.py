@@ -17,7 +17,7 @@ import structlog
 from aiohttp import web
 
 from hermes_gateway import __version__
-from hermes_gateway.access import AccessPolicy
+from hermes_gateway.access import AccessPolicy, Gatekeeper
 from hermes_gateway.admin import AdminRoutes
 from hermes_gateway.agent_factory import AgentFactory, confine_tools
 from hermes_gateway.agents import AgentCache
@@ -27,7 +27,7 @@ from hermes_gateway.config import Config, config_path, systemd_notify_socket
 from hermes_gateway.control import ControlServer, Handler
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import ConfigError, StoreError
-from hermes_gateway.events import MessageEvent, OutboundMessage, encodable
+from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.hooks import collect_hooks, install_hooks
 from hermes_gateway.housekeeping import Housekeeper
 from hermes_gateway.live_config import LiveConfig
@@ -35,6 +35,7 @@ from hermes_gateway.metrics import Metrics
 from hermes_gateway.pairing import PairingBook
 from hermes_gateway.platform import (
     Adapter,
+    Admitted,
     StreamSink,
     SubmitOutcome,
     adapter_class,
@@ -70,7 +71,6 @@ class Gateway:
         self.bus = EventBus(timeout=config.hook_timeout_s)
         self.store = Store(config.store_url)
         self.pairing = PairingBook(self.store)
-        self._access: dict[str, AccessPolicy] = {}
         self.pool = AgentPool(config.runner.workers)
         self.agent_factory = AgentFactory(config, config_path)
         self.llm = self.agent_factory.llm
@@ -81,6 +81,7 @@ class Gateway:
             idle_ttl_s=config.runner.agent_idle_ttl_s,
         )
         self.adapters: dict[str, Adapter] = {}
+        self.gate = Gatekeeper(self.live, self.pairing, self.adapters)
         self.delivery = Delivery(self.adapters, self.store, self.bus, self.metrics)
         self.runner = GatewayRunner(
             config.runner,  # a restart's to change, like every section but access and log level
@@ -137,9 +138,20 @@ class Gateway:
     def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
         self.control.add_route(method, path, handler, public=public)
 
-    async def submit(self, event: MessageEvent, *, durable: bool = False) -> SubmitOutcome:
-        """Intake: validate, persist to the inbox (dedupe), announce, route. ``durable``: take
-        it only once its inbox row is written (see `AdapterHost.submit`)."""
+    async def submit(
+        self,
+        event: MessageEvent,
+        *,
+        durable: bool = False,
+        sender: Sender = "user",
+        admitted: Admitted | None = None,
+    ) -> SubmitOutcome:
+        """Intake: admit, validate, persist to the inbox (dedupe), announce, route. ``durable``:
+        take it only once its inbox row is written (see `AdapterHost.submit`)."""
+        if not await self.gate.admit(event, sender):  # default deny, whatever the adapter did
+            return "refused"
+        if admitted is not None:
+            event = await admitted(event)
         if self.closing:
             return "closed"
         if durable and not self.store.circuit.writable:
@@ -181,12 +193,9 @@ class Gateway:
     async def writable(self) -> None:
         await self.store.circuit.wait_writable()
 
-    def access_for(self, platform: str) -> AccessPolicy:
-        policy = self._access.get(platform)
-        if policy is None:
-            section = self.live.platform(platform)
-            policy = self._access[platform] = AccessPolicy(platform, section, self.pairing)
-        return policy
+    def access_for(self, platform: str) -> AccessPolicy | None:
+        """A platform's access rules; None where the core checks none (the local API)."""
+        return self.gate.policy(platform)
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         ctx = self.agents.peek(session_key)
@@ -235,8 +244,7 @@ class Gateway:
         """SIGHUP: take new access rules and log level from the config file; sessions, runs
         and connections are untouched (other keys need a restart)."""
         if await self.live.reload(self.config_path):
-            for name, policy in self._access.items():  # the one part that derives state
-                policy.reconfigure(self.live.platform(name))
+            self.gate.reconfigure()  # the one part that derives state
 
     async def _listen(self) -> None:
         """Open the control port; an address we cannot listen on is the operator's to fix, so
