@@ -121,9 +121,10 @@ class Gatekeeper:
         self._policies: dict[str, AccessPolicy] = {}
 
     def _section(self, platform: str) -> _PlatformBase | None:
-        section = getattr(self._live.now.platforms, platform, None)
-        if section is None:
+        platforms = self._live.now.platforms
+        if platform not in type(platforms).model_fields:  # a name, not any attribute
             return _PlatformBase()
+        section = getattr(platforms, platform)
         return section if isinstance(section, _PlatformBase) else None
 
     def policy(self, platform: str) -> AccessPolicy | None:

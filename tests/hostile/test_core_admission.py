@@ -103,7 +103,9 @@ async def test_the_bots_own_message_and_a_platform_without_rules_are_refused(
         assert await gw.submit(event, sender="bot") == "refused"
         unknown = plugged(gw, "toy")  # no config section: the default rules deny everyone
         assert await unknown.receive("5", "hello", "2") == "refused"
-    assert toy.sent == [] and unknown.sent == []
+        odd = plugged(gw, "enabled")  # a name that is a method of the platforms config
+        assert await odd.receive("5", "hello", "3") == "refused"
+    assert toy.sent == [] and unknown.sent == [] and odd.sent == []
 
 
 async def test_discord_refusals_keep_their_shape_through_the_core(
