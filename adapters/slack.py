@@ -293,12 +293,6 @@ class SlackAdapter:
         parts = split_rendered_slack(message.text, self.config.message_limit)
         await send_parts(message, parts, one)
 
-    async def _send_quietly(self, message: OutboundMessage) -> None:
-        try:
-            await self.send(message)
-        except AdapterError as exc:
-            log.warning("slack.notice_failed", error=str(exc), channel=message.chat_id)
-
     async def download(self, attachment: Attachment) -> Path:
         """Fetch a file (``url_private``, with the bot token) into ``<home>/media``, never at
         intake; a foreign host or a file over `media_max_bytes` raises `PermanentAdapterError`."""
