@@ -155,10 +155,7 @@ class GatewayRunner:
             if result is not None:
                 # also after a /stop that raced with the answer: it was ready, so it goes out
                 status, error = result.status, result.error
-                if unused := run.steered[result.steered :]:  # the loop did not take them
-                    self._table.push_front(run.key, [Pending(p.event, p.inbox_id) for p in unused])
-                if run.state in (RunState.RUNNING, RunState.INTERRUPTING):
-                    run.move(RunState.SETTLING)
+                self._begin_settling(run, result)
                 await self.settler.settle(run, ctx, result)
             else:
                 status = "abandoned"
@@ -210,6 +207,14 @@ class GatewayRunner:
         if not run.future.done() or run.state is RunState.ABANDONED:
             return None  # abandoned: the thread's late result is discarded
         return run.future.result()
+
+    def _begin_settling(self, run: Run, result: RunResult) -> None:
+        """Steered messages the loop did not take wait again, first in line. A stopped or
+        shutting-down run keeps its state: that is what tells the settle step what to skip."""
+        if unused := run.steered[result.steered :]:
+            self._table.push_front(run.key, [Pending(p.event, p.inbox_id) for p in unused])
+        if run.state in (RunState.RUNNING, RunState.INTERRUPTING):
+            run.move(RunState.SETTLING)
 
     def _tool_event(self, run: Run, kind: str, data: dict[str, Any]) -> None:
         if not run.stopped:
