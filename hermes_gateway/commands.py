@@ -6,7 +6,6 @@ They bypass the session guard: a command is answered at once, whatever the agent
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -125,11 +124,11 @@ class Commands:
         await self.delivery.send(out, inbox_ids, outcome="command", event=event)
 
     async def _stop(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
-        run, dropped = self.runner.stop(event.session_key)
-        if run is None:
+        outcome = self.runner.stop(event.session_key)
+        if outcome is None:
             await self._answer(event, [inbox_id], "Nothing is running.")
             return
-        stopped = run.items + run.carried + run.steered
+        stopped, dropped = outcome.answering, outcome.dropped
         text = "Stopped."
         if dropped:
             text += f" Dropped {len(dropped)} waiting message(s)."
@@ -142,9 +141,9 @@ class Commands:
         await self._mark_dropped(dropped)
 
     async def _new(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
-        run, dropped = self.runner.stop(event.session_key)
-        if run is not None and run.persist_task is not None:
-            await run.persist_task  # the stopped turn belongs to the old session
+        outcome = self.runner.stop(event.session_key)
+        if outcome is not None:
+            await outcome.recorded()  # the stopped turn belongs to the old session
         try:
             await self.store.reset_session(event.session_key)
         except StoreError as exc:
@@ -158,7 +157,7 @@ class Commands:
             return
         self.agents.evict(event.session_key)
         self.bus.emit("session_reset", event)
-        stopped = (run.items + run.carried + run.steered) if run else []
+        stopped, dropped = (outcome.answering, outcome.dropped) if outcome else ([], [])
         await self._answer(
             event,
             [inbox_id, *(p.inbox_id for p in stopped)],
@@ -185,15 +184,13 @@ class Commands:
 
     async def _status(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
         key = event.session_key
-        run = self.runner.table.active(key)
+        view = self.runner.describe(key)
         ctx = self.agents.peek(key)
-        state = "idle"
-        if run is not None:
-            state = f"working for {time.monotonic() - run.started:.0f}s"
+        state = "idle" if view.state is None else f"working for {view.seconds:.0f}s"
         pool = self.pool.snapshot()
         lines = [
             f"Session: {key}",
-            f"State: {state}; {self.runner.table.pending_count(key)} message(s) waiting",
+            f"State: {state}; {view.pending} message(s) waiting",
             f"History: {await self._history_size(key, ctx)} message(s)",
             f"Model: {self.config.model.name}",
             f"Busy policy: {self.config.runner.busy_policy}",
@@ -247,7 +244,7 @@ class Commands:
         """Summarize the older turns now. No guard is taken: if a run changes the history
         meanwhile, the summary is dropped (and said so) rather than overwrite that turn."""
         key = event.session_key
-        if self.runner.table.active(key) is not None:
+        if self.runner.busy(key):
             await self._answer(event, [inbox_id], "I'm working; send /compact when I've answered.")
             return
         ctx = await self.agents.acquire(key)

@@ -220,10 +220,7 @@ class Replayer:
             # the run answering them streams into (or replies in) the killed run's preview
             self._adopt(items[-1].event, [previews.get(p.inbox_id or 0) for p in items])
             self._resume([p.event for p in items])
-            if self.runner.table.active(key) is None:
-                self.runner.start(items)
-            else:
-                self.runner.table.push_front(key, items)
+            self.runner.resume(items)
         await asyncio.gather(*(self._not_done(*c) for c in commands))
 
     async def _not_done(self, inbox_id: int, ev: MessageEvent, command: str) -> None:

@@ -20,22 +20,25 @@ from hermes_gateway.bus import EventBus
 from hermes_gateway.config import RunnerConfig
 from hermes_gateway.delivery import Delivery
 from hermes_gateway.errors import StoreError
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platform import StreamSink
 from hermes_gateway.pool import AgentPool
 from hermes_gateway.run import (
     CRASHED,
-    EMPTY_ANSWER,
     QUEUE_FULL,
     STORE_DOWN,
     SUPERSEDED,
     Run,
+    RunState,
+    SessionView,
+    Stopped,
     inbox_ids,
     merge_text,
     with_text,
 )
 from hermes_gateway.sessions import Pending, SessionTable
+from hermes_gateway.settle import Settler
 from hermes_gateway.store import Store
 
 log = structlog.get_logger("hermes.runner")
@@ -61,9 +64,9 @@ class GatewayRunner:
         self.bus = bus
         self.pool = pool
         self.agents = agents
-        self.delivery = delivery
         self.metrics = metrics
-        self.table: SessionTable[Run] = SessionTable()
+        self.settler = Settler(store, delivery, metrics)
+        self._table: SessionTable[Run] = SessionTable()
         self._stream_for = stream_for or (lambda event: None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
@@ -73,7 +76,7 @@ class GatewayRunner:
     async def dispatch(self, event: MessageEvent, inbox_id: int | None) -> None:
         """Start a run for ``event`` or apply the busy policy; returns without waiting."""
         item = Pending(event, inbox_id)
-        run = self.table.active(event.session_key)
+        run = self._table.active(event.session_key)
         if run is None:
             self.start([item])
             return
@@ -84,13 +87,15 @@ class GatewayRunner:
             self.bus.emit("message_pending", event, run_id=run.run_id, policy=policy)
             return
         if policy == "latest":
-            for old in self.table.replace_pending(event.session_key, item):
-                await self._tell_dropped(old, SUPERSEDED, "superseded")
-        elif self.table.pending_count(event.session_key) >= self.config.queue_max:
-            await self._tell_dropped(item, QUEUE_FULL.format(n=self.config.queue_max), "queue_full")
+            for old in self._table.replace_pending(event.session_key, item):
+                await self.settler.tell_dropped(old, SUPERSEDED, "superseded")
+        elif self._table.pending_count(event.session_key) >= self.config.queue_max:
+            await self.settler.tell_dropped(
+                item, QUEUE_FULL.format(n=self.config.queue_max), "queue_full"
+            )
             return
         else:
-            self.table.push(event.session_key, item)
+            self._table.push(event.session_key, item)
         self.bus.emit("message_pending", event, run_id=run.run_id, policy=policy)
         if policy == "interrupt":
             self.interrupt(run, grace=self.config.stop_grace_s)
@@ -98,14 +103,14 @@ class GatewayRunner:
     def enqueue(self, event: MessageEvent, inbox_id: int | None, text: str) -> int:
         """`/queue`: a separate turn after whatever is pending; returns the queue position."""
         item = Pending(with_text(event, text), inbox_id, separate=True)
-        if self.table.active(event.session_key) is None:
+        if self._table.active(event.session_key) is None:
             self.start([item])
             return 0
-        return self.table.push(event.session_key, item)
+        return self._table.push(event.session_key, item)
 
     def steer(self, event: MessageEvent, inbox_id: int | None, text: str) -> bool:
         """`/steer`: inject into the running loop; False when nothing runs (caller starts one)."""
-        run = self.table.active(event.session_key)
+        run = self._table.active(event.session_key)
         if run is None:
             self.start([Pending(with_text(event, text), inbox_id)])
             return False
@@ -117,7 +122,7 @@ class GatewayRunner:
 
     def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
         run = Run(items[0].event.session_key, items, carried or [])
-        if not self.table.acquire(run.key, run):
+        if not self._table.acquire(run.key, run):
             raise RuntimeError(f"session {run.key} already has an active run")
         self._spawn(run)
         return run
@@ -141,7 +146,7 @@ class GatewayRunner:
             except StoreError as exc:  # its history cannot load: say so, not "crashed"
                 log.error("run.history_unavailable", error=str(exc))
                 status = "store_unavailable"
-                await self._reply(run, STORE_DOWN, "error", status)
+                await self.settler.reply(run, STORE_DOWN, "error", status)
                 return
             try:
                 result = await self._call_agent(run, ctx)
@@ -150,13 +155,14 @@ class GatewayRunner:
             if result is not None:
                 # also after a /stop that raced with the answer: it was ready, so it goes out
                 status, error = result.status, result.error
-                await self._settle(run, ctx, result)
+                self._begin_settling(run, result)
+                await self.settler.settle(run, ctx, result)
             else:
                 status = "abandoned"
         except Exception:
             log.exception("run.crashed")
             if not run.stopped and not run.shutdown:
-                await self._reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
+                await self.settler.reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
         finally:  # cancelled by a shutdown that stopped waiting for it: not a crash
             status = "interrupted" if status == "crashed" and run.shutdown else status
             elapsed = time.monotonic() - run.started
@@ -164,7 +170,8 @@ class GatewayRunner:
             say, why = (log.warning, {"error": error}) if error else (log.info, {})
             say("run.finished", status=status, seconds=round(elapsed, 3), **why)
             self.bus.emit("processing_complete", run.primary, run_id=run.run_id, status=status)
-            if not run.stopped:
+            if not run.stopped:  # a stopped run no longer holds the guard
+                run.move(RunState.DONE)
                 self._next(run)
 
     async def _call_agent(self, run: Run, ctx: SessionContext) -> RunResult | None:
@@ -197,99 +204,38 @@ class GatewayRunner:
         assert run.abandon is not None
         waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        if not run.future.done() or run.recorded:
+        if not run.future.done() or run.state is RunState.ABANDONED:
             return None  # abandoned: the thread's late result is discarded
         return run.future.result()
+
+    def _begin_settling(self, run: Run, result: RunResult) -> None:
+        """Steered messages the loop did not take wait again, first in line. A stopped or
+        shutting-down run keeps its state: that is what tells the settle step what to skip."""
+        if unused := run.steered[result.steered :]:
+            self._table.push_front(run.key, [Pending(p.event, p.inbox_id) for p in unused])
+        if run.state in (RunState.RUNNING, RunState.INTERRUPTING):
+            run.move(RunState.SETTLING)
 
     def _tool_event(self, run: Run, kind: str, data: dict[str, Any]) -> None:
         if not run.stopped:
             self.bus.emit("tool_event", run.primary, run_id=run.run_id, kind=kind, **data)
-
-    async def _settle(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
-        """Store the turn with its reply ("done"), deliver it, then mark it answered.
-
-        The history is never lost or run twice: a crash before the send leaves the reply in
-        the store, and the next start sends it without a new model call. The one window for a
-        doubled part is between the platform's OK for it and the commit recording it (~1 ms).
-        """
-        consumed = run.steered[: result.steered]
-        unused = run.steered[result.steered :]
-        if unused:
-            self.table.push_front(run.key, [Pending(p.event, p.inbox_id) for p in unused])
-        if result.status == "interrupted" and run.shutdown:
-            return  # left unanswered in the inbox: replayed at the next start
-        answered = run.items + consumed
-        if result.compaction is not None:  # older turns were summarized
-            ctx.history = result.compaction.history
-        ctx.history.extend(result.new_messages)
-        if result.status == "interrupted":
-            await self._persist(run, result, answered, reply="", status="answered")
-            self.metrics.answered.labels(run.primary.platform, "interrupted").inc(len(answered))
-            run.carry_forward = run.carried + answered
-            return
-        text = result.text or EMPTY_ANSWER
-        await self._persist(run, result, answered, reply=text, status="done")
-        why = {"usage": result.usage, "error": result.error or ""}
-        await self._reply(run, text, "reply", result.status, answered + run.carried, **why)
-
-    async def _persist(
-        self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
-    ) -> None:
-        messages = result.new_messages
-        if result.compaction is not None:  # the marker first: a reload starts from it
-            messages = [result.compaction.marker, *messages]
-        try:
-            await self.store.complete_turn(
-                run.key, messages, inbox_ids(items), reply, run.run_id, status=status
-            )
-        except StoreError as exc:
-            # the reply still goes out (the inbox entry is settled once the store can write),
-            # but this turn is not in the history
-            log.error("run.persist_failed", error=str(exc), reply="delivered unpersisted")
-
-    async def _reply(
-        self,
-        run: Run,
-        text: str,
-        kind: str,
-        outcome: str,
-        answered: list[Pending] | None = None,
-        **extra: Any,  # usage, error: for the local API
-    ) -> None:
-        items = answered if answered is not None else run.items + run.carried
-        # the newest message is the one a platform quotes; the rest are settled with it
-        ordered = sorted(items, key=lambda p: p.event.received_at, reverse=True)
-        event = run.primary
-        out = OutboundMessage(
-            platform=event.platform,
-            chat_id=event.chat_id,
-            thread_id=event.thread_id,
-            text=text,
-            session_key=run.key,
-            answers=tuple(p.event.message_id for p in ordered),
-            kind=kind,  # type: ignore[arg-type]
-            run_id=run.run_id,
-            outcome=outcome,
-            **extra,
-        )
-        await self.delivery.send(out, inbox_ids(items), outcome=outcome, event=event)
 
     def _next(self, run: Run) -> None:
         """Hand the guard to the next pending turn, or release it. No await: atomic."""
         if run.grace_timer is not None:
             run.grace_timer.cancel()
         merge = self.config.busy_policy not in ("queue", "latest")
-        items = [] if self.draining else self.table.take_turn(run.key, merge=merge)
+        items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
         if items:
             nxt = Run(run.key, items, run.carry_forward)
-            self.table.hand_over(run.key, run, nxt)
+            self._table.hand_over(run.key, run, nxt)
             self._spawn(nxt)
             return
-        self.table.release(run.key, run)
+        self._table.release(run.key, run)
         if run.carry_forward and not self.draining:
             # interrupted, yet nothing pending took its place (the interrupter was withdrawn)
             self._background(
-                self._reply(run, "Interrupted.", "notice", "interrupted", run.carry_forward)
+                self.settler.reply(run, "Interrupted.", "notice", "interrupted", run.carry_forward)
             )
 
     # -- interrupting, stopping, shutting down ------------------------------------------
@@ -298,6 +244,8 @@ class GatewayRunner:
         """Ask the run to stop at its next safe point; abandon it if it has not within
         ``grace`` seconds (a wedged tool or model call must not hold the session)."""
         run.control.interrupt()
+        if run.state is RunState.RUNNING:
+            run.move(RunState.INTERRUPTING)
         if run.grace_timer is None and not run.stopped:
             loop = asyncio.get_running_loop()
             run.grace_timer = loop.call_later(grace, self._grace_expired, run)
@@ -305,7 +253,7 @@ class GatewayRunner:
     def _grace_expired(self, run: Run) -> None:
         if run.stopped or run.future is None or run.future.done():
             return
-        if self.table.active(run.key) is not run:
+        if self._table.active(run.key) is not run:
             return
         log.warning("run.abandoned", reason="interrupt_grace", run_id=run.run_id)
         self.abandon(run)
@@ -315,48 +263,80 @@ class GatewayRunner:
     def abandon(self, run: Run) -> None:
         """Give up on ``run`` now: the session is free at once, the stopped message stays in
         the history, and whatever its thread returns later is logged and discarded."""
-        run.stopped = True
+        answered = run.future is not None and run.future.done()
+        # the answer is already being settled and delivered: let it finish, detached
+        run.move(RunState.DETACHED if answered else RunState.ABANDONED)
         run.control.interrupt()
         if run.grace_timer is not None:
             run.grace_timer.cancel()
         if run.abandon is not None and not run.abandon.done():
             run.abandon.set_result("abandoned")
-        if run.future is not None and run.future.done():
-            return  # the answer is already being settled and delivered: let it finish
-        run.recorded = True
+        if answered:
+            return
         record = [{"role": "user", "content": merge_text(run.items)}]
         record.append({"role": "assistant", "content": INTERRUPTED_MARK})
         ctx = self.agents.peek(run.key)
         if ctx is not None:
             ctx.history.extend(record)
         self.agents.renew_agent(run.key)
-        run.persist_task = self._background(self._persist_abandoned(run, record))
+        run.persist_task = self._background(self.settler.persist_abandoned(run, record))
         fut = run.future
         if fut is not None and not fut.done():
             self.pool.note_abandoned(1)
             fut.add_done_callback(lambda f: self._late_result(run, f))
-
-    async def _persist_abandoned(self, run: Run, record: list[dict[str, Any]]) -> None:
-        ids = inbox_ids(run.items + run.steered)
-        try:
-            await self.store.complete_turn(run.key, record, ids, "", run.run_id, status="answered")
-        except StoreError as exc:
-            log.error("run.persist_failed", error=str(exc), run_id=run.run_id)
 
     def _late_result(self, run: Run, fut: asyncio.Future[RunResult]) -> None:
         self.pool.note_abandoned(-1)
         status = "cancelled" if fut.cancelled() else ("error" if fut.exception() else "returned")
         log.info("run.late_result_discarded", run_id=run.run_id, session_key=run.key, how=status)
 
-    def stop(self, key: str) -> tuple[Run | None, list[Pending]]:
-        """`/stop`: abandon the active run and drop what is pending; the caller tells the user."""
-        run = self.table.active(key)
+    def stop(self, key: str) -> Stopped | None:
+        """`/stop`: abandon the active run and drop what is pending; the caller tells the user.
+        None when nothing runs."""
+        run = self._table.active(key)
         if run is None:
-            return None, []
+            return None
         self.abandon(run)
-        dropped = self.table.pop_all(key)
-        self.table.release(key, run)
-        return run, dropped
+        dropped = self._table.pop_all(key)
+        self._table.release(key, run)
+        return Stopped(run.items + run.carried + run.steered, dropped, run.persist_task)
+
+    # -- what other modules may know of a session -----------------------------------------
+
+    def busy(self, key: str) -> bool:
+        return self._table.active(key) is not None
+
+    def pending_count(self, key: str) -> int:
+        return self._table.pending_count(key)
+
+    def describe(self, key: str) -> SessionView:
+        run = self._table.active(key)
+        if run is None:
+            return SessionView(None, 0.0, self._table.pending_count(key))
+        age = time.monotonic() - run.started
+        return SessionView(run.state, age, self._table.pending_count(key))
+
+    def current_event(self, key: str) -> MessageEvent | None:
+        """The message the session's live run answers (the newest merged one), if any."""
+        run = self._table.active(key)
+        return None if run is None or run.stopped else run.primary
+
+    def current_messages(self, key: str) -> list[MessageEvent]:
+        """All the messages the session's active run answers, oldest first."""
+        run = self._table.active(key)
+        return [p.event for p in run.items] if run is not None else []
+
+    def resume(self, items: list[Pending]) -> None:
+        """Replay: answer ``items`` (one session's) now, or before what waits if it is busy."""
+        key = items[0].event.session_key
+        if self._table.active(key) is None:
+            self.start(items)
+        else:
+            self._table.push_front(key, items)
+
+    def counts(self) -> dict[str, int]:
+        """Sessions with a run (``active``), messages waiting, sessions tracked."""
+        return self._table.stats()
 
     async def drain(self, timeout: float) -> bool:
         """Let active runs finish (no new ones start); True if all did within ``timeout``."""
@@ -366,9 +346,9 @@ class GatewayRunner:
 
     async def interrupt_all(self, timeout: float = 1.0) -> None:
         """Shutdown: interrupt every run, persist nothing half-done, leave them for replay."""
-        runs = list(self.table.active_runs())
+        runs = list(self._table.active_runs())
         for run in runs:
-            run.shutdown = True
+            run.move(RunState.SHUTTING_DOWN)
             run.control.interrupt()
         tasks = [t for t in self._tasks if not t.done()]
         if tasks:
@@ -378,17 +358,6 @@ class GatewayRunner:
         # stopped on purpose, not by a crash: the replay must not count it toward quarantine
         await self.store.undo_attempt(inbox_ids([p for r in runs for p in r.items]))
 
-    async def _tell_dropped(self, item: Pending, text: str, reason: str) -> None:
-        self.metrics.dropped.labels(item.event.platform, reason).inc()
-        log.info("message.dropped", reason=reason, message_id=item.event.message_id)
-        await self.delivery.send(
-            OutboundMessage.to(item.event, text, kind="notice", outcome=reason),
-            [item.inbox_id],
-            outcome=reason,
-            status="dropped",
-            event=item.event,
-        )
-
     def _background(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
@@ -396,4 +365,4 @@ class GatewayRunner:
         return task
 
     def status(self) -> dict[str, Any]:
-        return {**self.table.stats(), "cached_agents": len(self.agents)}
+        return {**self._table.stats(), "cached_agents": len(self.agents)}

@@ -152,12 +152,11 @@ class GatewayToolHost:
         return ticket.done.is_set() and ticket.approved
 
     async def _open(self, request: ApprovalRequest) -> Ticket | None:
-        run = self.runner.table.active(request.session_key)
-        if run is None or run.stopped or run.primary.platform == "api":
+        event = self.runner.current_event(request.session_key)
+        if event is None or event.platform == "api":
             # nobody to ask: the run is gone, or the local API has no channel for questions
             log.info("approval.cannot_ask", session_key=request.session_key, tool=request.tool)
             return None
-        event = run.primary
         ticket = Ticket(request, event)
         old = self.pending.pop(request.session_key, None)
         if old is not None:
@@ -228,12 +227,11 @@ class GatewayToolHost:
         return path
 
     async def _download(self, session_key: str, number: int) -> Path:
-        run = self.runner.table.active(session_key)
-        items = run.items if run is not None else []
+        events = self.runner.current_messages(session_key)
         images = [
             a
-            for p in items
-            for a in p.event.attachments
+            for e in events
+            for a in e.attachments
             if a.kind == "image" or a.mime_type.startswith("image/")
         ]
         if not 1 <= number <= len(images):
@@ -241,7 +239,7 @@ class GatewayToolHost:
         attachment = images[number - 1]
         if attachment.path:
             return Path(attachment.path)
-        adapter = self.adapters.get(items[-1].event.platform) if items else None
+        adapter = self.adapters.get(events[-1].platform) if events else None
         download = getattr(adapter, "download", None)
         if download is None:
             raise ToolError("attachments from this platform cannot be fetched yet")

@@ -80,4 +80,4 @@ class Vitals:
         m.gauge("hermes_cached_agents", "Agent cache size", lambda: len(g.agents))
 
     def _stat(self, key: str) -> float:
-        return float(self.gateway.runner.table.stats()[key])
+        return float(self.gateway.runner.counts()[key])

@@ -79,7 +79,7 @@ def test_the_doc_names_existing_files_and_code() -> None:
     ("dotted", "exists"),
     [
         ("hermes_gateway.server.Gateway.submit", True),
-        ("hermes_gateway.run.Run.stopped", True),  # a dataclass field
+        ("hermes_gateway.run.Run.steered", True),  # a dataclass field (default_factory)
         ("hermes_gateway.server.Gateway.closing", True),  # set in __init__
         ("hermes_gateway.server.Gateway.sumbit", False),
         ("hermes_gateway.no_such_module.thing", False),

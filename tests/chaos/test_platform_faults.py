@@ -206,7 +206,7 @@ async def test_telegram_enormous_answer_arrives_whole_in_parts(
     llm.push(text(answer, chunk_size=65536))
     async with running_gateway(telegram_config(tmp_path, llm, tg)) as (gw, _):
         tg.send_text(1001, "tell me everything")
-        await eventually(lambda: gw.runner.table.active("telegram:dm:1001") is None, 60)
+        await eventually(lambda: not gw.runner.busy("telegram:dm:1001"), 60)
         await asyncio.sleep(0.2)
     parts = [m["text"] for m in tg.messages_to(1001)]
     assert len(parts) > 40

@@ -53,7 +53,7 @@ async def test_queue_answers_each_message_in_order(tmp_path: Path, fake_llm: Fak
         t1 = asyncio.create_task(client.chat("one"))
         await eventually(lambda: len(fake_llm.requests) == 1)
         t2 = asyncio.create_task(client.chat("two"))
-        await eventually(lambda: gw.runner.table.pending_count("api:dm:alice") == 1)
+        await eventually(lambda: gw.runner.pending_count("api:dm:alice") == 1)
         t3 = asyncio.create_task(client.chat("three"))
         results = await asyncio.gather(t1, t2, t3)
     assert [r["text"] for r in results] == ["first done", "echo: two", "echo: three"]
@@ -71,7 +71,7 @@ async def test_queue_overflow_is_told_not_dropped_silently(
         t1 = asyncio.create_task(client.chat("one"))
         await eventually(lambda: len(fake_llm.requests) == 1)
         t2 = asyncio.create_task(client.chat("two"))
-        await eventually(lambda: gw.runner.table.pending_count("api:dm:alice") == 1)
+        await eventually(lambda: gw.runner.pending_count("api:dm:alice") == 1)
         overflow = await client.chat("three")
         results = await asyncio.gather(t1, t2)
         _, metrics = await client.get("/metrics")
@@ -89,7 +89,7 @@ async def test_latest_tells_the_superseded_sender(tmp_path: Path, fake_llm: Fake
         t1 = asyncio.create_task(client.chat("one"))
         await eventually(lambda: len(fake_llm.requests) == 1)
         t2 = asyncio.create_task(client.chat("two"))
-        await eventually(lambda: gw.runner.table.pending_count("api:dm:alice") == 1)
+        await eventually(lambda: gw.runner.pending_count("api:dm:alice") == 1)
         t3 = asyncio.create_task(client.chat("three"))
         first, second, third = await asyncio.gather(t1, t2, t3)
     assert first["text"] == "first done"
@@ -105,7 +105,7 @@ async def test_collect_merges_pending_into_one_turn(tmp_path: Path, fake_llm: Fa
         t1 = asyncio.create_task(client.chat("one"))
         await eventually(lambda: len(fake_llm.requests) == 1)
         t2 = asyncio.create_task(client.chat("two"))
-        await eventually(lambda: gw.runner.table.pending_count("api:dm:alice") == 1)
+        await eventually(lambda: gw.runner.pending_count("api:dm:alice") == 1)
         t3 = asyncio.create_task(client.chat("three"))
         first, second, third = await asyncio.gather(t1, t2, t3)
     assert first["text"] == "first done"
@@ -204,7 +204,7 @@ async def test_queue_command_runs_a_separate_turn(tmp_path: Path, fake_llm: Fake
         queued = await client.chat("/queue two")
         first = await t1
         await eventually(lambda: len(fake_llm.requests) == 2)
-        await eventually(lambda: gw.runner.table.active("api:dm:alice") is None)
+        await eventually(lambda: not gw.runner.busy("api:dm:alice"))
         history = await client.history()
     assert first["text"] == "first done"  # /queue did not interrupt
     assert queued["text"] == "echo: two"

@@ -119,7 +119,7 @@ async def test_telegram_rerun_streams_into_the_preview_it_left(
     fake_llm.push(text(final, chunk_size=8, chunk_delay=0.05))
     async with running_gateway(config) as (gw, _):
         await eventually(lambda: fake_llm.requests)
-        await eventually(lambda: gw.runner.table.active("telegram:dm:555") is None)
+        await eventually(lambda: not gw.runner.busy("telegram:dm:555"))
         await asyncio.sleep(0.3)
     [only] = tg.messages_to(555)  # the run went on in the preview: no second message
     assert only["message_id"] == preview

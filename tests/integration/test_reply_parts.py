@@ -86,7 +86,7 @@ async def test_telegram_resumes_at_the_part_that_failed(
     async with running_gateway(tg_config(tmp_path, fake_llm, tg)) as (gw, _):
         update = tg.send_text(555, "three parts please")
         await tg.wait_sent(3, chat_id=555, timeout=15)
-        await eventually(lambda: gw.runner.table.active("telegram:dm:555") is None)
+        await eventually(lambda: not gw.runner.busy("telegram:dm:555"))
         await asyncio.sleep(0.3)  # a part sent twice would land by now
     sent = tg.messages_to(555)
     assert outage == 0
@@ -117,7 +117,7 @@ async def test_discord_resumes_at_the_part_that_failed(
     async with discord_gateway(discord_config(tmp_path, fake_llm.base_url, discord)) as (gw, _, _a):
         discord.send_dm("three parts please", user_id=ALICE)
         await eventually(lambda: len(bot_posts(discord)) >= 3, timeout=15)
-        await eventually(lambda: not gw.runner.table.stats()["active"])
+        await eventually(lambda: not gw.runner.counts()["active"])
         await asyncio.sleep(0.3)
     posts = bot_posts(discord)
     assert outage == 0
@@ -142,7 +142,7 @@ async def test_slack_resumes_at_the_part_that_failed(
         gw.adapters["slack"].web.attempts = 2  # type: ignore[attr-defined]
         slack.send_message("three parts please", channel="D1")
         await eventually(lambda: len(texts(slack, "D1")) >= 3, timeout=15)
-        await eventually(lambda: not gw.runner.table.stats()["active"])
+        await eventually(lambda: not gw.runner.counts()["active"])
         await asyncio.sleep(0.3)
     assert firsts(texts(slack, "D1")) == ["part1", "part2", "part3"]
     assert len(slack.calls_to("chat.postMessage")) == 3 + 3

@@ -52,7 +52,7 @@ async def test_a_long_answer_is_split_on_paragraphs_under_the_limit_with_nothing
     async with started(config) as (gw, client):
         ts = slack.send_mention("<@U0BOT> tell me everything", channel="C1")["event"]["ts"]
         await eventually(lambda: slack.calls_to("chat.postMessage"))
-        await eventually(lambda: gw.runner.table.stats()["active"] == 0)
+        await eventually(lambda: gw.runner.counts()["active"] == 0)
         parts = texts(slack, "C1", ts)
     assert len(parts) >= 4
     assert all(len(p) <= 1000 for p in parts)
@@ -159,7 +159,7 @@ async def test_no_progress_when_typing_is_off(
     async with started(slack_config(tmp_path, fake_llm, slack, typing=False)) as (gw, _):
         slack.send_message("quietly", channel="D1")
         await answered(slack, "D1")
-        await eventually(lambda: gw.runner.table.stats()["active"] == 0)
+        await eventually(lambda: gw.runner.counts()["active"] == 0)
         await gw.bus.aclose()  # every lifecycle event handled
     assert slack.reactions == []
 
@@ -178,7 +178,7 @@ async def test_streaming_edits_one_message_into_the_final_answer(
         ts = slack.send_mention("<@U0BOT> stream it", channel="C1")["event"]["ts"]
         await answered(slack, "C1", thread_ts=ts)
         await eventually(lambda: slack.messages_in("C1", ts)[0]["text"].endswith("w39"))
-        await eventually(lambda: gw.runner.table.stats()["active"] == 0)
+        await eventually(lambda: gw.runner.counts()["active"] == 0)
     [message] = slack.messages_in("C1")  # exactly one message: the preview, edited
     assert message["thread_ts"] == ts
     assert message["text"] == "Streaming *works*: " + answer.split(": ", 1)[1]
@@ -197,7 +197,7 @@ async def test_streaming_a_long_answer_edits_the_first_part_and_posts_the_rest(
         gw.adapters["slack"].preview_interval = 0.05
         slack.send_message("long stream", channel="D1")
         await answered(slack, "D1", 2)
-        await eventually(lambda: gw.runner.table.stats()["active"] == 0)
+        await eventually(lambda: gw.runner.counts()["active"] == 0)
     assert "\n\n".join(texts(slack, "D1")) == answer
     assert slack.calls_to("chat.update")
 

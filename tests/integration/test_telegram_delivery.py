@@ -44,7 +44,7 @@ def long_answer() -> str:
 
 async def settled(gw: Gateway, llm: FakeOpenAI, key: str = "telegram:dm:555") -> None:
     """Wait until the model was asked and the run, delivery included, has ended."""
-    await eventually(lambda: llm.requests and gw.runner.table.active(key) is None)
+    await eventually(lambda: llm.requests and not gw.runner.busy(key))
 
 
 def calls(fake: FakeTelegram, method: str) -> int:
