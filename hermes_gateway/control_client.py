@@ -1,9 +1,11 @@
-"""The CLI side of the control API's operator routes: `hermes pairing list|approve|revoke`."""
+"""The CLI side of the control API's operator routes: `hermes pairing list|approve|revoke`,
+and how any operator command reports a gateway that is down or says no."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import httpx
 
@@ -26,12 +28,10 @@ def run_pairing(args: argparse.Namespace, url: str, token: str | None) -> int:
                 body = {"platform": args.platform, "user_id": args.user_id}
                 response = client.post("/pairing/revoke", json=body)
     except httpx.HTTPError as exc:
-        print(f"hermes: the gateway is not answering at {url}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return unreachable(url, exc)
     data = response.json()
     if response.status_code != 200:
-        print(f"hermes: {data.get('error', {}).get('message', response.text)}", file=sys.stderr)
-        return EXIT_FAILURE
+        return refused(response, data)
     if args.action == "list":
         _print_pairing(data["entries"])
     elif args.action == "approve":
@@ -52,3 +52,14 @@ def _print_pairing(entries: list[dict[str, object]]) -> None:
             f"{e['platform']!s:<10} {e['status']!s:<9} {e['code']!s:<9} {e['user_id']!s:<20} "
             f"{e['user_name']}"
         )
+
+
+def unreachable(url: str, exc: Exception) -> int:
+    print(f"hermes: the gateway is not answering at {url}: {exc}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def refused(response: httpx.Response, data: dict[str, Any]) -> int:
+    """An operator route said no: its OpenAI-style error message, on stderr."""
+    print(f"hermes: {data.get('error', {}).get('message', response.text)}", file=sys.stderr)
+    return EXIT_FAILURE

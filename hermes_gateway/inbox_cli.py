@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from hermes_gateway.control_client import refused, unreachable
 from hermes_gateway.errors import StoreError
 
 EXIT_OK = 0
@@ -29,12 +30,10 @@ def run_inbox(args: argparse.Namespace, url: str, token: str | None, store_url: 
     except httpx.ConnectError:  # not running: the store is ours alone
         return asyncio.run(_offline(args, store_url))
     except httpx.HTTPError as exc:
-        print(f"hermes: the gateway is not answering at {url}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return unreachable(url, exc)
     data = response.json()
     if response.status_code != 200:
-        print(f"hermes: {data.get('error', {}).get('message', response.text)}", file=sys.stderr)
-        return EXIT_FAILURE
+        return refused(response, data)
     if args.action == "list":
         print_quarantined(data["quarantined"], sys.stdout.write)
     elif args.action == "retry":
