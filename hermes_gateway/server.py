@@ -148,6 +148,7 @@ class Gateway:
     ) -> SubmitOutcome:
         """Intake: admit, validate, persist to the inbox (dedupe), announce, route. ``durable``:
         take it only once its inbox row is written (see `AdapterHost.submit`)."""
+        event = encodable(event)  # every platform's text enters here, admission's replies too
         if not await self.gate.admit(event, sender):  # default deny, whatever the adapter did
             return "refused"
         if admitted is not None:
@@ -156,7 +157,6 @@ class Gateway:
             return "closed"
         if durable and not self.store.circuit.writable:
             return "unavailable"  # not even tried: it stays with its platform
-        event = encodable(event)  # every platform's text enters here
         if not event.text.strip() and not event.attachments:
             return "empty"
         limit = self.config.runner.max_input_chars
