@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,16 +18,6 @@ from tests.fakes.openai import FakeOpenAI, text
 from tests.fakes.server import wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> Iterator[GatewayProcess]:
-    gw = GatewayProcess(
-        tmp_path / "home",
-        {"model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}},
-    )
-    yield gw
-    gw.kill()
 
 
 def test_serves_health_chat_and_stops_cleanly_on_sigterm(

@@ -3,7 +3,6 @@ RSS and fds) and log lines that carry their reason (failed runs, tools, model re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,16 +14,6 @@ from tests.fakes.openai import FakeOpenAI, error, text, tool_calls
 from tests.fakes.server import wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> Iterator[GatewayProcess]:
-    gw = GatewayProcess(
-        tmp_path / "home",
-        {"model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}},
-    )
-    yield gw
-    gw.kill()
 
 
 def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
