@@ -23,7 +23,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment
-from hermes_gateway.retry import with_retry
+from hermes_gateway.seam.retry import with_retry
 
 log = structlog.get_logger("hermes.adapters.media")
 T = TypeVar("T")

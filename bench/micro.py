@@ -46,7 +46,7 @@ def _event(i: int) -> Any:
 
 
 async def _store_gateway(path: Path, n: int) -> float:
-    from hermes_gateway.store import Store
+    from hermes_gateway.store.store import Store
 
     store = Store(f"sqlite+aiosqlite:///{path}")
     await store.open()
@@ -167,8 +167,8 @@ def llm(n: int) -> list[Row]:
 async def _telegram(n: int) -> list[Row]:
     from telegram import Bot, ReplyParameters
 
-    from adapters.telegram_delivery import Sender
-    from adapters.telegram_http import AiohttpRequest
+    from adapters.telegram.delivery import Sender
+    from adapters.telegram.http import AiohttpRequest
     from bench.procs import TOKEN, start_fake
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ PROJECT = ("hermes_gateway/", "adapters/", "agent_core/", "tools/")
 # A sample's thread role, from the frames it holds (py-spy's raw format has no thread names).
 ROLES = (
     ("pool worker (agent runs)", ("concurrent/futures/thread.py",)),
-    ("watchdog thread", ("hermes_gateway/watchdog.py",)),
+    ("watchdog thread", ("hermes_gateway/guard/watchdog.py",)),
     ("sqlite thread", ("aiosqlite/core.py",)),
     ("other thread", ("threading.py",)),
 )
@@ -34,11 +34,11 @@ ROLES = (
 ACTIVITIES = (
     ("store (SQLAlchemy + aiosqlite)", ("hermes_gateway/store", "aiosqlite/", "sqlalchemy/")),
     ("model call (openai SDK, pool thread)", ("agent_core/llm.py", "complete (bench/floor.py")),
-    ("agent loop (pool thread)", ("agent_core/", "hermes_gateway/pool.py")),
-    ("typing indicator (sendChatAction)", ("hermes_gateway/indicator.py",)),
+    ("agent loop (pool thread)", ("agent_core/", "hermes_gateway/core/pool.py")),
+    ("typing indicator (sendChatAction)", ("hermes_gateway/core/indicator.py",)),
     (
         "reply delivery (sendMessage)",
-        ("hermes_gateway/delivery.py", "telegram_delivery.py", "on_text (bench/floor.py"),
+        ("hermes_gateway/core/delivery.py", "telegram_delivery.py", "on_text (bench/floor.py"),
     ),
     # before polling: the gateway's poller calls intake (the floor's intake is PTB's dispatch)
     ("intake (normalize, access, submit)", ("TelegramAdapter._take", "hermes_gateway/server.py")),
@@ -46,9 +46,9 @@ ACTIVITIES = (
         "long polling (getUpdates)",
         ("telegram/ext/_updater.py", "telegram_transport.py", "telegram_poller.py"),
     ),
-    ("runner bookkeeping", ("hermes_gateway/runner.py", "hermes_gateway/bus.py")),
-    ("watchdog", ("hermes_gateway/watchdog.py",)),
-    ("control API (/metrics)", ("hermes_gateway/control.py",)),
+    ("runner bookkeeping", ("hermes_gateway/core/runner.py", "hermes_gateway/core/bus.py")),
+    ("watchdog", ("hermes_gateway/guard/watchdog.py",)),
+    ("control API (/metrics)", ("hermes_gateway/control/app.py",)),
     ("logging", ("structlog/", "logging/")),
     ("PTB dispatch (caller not sampled)", ("telegram/",)),
     ("HTTP stack (caller not sampled)", ("httpx/", "httpcore/", "h11/", "anyio/")),

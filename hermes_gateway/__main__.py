@@ -1,5 +1,5 @@
 """`python -m hermes_gateway` is the `hermes` command."""
 
-from hermes_gateway.cli import main
+from hermes_gateway.cli.main import main
 
 raise SystemExit(main())

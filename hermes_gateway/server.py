@@ -17,23 +17,32 @@ import structlog
 from aiohttp import web
 
 from hermes_gateway import __version__
-from hermes_gateway.access import AccessPolicy, Gatekeeper
-from hermes_gateway.admin import AdminRoutes
-from hermes_gateway.agent_factory import AgentFactory, confine_tools
-from hermes_gateway.agents import AgentCache
-from hermes_gateway.bus import EventBus
-from hermes_gateway.commands import Commands, parse_command
+from hermes_gateway.agents.cache import AgentCache
+from hermes_gateway.agents.factory import AgentFactory, confine_tools
+from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.config import Config, config_path, systemd_notify_socket
-from hermes_gateway.control import ControlServer, Handler
-from hermes_gateway.delivery import Delivery
+from hermes_gateway.control.admin import AdminRoutes
+from hermes_gateway.control.app import ControlServer, Handler
+from hermes_gateway.control.vitals import Vitals
+from hermes_gateway.core.bus import EventBus
+from hermes_gateway.core.commands import Commands, parse_command
+from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.hooks import collect_hooks, install_hooks
+from hermes_gateway.core.housekeeping import Housekeeper
+from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.quarantine import InboxRoutes
+from hermes_gateway.core.replay import Replayer
+from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.errors import ConfigError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
-from hermes_gateway.hooks import collect_hooks, install_hooks
-from hermes_gateway.housekeeping import Housekeeper
+from hermes_gateway.guard.sdnotify import SystemdNotifier
+from hermes_gateway.guard.sentinel import Sentinel
+from hermes_gateway.guard.watchdog import LoopWatchdog
 from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.pairing import PairingBook
-from hermes_gateway.platform import (
+from hermes_gateway.seam.access import AccessPolicy, Gatekeeper
+from hermes_gateway.seam.pairing import PairingBook
+from hermes_gateway.seam.platform import (
     Adapter,
     Admitted,
     StreamSink,
@@ -41,16 +50,7 @@ from hermes_gateway.platform import (
     adapter_class,
     load_adapter,
 )
-from hermes_gateway.pool import AgentPool
-from hermes_gateway.quarantine import InboxRoutes
-from hermes_gateway.replay import Replayer
-from hermes_gateway.runner import GatewayRunner
-from hermes_gateway.sdnotify import SystemdNotifier
-from hermes_gateway.sentinel import Sentinel
-from hermes_gateway.store import Store
-from hermes_gateway.tool_host import GatewayToolHost
-from hermes_gateway.vitals import Vitals
-from hermes_gateway.watchdog import LoopWatchdog
+from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.fakes.openai import FakeOpenAI
 
 

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from hermes_gateway.models import Base
+from hermes_gateway.store.models import Base
 from tests.harness import dm
 
 # each release that changed the schema, oldest first (the revision that reproduces it)

@@ -1,7 +1,7 @@
 """docs/architecture.md names only files and code that exist, and the README links to it.
 
 The doc's code references are backticked: a path ending in `.py` or `.md`, or a dotted name
-starting with one of the four packages (`hermes_gateway.runner.GatewayRunner.dispatch`).
+starting with one of the four packages (`hermes_gateway.core.runner.GatewayRunner.dispatch`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_the_doc_names_existing_files_and_code() -> None:
     ("dotted", "exists"),
     [
         ("hermes_gateway.server.Gateway.submit", True),
-        ("hermes_gateway.run.Run.steered", True),  # a dataclass field (default_factory)
+        ("hermes_gateway.core.run.Run.steered", True),  # a dataclass field (default_factory)
         ("hermes_gateway.server.Gateway.closing", True),  # set in __init__
         ("hermes_gateway.server.Gateway.sumbit", False),
         ("hermes_gateway.no_such_module.thing", False),
@@ -91,8 +91,8 @@ def test_the_checker_tells_real_names_from_stale_ones(dotted: str, exists: bool)
 
 
 def test_the_checker_finds_references() -> None:
-    text = "see `hermes_gateway/bus.py`, `tools.sandbox.spawn` and `runner.busy_policy`"
-    assert references(text) == (["hermes_gateway/bus.py"], ["tools.sandbox.spawn"])
+    text = "see `hermes_gateway/core/bus.py`, `tools.sandbox.spawn` and `runner.busy_policy`"
+    assert references(text) == (["hermes_gateway/core/bus.py"], ["tools.sandbox.spawn"])
 
 
 def test_the_readme_links_the_doc() -> None:

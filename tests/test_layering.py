@@ -1,4 +1,5 @@
-"""Dependencies point one way: adapters -> hermes_gateway -> agent_core -> tools."""
+"""Dependencies point one way: adapters -> hermes_gateway -> agent_core -> tools, and inside
+`hermes_gateway` from the operator's CLI down to the shared base modules."""
 
 from __future__ import annotations
 
@@ -31,6 +32,76 @@ def test_no_upward_imports(layer: str) -> None:
         if imports_of(path) & forbidden
     }
     assert offenders == {}
+
+
+# Inside hermes_gateway, by rank: a module may import its own part, any lower rank, and the
+# base (the top-level modules every part shares: errors, config, events, metrics, logs, ...).
+# Imports under `if TYPE_CHECKING:` are annotations only and may point anywhere.
+RANKS = [
+    ["__main__"],
+    ["cli"],
+    ["server"],
+    ["control"],
+    ["core"],
+    ["agents", "seam"],
+    ["store", "text", "guard"],
+]
+BASE = {
+    "__init__",
+    "errors",
+    "config",
+    "config_schema",
+    "live_config",
+    "events",
+    "metrics",
+    "logs",
+    "log_guard",
+}
+
+
+def part_of(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    if parts[0] != "hermes_gateway" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def runtime_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_gateway_parts_import_only_downward() -> None:
+    rank = {part: i for i, row in enumerate(RANKS) for part in row}
+    package = ROOT / "hermes_gateway"
+    assert {p.name for p in package.iterdir() if (p / "__init__.py").exists()} == (
+        set(rank) - {"__main__", "server"}
+    ), "a new part of hermes_gateway needs a rank here"
+    offenders = []
+    for path in package.rglob("*.py"):
+        rel = path.relative_to(package).parts
+        mine = rel[0] if len(rel) > 1 else rel[0].removesuffix(".py")
+        if mine in BASE:
+            allowed = BASE
+        else:
+            allowed = {p for p, r in rank.items() if r > rank[mine] or p == mine} | BASE
+        for dotted in runtime_imports(path):
+            part = part_of(dotted)
+            if part is not None and part != "__version__" and part not in allowed:
+                offenders.append(f"{path.relative_to(ROOT)} -> {dotted}")
+    assert sorted(offenders) == []
 
 
 @pytest.mark.parametrize("layer", ["agent_core", "tools"])

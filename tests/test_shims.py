@@ -57,11 +57,11 @@ def test_ptb_retry_after_reads_the_field_without_a_warning() -> None:
 def test_ptb_not_given_marker_is_reachable_publicly() -> None:
     from telegram.request import BaseRequest
 
-    from adapters.telegram_http import _given
+    from adapters.telegram.http import _given
 
     assert _given(BaseRequest.DEFAULT_NONE, 5.0) == 5.0, broken(
         "python-telegram-bot",
-        "adapters/telegram_http.py",
+        "adapters/telegram/http.py",
         "BaseRequest.DEFAULT_NONE is no longer PTB's not-given marker class",
     )
     assert _given(None, 5.0) is None
@@ -218,13 +218,18 @@ async def test_discord_gateway_reads_the_parser_table_we_wrap() -> None:
     await client.close()
 
 
-# aiohttp: hermes_gateway/aiohttp_shim.py
+# aiohttp: hermes_gateway/control/aiohttp_shim.py
 
 
 @contextlib.asynccontextmanager
 async def probe(app: web.Application) -> AsyncIterator[tuple[list[Any], int]]:
     """``app`` served through the shim's hooks; yields (the handlers made, the port)."""
-    from hermes_gateway.aiohttp_shim import HandlerBase, RunnerBase, ServerBase, server_kwargs
+    from hermes_gateway.control.aiohttp_shim import (
+        HandlerBase,
+        RunnerBase,
+        ServerBase,
+        server_kwargs,
+    )
 
     made: list[HandlerBase] = []
 
@@ -236,7 +241,7 @@ async def probe(app: web.Application) -> AsyncIterator[tuple[list[Any], int]]:
 
     class Runner(RunnerBase):
         def wrap_server(self, base: web.Server) -> web.Server:
-            shim = "hermes_gateway/aiohttp_shim.py"
+            shim = "hermes_gateway/control/aiohttp_shim.py"
             try:
                 kw = server_kwargs(base)
                 server = Server(base.request_handler, loop=asyncio.get_running_loop(), **kw)
@@ -257,7 +262,7 @@ async def probe(app: web.Application) -> AsyncIterator[tuple[list[Any], int]]:
 
 
 async def test_aiohttp_handler_state_follows_a_request_head() -> None:
-    shim = "hermes_gateway/aiohttp_shim.py"
+    shim = "hermes_gateway/control/aiohttp_shim.py"
     release = asyncio.Event()
 
     async def slow(request: web.Request) -> web.Response:
@@ -291,9 +296,9 @@ async def test_aiohttp_handler_state_follows_a_request_head() -> None:
 
 
 async def test_aiohttp_remembered_body_is_what_read_returns() -> None:
-    from hermes_gateway.aiohttp_shim import remember_body
+    from hermes_gateway.control.aiohttp_shim import remember_body
 
-    shim = "hermes_gateway/aiohttp_shim.py"
+    shim = "hermes_gateway/control/aiohttp_shim.py"
     got: list[bytes] = []
 
     async def echo(request: web.Request) -> web.Response:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.telegram import TelegramAdapter
+from adapters.telegram.adapter import TelegramAdapter
 from tests.chaos.kit import ChaosTelegram, fake_llm_with_key, real_logging, secrets_config
 from tests.fakes.openai import FakeOpenAI
 from tests.security import keys

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from adapters.telegram import TelegramAdapter
-from hermes_gateway.delivery import Delivery
+from adapters.telegram.adapter import TelegramAdapter
+from hermes_gateway.core.delivery import Delivery
 from tests.chaos.kit import ChaosTelegram, record, telegram_config
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.openai import FakeOpenAI, text

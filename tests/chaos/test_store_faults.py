@@ -27,7 +27,7 @@ from sqlalchemy import event
 from structlog.testing import capture_logs
 
 from hermes_gateway.server import Gateway
-from hermes_gateway.store_engine import StoreEngine
+from hermes_gateway.store.engine import StoreEngine
 from tests.chaos.kit import record
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI
@@ -41,7 +41,7 @@ BIG = "x" * 20_000  # needs fresh pages: a full database cannot take it
 async def sqlite_fault(gw: Gateway, fault: tuple[str, str]) -> AsyncIterator[None]:
     """Every connection of the gateway's store runs ``fault[0]`` while this lasts (``fault[1]``
     undoes it): the pooled ones through a connect hook, and the long-lived connection of the
-    SQLite fast path (`hermes_gateway/store_sqlite.py`) directly."""
+    SQLite fast path (`hermes_gateway/store/sqlite.py`) directly."""
     pragma, undo = fault
     engine = gw.store._engine
     assert engine is not None

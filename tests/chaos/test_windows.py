@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.chaos.kit import (
     ChaosTelegram,
     Driver,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from hermes_gateway.bus import LifecycleEvent
+from hermes_gateway.core.bus import LifecycleEvent
 
 
 async def freeze_the_loop(event: LifecycleEvent) -> None:

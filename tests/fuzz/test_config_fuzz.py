@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_gateway.cli import main
+from hermes_gateway.cli.main import main
 from hermes_gateway.config import Config, load_config
 from hermes_gateway.errors import ConfigError
 from tests.fuzz.strategies import NASTY_TEXT, examples

@@ -10,17 +10,21 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_gateway.markup import (
+from hermes_gateway.text.markup import (
     split_rendered_discord,
     split_rendered_slack,
     split_rendered_telegram,
     telegram_html_to_plain,
 )
-from hermes_gateway.splitter import utf16_len
+from hermes_gateway.text.splitter import utf16_len
 from tests.fakes.telegram import check_text
 from tests.fuzz.strategies import examples
-from tests.test_markup import assert_content_kept, assert_telegram_html, slack_visible
-from tests.test_splitter import read_fences
+from tests.hermes_gateway.text.test_markup import (
+    assert_content_kept,
+    assert_telegram_html,
+    slack_visible,
+)
+from tests.hermes_gateway.text.test_splitter import read_fences
 
 FUZZ = settings(
     max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from adapters.slack_events import BotIdentity as SlackBot
-from adapters.slack_events import normalize as slack_normalize
-from adapters.telegram_normalize import BotIdentity as TelegramBot
-from adapters.telegram_normalize import normalize as telegram_normalize
-from adapters.telegram_poller import parse_updates
+from adapters.slack.events import BotIdentity as SlackBot
+from adapters.slack.events import normalize as slack_normalize
+from adapters.telegram.normalize import BotIdentity as TelegramBot
+from adapters.telegram.normalize import normalize as telegram_normalize
+from adapters.telegram.poller import parse_updates
 from hermes_gateway.events import CHAT_TYPES, MessageEvent
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import make_attachment, make_message, make_user, snowflake

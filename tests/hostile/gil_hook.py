@@ -8,7 +8,7 @@ import os
 import re
 import time
 
-from hermes_gateway.bus import LifecycleEvent
+from hermes_gateway.core.bus import LifecycleEvent
 
 
 def backtrack_for_minutes() -> object:

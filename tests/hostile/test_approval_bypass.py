@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from hermes_gateway.agents.tool_host import shown_action, who
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.tool_host import shown_action, who
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.slack import FakeSlack

@@ -22,7 +22,7 @@ from agent_core import LLMClient, LLMSettings, ModelError
 from hermes_gateway.config import Config
 from hermes_gateway.log_guard import FIELD_CHARS, FOREIGN_FIELD_CHARS, LINE_CHARS, truncate
 from hermes_gateway.logs import Redactor, configure_logging
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, error
 from tests.fakes.slack import FakeSlack

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, Response, hang, last_user_text, text
 from tests.fakes.server import wait_until

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.telegram import TelegramAdapter
+from adapters.telegram.adapter import TelegramAdapter
 from hermes_gateway.config import Config
-from hermes_gateway.store_writes import cannot_write
+from hermes_gateway.store.writes import cannot_write
 from tests.e2e.daemon import free_port
 from tests.fakes import openai as oa
 from tests.fakes.openai import FakeOpenAI

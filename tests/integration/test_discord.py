@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_gateway.commands import HELP, Commands
+from hermes_gateway.core.commands import HELP, Commands
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import make_member, make_message, make_user, snowflake
 from tests.fakes.openai import FakeOpenAI, text

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from adapters import discord_cdn
+from adapters.discord import cdn as discord_cdn
 from hermes_gateway.events import Attachment, MessageEvent
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.e2e.daemon import free_port
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import make_attachment, snowflake

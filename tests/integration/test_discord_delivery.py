@@ -10,7 +10,7 @@ import aiohttp
 import discord
 import pytest
 
-from adapters.discord_outbound import translate
+from adapters.discord.outbound import translate
 from hermes_gateway.errors import (
     AdapterAuthError,
     PermanentAdapterError,

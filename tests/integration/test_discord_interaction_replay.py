@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-import adapters.discord_interactions
-from hermes_gateway.bus import LifecycleEvent
+import adapters.discord.interactions
 from hermes_gateway.config import Config
-from hermes_gateway.delivery import Delivery
+from hermes_gateway.core.bus import LifecycleEvent
+from hermes_gateway.core.delivery import Delivery
 from tests.chaos.kit import real_logging, secrets_config
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import LOADING_FLAG
@@ -97,7 +97,7 @@ async def test_past_the_token_life_the_replay_answers_in_the_channel(
     config = discord_config(tmp_path, fake_llm.base_url, fake)
     interaction = await answered_but_not_sent(config, fake)
     # 15 minutes later, for the gateway and for Discord alike
-    monkeypatch.setattr(adapters.discord_interactions, "INTERACTION_TTL_S", 0.0)
+    monkeypatch.setattr(adapters.discord.interactions, "INTERACTION_TTL_S", 0.0)
     fake.interaction_lifetime_s = 0.0
     before = len(fake.requests)
     async with discord_gateway(config):

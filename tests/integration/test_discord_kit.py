@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from adapters.discord import DiscordAdapter
-from hermes_gateway.bus import LifecycleEvent
+from adapters.discord.adapter import DiscordAdapter
 from hermes_gateway.config import Config
+from hermes_gateway.core.bus import LifecycleEvent
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway
 from tests.fakes.discord import FakeDiscord

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pytest
 from structlog.testing import capture_logs
 
-from adapters.discord import DiscordAdapter
+from adapters.discord.adapter import DiscordAdapter
 from hermes_gateway.errors import AdapterAuthError
 from hermes_gateway.server import Gateway
 from tests.e2e.daemon import free_port

@@ -15,12 +15,17 @@ from pathlib import Path
 import pytest
 
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.pairing import PairingBook
-from hermes_gateway.store import Store
-from hermes_gateway.store_engine import StoreEngine
+from hermes_gateway.seam.pairing import PairingBook
+from hermes_gateway.store.engine import StoreEngine
+from hermes_gateway.store.store import Store
 from tests.fakes.openai import FakeOpenAI, text
 from tests.harness import make_config, running_gateway
-from tests.test_store_migration import INSERT_OLD_ROW, OLD_INBOX, check_upgrade, old_row
+from tests.hermes_gateway.store.test_store_migration import (
+    INSERT_OLD_ROW,
+    OLD_INBOX,
+    check_upgrade,
+    old_row,
+)
 
 SERVER = os.environ.get("HERMES_TEST_POSTGRES", "")  # e.g. hermes@/?host=/tmp/hermes-pg
 pytestmark = pytest.mark.skipif(not SERVER, reason="set HERMES_TEST_POSTGRES (CI does)")

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_gateway.store_migrate import head
-from tests.integration.test_postgres import SERVER
-from tests.integration.test_postgres import pg_url as pg_url  # fixture
-from tests.store_schemas import RELEASES, make_release, on
-from tests.test_store_migration import (
+from hermes_gateway.store.migrate import head
+from tests.hermes_gateway.store.test_store_migration import (
     UNVERSIONED,
     check_concurrent_opens,
     check_newer_release_refused,
     check_release_upgrade,
     check_revision_upgrade,
 )
+from tests.integration.test_postgres import SERVER
+from tests.integration.test_postgres import pg_url as pg_url  # fixture
+from tests.store_schemas import RELEASES, make_release, on
 
 pytestmark = pytest.mark.skipif(not SERVER, reason="set HERMES_TEST_POSTGRES (CI does)")
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from adapters.telegram import TelegramAdapter
-from hermes_gateway.run import STORE_DOWN
-from hermes_gateway.store_engine import CONNECT_TIMEOUT_S
+from adapters.telegram.adapter import TelegramAdapter
+from hermes_gateway.core.run import STORE_DOWN
+from hermes_gateway.store.engine import CONNECT_TIMEOUT_S
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Client, make_config, running_gateway

@@ -6,7 +6,7 @@ import pytest
 
 from agent_core.context import SUMMARY_PREFIX, Compaction
 from agent_core.history import History
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.integration.test_postgres import SERVER, event
 from tests.integration.test_postgres import pg_url as pg_url  # fixture
 

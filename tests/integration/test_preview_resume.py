@@ -14,7 +14,7 @@ import pytest
 
 from hermes_gateway.config import Config
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.openai import FakeOpenAI, text
 from tests.fakes.slack import FakeSlack

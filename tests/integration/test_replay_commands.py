@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import dm, running_gateway

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from adapters.discord import DiscordAdapter
+from adapters.discord.adapter import DiscordAdapter
 from hermes_gateway.config import Config
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.store import Store
+from hermes_gateway.store.store import Store
 from tests.e2e.daemon import free_port
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.openai import FakeOpenAI

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from adapters import telegram_delivery
-from hermes_gateway.delivery import Delivery
+from adapters.telegram import delivery as telegram_delivery
+from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.retry import with_retry
-from hermes_gateway.store import Store
+from hermes_gateway.seam.retry import with_retry
+from hermes_gateway.store.store import Store
 from tests.fakes.discord import ApiError as DiscordApiError
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.openai import FakeOpenAI, text

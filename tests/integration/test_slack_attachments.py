@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 from structlog.testing import capture_logs
 
-from adapters.slack import SlackAdapter
+from adapters.slack.adapter import SlackAdapter
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.slack import FakeSlack
 from tests.integration.test_slack import answered, slack_config, started

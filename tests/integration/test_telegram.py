@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from telegram import Update
 
-from adapters.telegram import TelegramAdapter
-from adapters.telegram_normalize import BotIdentity, normalize
+from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.normalize import BotIdentity, normalize
 from hermes_gateway.config import Config
 from hermes_gateway.errors import PermanentAdapterError
 from hermes_gateway.events import MessageEvent
@@ -154,7 +154,7 @@ async def test_a_burst_is_taken_in_slices_and_all_of_it_answered(
 ) -> None:
     """A burst waiting at start is fetched `POLL_BATCH` updates per getUpdates (an answer is
     parsed in one go on the loop), and slicing it loses and repeats nothing."""
-    from adapters.telegram_poller import POLL_BATCH
+    from adapters.telegram.poller import POLL_BATCH
 
     burst = 2 * POLL_BATCH + 7
     for n in range(burst):

@@ -9,7 +9,7 @@ import pytest
 from telegram import Bot
 from telegram.error import BadRequest, RetryAfter, TimedOut
 
-from adapters.telegram_http import AiohttpRequest
+from adapters.telegram.http import AiohttpRequest
 from tests.fakes.telegram import FakeTelegram
 
 TOKEN = "123:ABCDEF"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from adapters.telegram import TelegramAdapter
+from adapters.telegram.adapter import TelegramAdapter
 from hermes_gateway.errors import AdapterAuthError
 from hermes_gateway.server import Gateway
 from tests.e2e.daemon import free_port

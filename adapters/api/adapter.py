@@ -1,0 +1,248 @@
+"""The local API platform: an OpenAI-compatible `POST /v1/chat/completions` on the control port.
+
+With `user` (or an `X-Hermes-Session` header) the gateway keeps the session's history and a
+client sends only its new message; without one the request is stateless: the client's messages
+are the history, in a session of its own. Streaming uses SSE. `hermes chat` is built on this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from adapters.api.stream import SseSink, StreamMeta, ToolNote, stream_response
+from adapters.api.wire import (
+    Ended,
+    client_history,
+    completion,
+    failure,
+    json_body,
+    last_user_message,
+    save_data_url,
+    session_name,
+)
+from hermes_gateway.core.bus import LifecycleEvent
+from hermes_gateway.errors import PermanentAdapterError, RequestError
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+
+log = structlog.get_logger("hermes.adapters.api")
+Answer = OutboundMessage | Ended
+
+
+class ApiAdapter:
+    name = "api"
+
+    def __init__(self, host: AdapterHost) -> None:
+        self.host = host
+        self._open = False
+        self._waiters: dict[str, asyncio.Future[Answer]] = {}
+        self._sinks: dict[str, SseSink] = {}
+        self._cut_short: set[str] = set()
+        host.add_route("POST", "/v1/chat/completions", self.chat_completions)
+        host.add_route("GET", "/v1/models", self.models)
+        host.add_route("GET", "/v1/history", self.history)
+        host.add_route("*", "/v1/responses", self.responses)
+        host.bus.subscribe(
+            self._on_lifecycle, ["tool_event", "processing_complete"], name="api-adapter"
+        )
+
+    async def start(self) -> None:
+        self._open = True
+
+    async def stop(self) -> None:
+        self._open = False  # open streams go on through the drain
+
+    async def close(self) -> None:
+        """Whatever is still open gets its end now: `[DONE]` for a stream, 503 for a wait."""
+        for key in [*self._waiters, *self._sinks]:
+            self._end(key, Ended("shutting_down"))
+
+    def health(self) -> Health:
+        return Health(self._open, "" if self._open else "stopped")
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        return self._sinks.get(_key(event.session_key, event.message_id))
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Every request a reply settles gets it (a merged or steered turn answers them all),
+        except one whose own run was cut short: it is told so, never given the next answer."""
+        delivered = False
+        for message_id in message.answers:
+            key = _key(message.session_key, message_id)
+            cut = key in self._cut_short and message.kind == "reply"
+            answer: Answer = Ended("interrupted") if cut else message
+            delivered = self._end(key, answer) or delivered
+        if not delivered:
+            # the client is gone (or this is a replay after a restart): it is in the history
+            log.debug("api.no_listener", answers=message.answers, kind=message.kind)
+
+    async def download(self, attachment: Attachment) -> Path:
+        """An image the client sent inline, as a file for the image tool."""
+        folder = self.host.config.home_path / "media"
+        try:
+            return await asyncio.to_thread(save_data_url, attachment.url, folder)
+        except (ValueError, OSError) as exc:
+            raise PermanentAdapterError(str(exc)) from None
+
+    def _end(self, key: str, answer: Answer) -> bool:
+        found = False
+        if (sink := self._sinks.get(key)) is not None:
+            sink.queue.put_nowait(answer)
+            found = True
+        fut = self._waiters.get(key)
+        if fut is not None and not fut.done():
+            fut.set_result(answer)
+            found = True
+        return found
+
+    async def _on_lifecycle(self, ev: LifecycleEvent) -> None:
+        if ev.message is None:
+            return
+        key = _key(ev.message.session_key, ev.message.message_id)
+        if ev.name == "tool_event":
+            sink = self._sinks.get(key)
+            if sink is not None and (tool := ev.data.get("tool")):
+                phase = "start" if ev.data.get("kind") == "tool_start" else "end"
+                sink.queue.put_nowait(ToolNote(str(tool), phase, ev.data.get("ok")))
+        elif ev.data.get("status") == "interrupted":  # overtaken, or the gateway stopping
+            self._end(key, Ended("interrupted" if self._open else "shutting_down"))
+        elif ev.data.get("status") == "abandoned" and key in self._waiters:
+            # a /stop answers it ("Stopped."); a newer message's reply must not
+            self._cut_short.add(key)
+
+    # -- HTTP handlers --------------------------------------------------------------------
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        if not self._open:
+            raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
+        event, stream, include_usage = await self._event(request)
+        key = _key(event.session_key, event.message_id)  # one client's key is not another's
+        if (first := self._waiters.get(key)) is not None:
+            return await self._same_as(first, event.message_id, stream)
+        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._waiters[key] = fut
+        sink = SseSink() if stream else None
+        if sink is not None:
+            self._sinks[key] = sink
+        meta = StreamMeta(
+            f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            self.host.config.model.name,
+            event.session_key,
+            include_usage,
+        )
+        try:
+            await self._submit(event)
+            if sink is not None:
+                return await stream_response(request, sink, meta)
+            return _json_answer(await fut, meta)
+        finally:  # only this request's own: a duplicate must not unhook the first
+            if self._waiters.get(key) is fut:
+                del self._waiters[key]
+            fut.cancel()  # a retry waiting on it learns there is no answer coming
+            self._cut_short.discard(key)
+            if sink is not None and self._sinks.get(key) is sink:
+                del self._sinks[key]
+
+    async def _event(self, request: web.Request) -> tuple[MessageEvent, bool, bool]:
+        body = await json_body(request)
+        text, attachments = last_user_message(body)
+        limit = self.host.config.runner.max_input_chars
+        if len(text) > limit:
+            raise RequestError(
+                413, f"message is {len(text)} characters; the limit is {limit}", "too_long"
+            )
+        named = request.headers.get("X-Hermes-Session") or body.get("user")
+        idempotency_key = request.headers.get("Idempotency-Key")
+        message_id = idempotency_key or uuid.uuid4().hex
+        extra: dict[str, Any] = {}
+        if named is not None and named != "":
+            chat_id = session_name(named)
+        else:  # stateless: a session of its own ("~" is not allowed in a name); a retry
+            # with the same Idempotency-Key lands in the same one, so it is recognized
+            chat_id = f"~{_digest(idempotency_key) if idempotency_key else uuid.uuid4().hex}"
+            extra["history"] = client_history(body)
+        event = MessageEvent.create(
+            platform="api",
+            chat_type="dm",
+            chat_id=chat_id,
+            user_id=chat_id,
+            message_id=message_id,
+            text=text,
+            user_name=chat_id,
+            attachments=attachments,
+            **extra,
+        )
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        return event, bool(body.get("stream")), include_usage
+
+    async def _submit(self, event: MessageEvent) -> None:
+        outcome = await self.host.submit(event)
+        if outcome == "duplicate":
+            raise RequestError(409, f"message {event.message_id} was already received", "duplicate")
+        if outcome == "closed":
+            raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
+        if outcome != "accepted":
+            raise RequestError(400, f"message not accepted: {outcome}", outcome)
+
+    async def _same_as(
+        self, first: asyncio.Future[Answer], message_id: str, stream: bool
+    ) -> web.Response:
+        """A retry of a request still in flight (same Idempotency-Key) gets the first one's
+        answer; the first is left alone. A stream cannot be joined halfway: 409."""
+        if stream:
+            raise RequestError(
+                409,
+                f"message {message_id} is still being answered; retry without stream",
+                "in_flight",
+            )
+        await asyncio.wait({first})  # leaving early must not cancel the first
+        if first.cancelled():  # the first ended without an answer (refused, or a stop)
+            raise RequestError(409, f"message {message_id} was not answered", "duplicate")
+        meta = StreamMeta(
+            f"chatcmpl-{uuid.uuid4().hex[:24]}", self.host.config.model.name, "", False
+        )
+        return _json_answer(first.result(), meta)
+
+    async def models(self, request: web.Request) -> web.Response:
+        name = self.host.config.model.name
+        return web.json_response(
+            {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "hermes"}]}
+        )
+
+    async def history(self, request: web.Request) -> web.Response:
+        user = session_name(request.query.get("user") or "default")
+        key = MessageEvent.create(
+            platform="api", chat_type="dm", chat_id=user, user_id=user, message_id="-", text=""
+        ).session_key
+        messages = await self.host.history(key)
+        return web.json_response({"session_key": key, "messages": messages})
+
+    async def responses(self, request: web.Request) -> web.Response:
+        raise RequestError(
+            404,
+            "the Responses API is not served here; use POST /v1/chat/completions",
+            "unknown_url",
+        )
+
+
+def _key(session_key: str, message_id: str) -> str:
+    return f"{session_key} {message_id}"
+
+
+def _digest(idempotency_key: str) -> str:
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
+
+
+def _json_answer(answer: Answer, meta: StreamMeta) -> web.Response:
+    error = failure(answer)
+    if error is not None:
+        raise error
+    return web.json_response(completion(answer, meta.model, meta.chat_id))

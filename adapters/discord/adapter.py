@@ -1,0 +1,364 @@
+"""The Discord platform: a discord.py client on the gateway's loop, kept alive by a watched task.
+
+Messages and slash commands come in as `MessageEvent`s (`discord_inbound`); replies, previews and
+interaction answers go out through `discord_outbound`. `/readyz` follows READY/RESUMED/disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import structlog
+
+import discord
+from adapters.discord.catchup import CatchUp
+from adapters.discord.cdn import CdnLinks
+from adapters.discord.client import Endpoints, HermesClient, point_at, restore
+from adapters.discord.inbound import command_event, looks_content_less, message_event
+from adapters.discord.interactions import reply_context
+from adapters.discord.outbound import DiscordOutbox, snowflake
+from adapters.downloader import Downloader, origins
+from hermes_gateway.config import DiscordConfig
+from hermes_gateway.core.indicator import TypingIndicator
+from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+
+log = structlog.get_logger("hermes.adapters.discord")
+
+TOKEN_REJECTED = "platforms.discord.token: Discord rejected the bot token (401 Unauthorized)"
+CONTENT_HINT = (
+    "guild messages arrive without their text: enable the MESSAGE CONTENT intent for this bot "
+    "in the Discord Developer Portal (Bot > Privileged Gateway Intents); until then only DMs "
+    "and messages that mention the bot can be answered"
+)
+_NETWORK = (aiohttp.ClientError, OSError, TimeoutError, discord.HTTPException)
+CDN_HOSTS = ("https://cdn.discordapp.com", "https://media.discordapp.net")
+
+
+class DiscordAdapter:
+    name = "discord"
+    login_timeout_s = 30.0
+    restart_delay_s = 1.0  # doubles after each crash without a READY in between, up to the cap
+    restart_delay_max_s = 60.0
+
+    def __init__(self, host: AdapterHost) -> None:
+        self.host = host
+        self.outbox = DiscordOutbox(self._rest_client, host.remember_preview)
+        self.downloader = Downloader(
+            self.name,
+            host.config.home_path / "media",
+            self.config.media_max_bytes,
+            origins(*CDN_HOSTS, self.config.cdn_base),
+        )
+        self.links = CdnLinks(self.downloader, self._rest_client)
+        self.indicator = (
+            TypingIndicator(host.bus, self.name, self._send_typing) if self.config.typing else None
+        )
+        self.client: HermesClient | None = None
+        self.catchup = CatchUp()
+        self.disconnects = 0
+        self.sessions = 0  # READYs seen: after the first, missed messages are fetched
+        self._health = Health(False, "not started")
+        self._logged_in = False
+        self._intake = False
+        self._stopping = False
+        self._stopped = asyncio.Event()  # ends the watcher's backoff pauses at close
+        self._message_content = True
+        self._ready_since_crash = False
+        self._warned_content = False
+        self._synced = False
+        self._task: asyncio.Task[None] | None = None
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._saved_endpoints: Endpoints | None = None
+
+    @property
+    def config(self) -> DiscordConfig:
+        """This platform's section of the config in force, read at each use: a SIGHUP reload
+        changes its access rules (`require_mention` included), which this adapter follows too."""
+        return self.host.config.platforms.discord
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Log in (a rejected token raises `AdapterAuthError`: exit 78), then connect in the
+        background; network failures are retried there while the gateway serves /healthz."""
+        self._saved_endpoints = point_at(self.config.api_base, self.config.gateway_url)
+        self._stopping, self._intake = False, True
+        self._stopped.clear()
+        self._health = Health(False, "logging in")
+        first_delay = 0.0
+        try:
+            await self._login(self._new_client())
+        except discord.LoginFailure as exc:
+            await self._discard_client()
+            raise AdapterAuthError(TOKEN_REJECTED) from exc
+        except _NETWORK as exc:
+            log.warning("discord.login_failed", error=repr(exc), retrying=True)
+            self._health = Health(False, f"login failed ({exc!r}); retrying")
+            await self._discard_client()
+            first_delay = self.restart_delay_s
+        self._watch(first_delay)
+
+    async def stop(self) -> None:
+        """Stop intake; replies still in flight during the drain can go out until `close`."""
+        self._intake = False
+        self._health = Health(False, "stopped")
+        if self.indicator is not None:
+            self.indicator.stop_all()
+
+    async def close(self) -> None:
+        self._stopping, self._intake = True, False
+        self._stopped.set()
+        await self.outbox.close()
+        await self.downloader.aclose()
+        if self.client is not None:
+            await self.client.close()
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 5)
+        for task in list(self._side_tasks):
+            task.cancel()
+        if self._saved_endpoints is not None:
+            restore(self._saved_endpoints)
+            self._saved_endpoints = None
+        self._health = Health(False, "stopped")
+
+    def health(self) -> Health:
+        return self._health
+
+    # -- the watched client task --------------------------------------------------------------
+
+    def _watch(self, first_delay: float = 0.0) -> None:
+        self._task = asyncio.create_task(
+            self._supervise(first_delay), name="adapter:discord:client"
+        )
+        self._task.add_done_callback(self._supervisor_done)
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        if self._stopping or task.cancelled() or task.exception() is None:
+            return  # stopped, or gave up on purpose (a rejected token): health says why
+        log.error("discord.supervisor_died", error=repr(task.exception()))
+        self._health = Health(False, "client task died; restarting")
+        loop = asyncio.get_running_loop()
+        loop.call_later(self.restart_delay_s, self._rewatch)
+
+    def _rewatch(self) -> None:
+        if not self._stopping:
+            self._watch()
+
+    async def _supervise(self, first_delay: float) -> None:
+        delay = self.restart_delay_s
+        if first_delay and await self._pause(first_delay):
+            return
+        while not self._stopping:
+            client = self.client or self._new_client()
+            outcome = await self._run_client(client)
+            if self._stopping or outcome == "fatal":
+                return
+            if self._ready_since_crash:
+                delay, self._ready_since_crash = self.restart_delay_s, False
+            await self._discard_client()
+            if outcome == "retry_now":
+                continue
+            log.info("discord.restarting", in_s=round(delay, 2))
+            if await self._pause(delay):
+                return
+            delay = min(delay * 2, self.restart_delay_max_s)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep unless the adapter closes first; True if it did."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), seconds)
+        return self._stopped.is_set()
+
+    async def _run_client(self, client: HermesClient) -> str:
+        """Log in if needed and run the gateway connection until it ends; how it ended."""
+        try:
+            if not self._logged_in:
+                await self._login(client)
+            self._sync_commands(client)
+            await client.connect(reconnect=True)
+            if not self._stopping:
+                log.warning("discord.client_exited")
+        except discord.LoginFailure:
+            log.error("discord.token_rejected", hint=TOKEN_REJECTED)
+            self._health = Health(False, "the bot token was rejected")
+            return "fatal"
+        except discord.PrivilegedIntentsRequired:
+            log.error("discord.intent_disallowed", hint=CONTENT_HINT)
+            if not self._message_content:
+                self._health = Health(False, "gateway refused the intents")
+                return "fatal"
+            self._message_content = False  # connect without it: DMs and mentions still work
+            return "retry_now"
+        except discord.ConnectionClosed as exc:
+            log.warning("discord.connection_closed", code=exc.code, reason=exc.reason)
+            if exc.code == 4004:
+                self._health = Health(False, "the bot token was rejected")
+                return "fatal"
+            self._health = Health(False, f"closed by Discord ({exc.code}); restarting")
+            return "restart"
+        except Exception as exc:
+            log.warning("discord.client_failed", error=repr(exc))
+            self._health = Health(False, f"not connected ({exc!r}); retrying")
+            return "restart"
+        self._health = Health(False, "client stopped; restarting")
+        return "restart"
+
+    async def _login(self, client: HermesClient) -> None:
+        await asyncio.wait_for(client.login(self.config.token), self.login_timeout_s)
+        self._logged_in = True
+        self._health = Health(False, "connecting to the gateway")
+        if client.user is not None:
+            log.info("discord.logged_in", user=client.user.name, user_id=client.user.id)
+
+    def _new_client(self) -> HermesClient:
+        self.client = HermesClient(self, self.config, message_content=self._message_content)
+        return self.client
+
+    async def _discard_client(self) -> None:
+        client, self.client, self._logged_in = self.client, None, False
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    def _sync_commands(self, client: HermesClient) -> None:
+        if self.config.sync_commands and not self._synced:
+            self._synced = True
+            self._spawn(self._sync(client), "adapter:discord:sync")
+
+    async def _sync(self, client: HermesClient) -> None:
+        try:
+            synced = await client.tree.sync()
+            log.info("discord.commands_synced", commands=sorted(c.name for c in synced))
+        except Exception as exc:
+            log.warning("discord.commands_sync_failed", error=repr(exc))
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    # -- client events ------------------------------------------------------------------------
+
+    async def on_ready(self) -> None:
+        self._ready_since_crash = True
+        client = self.client
+        user = client.user if client is not None else None
+        self._health = Health(True, f"connected as {user}" if user else "connected")
+        log.info("discord.ready", user=str(user), message_content=self._message_content)
+        self.sessions += 1
+        if self.sessions > 1 and client is not None:  # a new session: nothing was replayed
+            self._spawn(self.catchup.run(client, self.on_message), "adapter:discord:catch-up")
+
+    async def on_resumed(self) -> None:
+        self._health = Health(True, "resumed")
+        log.info("discord.resumed")
+
+    async def on_disconnect(self) -> None:
+        if not self._stopping:
+            self.disconnects += 1
+            self._health = Health(False, "disconnected; reconnecting")
+            log.info("discord.disconnected")
+
+    async def on_message(self, message: discord.Message) -> None:
+        client = self.client
+        if not self._intake or client is None or client.user is None:
+            return
+        self.catchup.saw(message)
+        if message.author.id == client.user.id:
+            return  # Discord echoes our own messages back
+        try:
+            await self._take(message, client.user.id)
+        except Exception:  # one boundary per event: a bad payload never stops the adapter
+            log.exception("discord.message_failed", message_id=message.id)
+
+    async def _take(self, message: discord.Message, bot_id: int) -> None:
+        per_user = self.host.config.runner.group_sessions_per_user
+        inbound = message_event(message, bot_id, per_user)
+        if inbound is None:
+            return
+        if looks_content_less(message):
+            self._warn_content_less()
+        key = inbound.event.message_id
+        self.outbox.hold(key)  # a refusal is posted to the channel, as no reply
+
+        async def admitted(event: MessageEvent) -> MessageEvent:
+            self.outbox.release(key)
+            return event
+
+        try:
+            await self.host.submit(inbound.event, sender=inbound.sender, admitted=admitted)
+        finally:
+            self.outbox.release(key)
+
+    def _warn_content_less(self) -> None:
+        if not self._warned_content:
+            self._warned_content = True
+            log.warning("discord.empty_content", hint=CONTENT_HINT)
+
+    async def on_command(self, interaction: discord.Interaction[Any], name: str, args: str) -> None:
+        if not self._intake:
+            return
+        try:
+            await self._take_command(interaction, name, args)
+        except Exception:
+            log.exception("discord.command_failed", interaction_id=interaction.id)
+
+    async def _take_command(
+        self, interaction: discord.Interaction[Any], name: str, args: str
+    ) -> None:
+        per_user = self.host.config.runner.group_sessions_per_user
+        event = command_event(interaction, name, args, per_user)
+        if event is None:
+            return
+
+        async def admitted(event: MessageEvent) -> MessageEvent:
+            self.outbox.release(event.message_id)
+            if await self.outbox.defer(interaction, event.session_key):
+                return replace(event, reply_context=reply_context(interaction))  # for a replay
+            return event
+
+        self.outbox.hold(event.message_id, interaction)  # a refusal answers it privately
+        try:
+            outcome = await self.host.submit(event, admitted=admitted)
+        finally:
+            self.outbox.release(event.message_id)
+        if outcome == "closed":
+            text = "The gateway is restarting; please try again in a moment."
+            await self.send(OutboundMessage.to(event, text, "notice"))
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> None:
+        await self.outbox.send(message)
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        return self.outbox.preview(event) if self.config.streaming else None
+
+    async def download(self, attachment: Attachment) -> Path:
+        """Fetch an attachment from Discord's CDN into ``<home>/media`` (never at intake), its
+        link renewed if it expired; a foreign host, a file over `media_max_bytes` or a link
+        Discord will not renew raises `PermanentAdapterError`."""
+        return await self.links.fetch(attachment)
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        self.outbox.adopt(event, ref)
+
+    def resume_reply(self, event: MessageEvent) -> None:
+        self.outbox.resume(event)
+
+    async def _send_typing(self, event: MessageEvent) -> None:
+        await self.outbox.typing(snowflake(event.thread_id or event.chat_id, "channel"))
+
+    def _rest_client(self) -> discord.Client:
+        client = self.client
+        if client is None or not self._logged_in or client.is_closed():
+            raise TransientAdapterError("discord: the client is (re)connecting")
+        return client

@@ -1,0 +1,339 @@
+"""Replies to Discord: fence-safe parts of at most 2000 characters (the first one references the
+user's message), slash-command answers through their interaction, live previews by message
+edit, and discord.py's errors translated into the gateway's `AdapterError`s."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import aiohttp
+import structlog
+
+import discord
+from adapters.discord.interactions import INTERACTION_TTL_S, StoredInteraction
+from adapters.discord.preview import Preview
+from hermes_gateway.core.parts import send_parts
+from hermes_gateway.errors import (
+    AdapterAuthError,
+    AdapterError,
+    PermanentAdapterError,
+    RateLimitedError,
+    TransientAdapterError,
+)
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.seam.retry import with_retry
+from hermes_gateway.text.markup import split_rendered_discord
+
+log = structlog.get_logger("hermes.adapters.discord")
+T = TypeVar("T")
+Remember = Callable[[MessageEvent, str], Awaitable[None]]  # where a preview is, for a replay
+
+LIMIT = 2000
+_REMEMBERED = 1024  # interaction id -> the message that answered it, for later references
+_MAX_PREVIEWS = 256
+
+
+def translate(exc: BaseException, what: str) -> AdapterError | None:
+    """The gateway's error for a discord.py (or network) failure; None if it is neither."""
+    if isinstance(exc, AdapterError):
+        return exc
+    if isinstance(exc, discord.RateLimited):
+        return RateLimitedError(f"discord {what}: rate limited", exc.retry_after)
+    if isinstance(exc, discord.LoginFailure):
+        return AdapterAuthError(f"discord {what}: the bot token was rejected")
+    if isinstance(exc, discord.HTTPException):
+        detail = f"discord {what}: HTTP {exc.status} (code {exc.code}) {exc.text}".strip()
+        if exc.status == 401:
+            return AdapterAuthError(detail)
+        if exc.status == 429:  # only when discord.py gave up waiting itself
+            return RateLimitedError(detail, _retry_after(exc))
+        if exc.status >= 500:
+            return TransientAdapterError(detail)
+        return PermanentAdapterError(detail)
+    if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError | discord.ConnectionClosed):
+        return TransientAdapterError(f"discord {what}: {exc!r}")
+    return None
+
+
+def _retry_after(exc: discord.HTTPException) -> float:
+    try:
+        return float(exc.response.headers.get("Retry-After", "1"))
+    except (AttributeError, ValueError):
+        return 1.0
+
+
+async def guarded(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """Run one discord.py call, raising the gateway's errors instead of the SDK's."""
+    try:
+        return await call()
+    except Exception as exc:
+        err = translate(exc, what)
+        if err is None or err is exc:
+            raise
+        raise err from exc
+
+
+def snowflake(value: str | None, what: str) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise PermanentAdapterError(f"not a Discord {what} id: {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    followup: Callable[[], discord.Webhook]  # the live interaction's, or rebuilt after a restart
+    session_key: str
+    expires: float  # monotonic
+
+
+class DiscordOutbox:
+    """Everything the adapter sends; `client` returns the logged-in client or raises
+    `TransientAdapterError` while there is none (a restart in progress)."""
+
+    retry_attempts = 3  # discord.py itself retries 429s and most 5xx before we see them
+    retry_base_delay = 0.5
+    edit_interval = 1.0  # seconds between preview edits (Discord allows ~5 edits per 5 s)
+
+    def __init__(
+        self, client: Callable[[], discord.Client], remember: Remember | None = None
+    ) -> None:
+        self._client = client
+        self.remember = remember
+        self._deferred: dict[str, _Deferred] = {}
+        self._answered: OrderedDict[str, int] = OrderedDict()
+        self._previews: OrderedDict[str, Preview] = OrderedDict()
+        self._orphans: dict[str, int] = {}  # previews a crash left, by the message they answer
+        # messages being admitted: a refusal answers a message plainly in its channel and a
+        # slash command privately (its interaction), as neither was acknowledged yet
+        self._held: dict[str, discord.Interaction[Any] | None] = {}
+
+    # -- single calls -------------------------------------------------------------------------
+
+    async def post(
+        self, channel_id: int, text: str, reply_to: int | None = None, *, retry: bool = True
+    ) -> discord.Message:
+        async def call() -> discord.Message:
+            channel = self._client().get_partial_messageable(channel_id)
+            if reply_to is None:
+                return await channel.send(text)
+            ref = discord.MessageReference(
+                message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
+            )
+            return await channel.send(text, reference=ref)
+
+        return await self._call(call, "send", retry)
+
+    async def edit(
+        self, channel_id: int, message_id: int, text: str, *, retry: bool = True
+    ) -> None:
+        async def call() -> None:
+            channel = self._client().get_partial_messageable(channel_id)
+            await channel.get_partial_message(message_id).edit(content=text)
+
+        await self._call(call, "edit", retry)
+
+    async def typing(self, channel_id: int) -> None:
+        async def call() -> None:
+            await self._client().get_partial_messageable(channel_id).typing()
+
+        await guarded(call, "typing")
+
+    async def _call(self, call: Callable[[], Awaitable[T]], what: str, retry: bool) -> T:
+        if not retry:
+            return await guarded(call, what)
+        return await with_retry(
+            lambda: guarded(call, what),
+            what=f"discord.{what}",
+            attempts=self.retry_attempts,
+            base_delay=self.retry_base_delay,
+        )
+
+    def reference(self, message_id: str | None) -> int | None:
+        """The message a reply should quote: the user's message, or for a slash command the
+        message that answered it (an interaction id is not a message)."""
+        if message_id is None:
+            return None
+        if message_id in self._answered:
+            return self._answered[message_id]
+        return int(message_id) if message_id.isdigit() else None
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def hold(self, message_id: str, interaction: discord.Interaction[Any] | None = None) -> None:
+        self._held[message_id] = interaction
+
+    def release(self, message_id: str) -> None:
+        self._held.pop(message_id, None)
+
+    async def _refuse(self, out: OutboundMessage, channel_id: int) -> bool:
+        """Send the access rules' answer to a held message; False when ``out`` is not one."""
+        if out.kind != "notice" or not out.answers or out.answers[0] not in self._held:
+            return False
+        interaction = self._held.pop(out.answers[0])
+        if interaction is None:
+            await self.post(channel_id, out.text)
+        else:
+            await guarded(
+                lambda: interaction.response.send_message(out.text, ephemeral=True), "refuse"
+            )
+        return True
+
+    # -- slash commands -----------------------------------------------------------------------
+
+    async def defer(self, interaction: discord.Interaction[Any], session_key: str) -> bool:
+        """Acknowledge within Discord's 3 s ("thinking..."); the answer follows up. False when
+        Discord refused: the answer then goes to the channel."""
+        self._expire()
+        try:
+            await guarded(lambda: interaction.response.defer(thinking=True), "defer")
+        except AdapterError as exc:
+            log.warning("discord.defer_failed", error=str(exc), interaction_id=interaction.id)
+            return False
+        expires = time.monotonic() + INTERACTION_TTL_S
+        deferred = _Deferred(lambda: interaction.followup, session_key, expires)
+        self._deferred[str(interaction.id)] = deferred
+        return True
+
+    def resume(self, event: MessageEvent) -> None:
+        """After a restart: answer ``event`` through the interaction its `reply_context` kept,
+        while the token lives (past that, the answer goes to the channel)."""
+        stored = StoredInteraction.decode(event.reply_context)
+        if stored is None:
+            return
+        left = stored.remaining()
+        if left <= 0:
+            log.info("discord.interaction_expired", interaction_id=event.message_id)
+            return
+        followup = partial(self._rebuilt_followup, stored)
+        expires = time.monotonic() + left
+        self._deferred[event.message_id] = _Deferred(followup, event.session_key, expires)
+
+    def _rebuilt_followup(self, stored: StoredInteraction) -> discord.Webhook:
+        return stored.webhook(self._client())
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, d in self._deferred.items() if d.expires <= now]:
+            del self._deferred[key]
+
+    def _take_deferred(self, out: OutboundMessage) -> tuple[str, _Deferred] | None:
+        self._expire()
+        for message_id in out.answers:
+            if (found := self._deferred.pop(message_id, None)) is not None:
+                return message_id, found
+        if not out.answers:  # an acknowledgement (/queue, /steer) for an open command
+            for key, found in self._deferred.items():
+                if found.session_key == out.session_key:
+                    del self._deferred[key]
+                    return key, found
+        return None
+
+    async def _via_interaction(
+        self, key: str, deferred: _Deferred, out: OutboundMessage, parts: list[str]
+    ) -> bool:
+        delivered = 0
+
+        async def one(index: int, part: str) -> None:
+            nonlocal delivered
+
+            async def call() -> discord.WebhookMessage:
+                try:
+                    return await deferred.followup().send(part, wait=True)
+                except discord.HTTPException as exc:
+                    if exc.status == 401:  # the interaction's token, not the bot's: it expired
+                        raise PermanentAdapterError(f"discord followup: {exc.text}") from exc
+                    raise
+
+            message = await self._call(call, "followup", True)
+            delivered += 1
+            if index == 0:
+                self._answered[key] = message.id
+                while len(self._answered) > _REMEMBERED:
+                    self._answered.popitem(last=False)
+
+        try:
+            await send_parts(out, parts, one)
+        except PermanentAdapterError as exc:
+            if delivered or out.skip_parts:
+                raise
+            log.warning("discord.followup_failed", error=str(exc), interaction_id=key)
+            return False
+        except AdapterError:
+            self._deferred[key] = deferred  # the redelivery answers through it too
+            raise
+        return True
+
+    # -- replies ------------------------------------------------------------------------------
+
+    async def send(self, out: OutboundMessage) -> None:
+        parts = split_rendered_discord(out.text, LIMIT) or ["…"]
+        channel_id = snowflake(out.thread_id or out.chat_id, "channel")
+        if await self._refuse(out, channel_id):
+            return
+        previews = [p for m in out.answers if (p := self._previews.pop(m, None)) is not None]
+        orphans = [o for m in out.answers if (o := self._orphans.pop(m, None)) is not None]
+        deferred = self._take_deferred(out)
+        if deferred is not None:
+            await _close_all(previews, interrupted=True)
+            if await self._via_interaction(*deferred, out, parts):
+                return
+            previews = []
+        primary = previews[0] if previews and previews[0].key == out.reply_to else None
+        await _close_all([p for p in previews if p is not primary], interrupted=True)
+        shown = await primary.close() if primary is not None else None
+        if shown is None and orphans and deferred is None:
+            shown = orphans[0]  # a replay finishes the preview its crashed run left
+
+        async def one(index: int, part: str) -> None:
+            if index == 0 and shown is not None:
+                try:
+                    await self.edit(channel_id, shown, part)
+                    return
+                except PermanentAdapterError as exc:  # the preview was deleted: send afresh
+                    log.info("discord.preview_lost", error=str(exc))
+                except AdapterError:  # the redelivery edits it, rather than leave it half-written
+                    self._orphans[out.answers[0]] = shown
+                    raise
+            await self.post(channel_id, part, self.reference(out.reply_to) if index == 0 else None)
+
+        await send_parts(out, parts, one)
+
+    def adopt(self, event: MessageEvent, ref: str) -> None:
+        if ref.isdigit():
+            self._orphans[event.message_id] = int(ref)
+
+    def preview(self, event: MessageEvent) -> Preview | None:
+        """A live preview for the run answering ``event`` (not for slash commands, whose
+        "thinking..." message is the preview); it continues a preview a crash cut short."""
+        if event.message_id in self._deferred:
+            return None
+        while len(self._previews) >= _MAX_PREVIEWS:
+            _key, old = self._previews.popitem(last=False)
+            old.abandon()
+        preview = Preview(
+            self,
+            event,
+            self.edit_interval,
+            adopted=self._orphans.pop(event.message_id, None),
+            on_posted=partial(self.remember, event) if self.remember is not None else None,
+        )
+        self._previews[event.message_id] = preview
+        return preview
+
+    async def close(self) -> None:
+        """Mark unfinished previews as interrupted; forget open interactions."""
+        previews = list(self._previews.values())
+        self._previews.clear()
+        self._deferred.clear()
+        await _close_all(previews, interrupted=True)
+
+
+async def _close_all(previews: list[Preview], *, interrupted: bool) -> None:
+    for preview in previews:
+        await preview.close(interrupted=interrupted)

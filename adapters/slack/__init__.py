@@ -1,0 +1,1 @@
+"""Slack: a slack-bolt app fed by Socket Mode or the Events API."""

@@ -1,0 +1,347 @@
+"""Slack: a slack-bolt `AsyncApp` fed by Socket Mode (default) or by the Events API on the
+control server. A Socket Mode event is acked once it is in the inbox (an event the store could
+not take is not acked, so Slack delivers it again); over HTTP bolt acks every event at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Coroutine
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+
+from adapters.shims.slack import seed_auth_test, use_socket_url
+from adapters.slack.api import SlackWeb, file_downloader
+from adapters.slack.events import BotIdentity, Recent, normalize
+from adapters.slack.http import serve_event
+from adapters.slack.progress import Previews, Progress
+from adapters.slack.socket import AckingSocketHandler
+from adapters.slack.socket import close_socket as _close_socket
+from adapters.slack.socket import frame_type as _frame_type
+from hermes_gateway.config import SlackConfig
+from hermes_gateway.core.bus import LifecycleEvent
+from hermes_gateway.core.parts import send_parts
+from hermes_gateway.errors import (
+    AdapterAuthError,
+    AdapterError,
+    PermanentAdapterError,
+    StoreError,
+    TransientAdapterError,
+)
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.text.markup import split_rendered_slack
+
+log = structlog.get_logger("hermes.adapters.slack")
+START_TIMEOUT_S = 15.0  # auth.test + apps.connections.open + the socket handshake
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0
+_PROGRESS_EVENTS = ("processing_start", "response_sent", "processing_complete")
+
+
+class SlackAdapter:
+    name = "slack"
+    preview_interval = 1.0  # seconds between edits of a streamed preview
+
+    def __init__(self, host: AdapterHost) -> None:
+        self.host = host
+        self.web: SlackWeb | None = None
+        self.app: AsyncApp | None = None
+        self.socket: AsyncSocketModeHandler | None = None
+        self._hello_on: object | None = None  # the socket session that said hello
+        self._me = BotIdentity("", "")  # from auth.test, before any event can arrive
+        self._accepting = False
+        self._stopped = False
+        self._auth_failed = False
+        self._error = ""
+        self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
+        self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
+        self._unstored: set[str] = set()  # event ids left with Slack: not acked
+        self._previews = Previews(host.remember_preview)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.files = file_downloader(self.config, host.config.home_path / "media")
+        mode = self.config.progress if self.config.typing else "none"
+        self._progress = Progress(mode, self.config.progress_reaction)
+        host.bus.subscribe(self._on_lifecycle, _PROGRESS_EVENTS, name="slack:progress")
+        if self.config.mode == "http":
+            host.add_route("POST", self.config.events_path, self._http_events, public=True)
+
+    @property
+    def config(self) -> SlackConfig:
+        """This platform's section of the config in force, read at each use: a SIGHUP reload
+        changes its access rules (`require_mention` included), which this adapter follows too."""
+        return self.host.config.platforms.slack
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check the tokens (a rejected one raises `AdapterAuthError`: exit 78) and connect;
+        network trouble is retried in the background while the gateway serves."""
+        self.web = SlackWeb(self.config.bot_token, self.config.api_base)
+        self._accepting = True
+        try:
+            await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
+        except AdapterAuthError as exc:
+            self._auth_failed, self._error = True, str(exc)
+            raise
+        except (AdapterError, TimeoutError) as exc:
+            self._note_error(exc, retrying=True)
+            self._spawn(self._keep_trying(), "adapter:slack:connect")
+
+    async def _bring_up(self) -> None:
+        assert self.web is not None
+        auth = await self.web.auth_test()
+        self._me = BotIdentity(str(auth.get("user_id") or ""), str(auth.get("bot_id") or ""))
+        app = self._build_app(auth)
+        if self.config.mode == "socket":
+            handler = AckingSocketHandler(
+                app,
+                app_token=self.config.app_token,
+                logger=app.logger,
+                ping_interval=self.config.ping_interval_s,
+            )
+            handler.client.on_message_listeners.append(self._on_frame)
+            handler.unstored = self._unstored
+            try:
+                # our own apps.connections.open: a rejected app token is an error here, where the
+                # SDK's connect() would retry it forever
+                use_socket_url(handler.client, await self.web.socket_url(self.config.app_token))
+                self.socket = handler
+                await handler.connect_async()  # type: ignore[no-untyped-call]
+            except BaseException:
+                self.socket = None
+                await _close_socket(handler)
+                raise
+        self.app = app
+        self._error = ""
+        log.info("slack.started", mode=self.config.mode, bot_user_id=auth.get("user_id"))
+
+    async def _keep_trying(self) -> None:
+        delay = RETRY_FIRST_S
+        while self._accepting:
+            await asyncio.sleep(delay)
+            delay = min(RETRY_MAX_S, delay * 1.5)
+            try:
+                await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
+                return
+            except AdapterAuthError as exc:
+                self._auth_failed, self._error = True, str(exc)
+                log.error("slack.auth_failed", error=str(exc))
+                return
+            except (AdapterError, TimeoutError) as exc:
+                self._note_error(exc, retrying=True)
+
+    def _build_app(self, auth: Any) -> AsyncApp:
+        assert self.web is not None
+        http = self.config.mode == "http"
+        app = AsyncApp(
+            client=self.web.client,
+            # Socket Mode: the listener (intake into the inbox) runs before the ack is sent
+            process_before_response=not http,
+            signing_secret=self.config.signing_secret if http else None,
+            request_verification_enabled=http,  # Socket Mode needs no signature
+            logger=logging.getLogger("hermes.adapters.slack.bolt"),
+            name="hermes",
+        )
+        # reuse our auth.test: bolt would otherwise call it on the first event, and a failure
+        # there drops that event
+        seed_auth_test(app, auth)
+        app.event("message")(self._on_event)
+        app.event("app_mention")(self._on_event)
+        app.event(re.compile(".*"))(_ack_only)  # other subscribed events: acked, not retried
+        return app
+
+    async def stop(self) -> None:
+        """Stop intake: close the socket, so Slack keeps new events for the next connection."""
+        self._accepting = False
+        if self.socket is not None:
+            await _close_socket(self.socket)
+
+    async def close(self) -> None:
+        self._stopped = True
+        self._accepting = False
+        for task in list(self._tasks):
+            task.cancel()
+        self._previews.cancel_all()
+        await self.files.aclose()
+        if self.socket is not None:
+            await _close_socket(self.socket)
+            self.socket = None
+        if self.web is not None:
+            # runs interrupted by the shutdown end after this: take their reactions off now
+            try:
+                await asyncio.wait_for(self._progress.clear_all(self.web), 3)
+            except TimeoutError:
+                log.info("slack.progress_clear_timeout")
+            await self.web.close()
+
+    def health(self) -> Health:
+        if self._stopped or (self.web is not None and not self._accepting):
+            return Health(False, "stopped")
+        if self._auth_failed:
+            return Health(False, self._error)
+        if self.app is None:
+            return Health(
+                False, f"connecting (last error: {self._error})" if self._error else "connecting"
+            )
+        if self.config.mode == "http":
+            return Health(True, "events api")
+        client = self.socket.client if self.socket is not None else None
+        session = client.current_session if client is not None else None
+        if client is None or session is None or session.closed or client.stale:
+            return Health(False, "socket disconnected; reconnecting")
+        if self._hello_on is not session:
+            return Health(False, "socket connecting (no hello yet)")
+        return Health(True, "socket connected")
+
+    # -- intake -------------------------------------------------------------------------
+
+    async def _on_frame(self, message: aiohttp.WSMessage) -> None:
+        """Every Socket Mode frame, before the SDK acts on it: tracks hello / disconnect."""
+        kind = _frame_type(message.data)
+        if kind == "hello":
+            self._hello_on = self.socket.client.current_session if self.socket else None
+            log.info("slack.socket_hello")
+        elif kind == "disconnect":
+            self._hello_on = None
+            log.info("slack.socket_disconnect_requested")
+
+    async def _on_event(self, body: dict[str, Any]) -> None:
+        """A bolt listener: runs after the ack (so also for an event acked just before `stop`:
+        it still lands in the inbox). Nothing a payload holds may escape from here."""
+        try:
+            if not await self._intake(body.get("event")):
+                self._unstored.add(str(body.get("event_id") or ""))
+        except Exception:
+            log.exception("slack.intake_failed", event_id=body.get("event_id"))
+
+    async def _intake(self, raw: Any) -> bool:
+        """False when the store could not take the event (it is then not acked)."""
+        per_user = self.host.config.runner.group_sessions_per_user
+        inbound = normalize(raw, self._me, per_user=per_user)
+        if inbound is None:
+            log.debug("slack.ignored", type=_field(raw, "type"), subtype=_field(raw, "subtype"))
+            return True
+        event = inbound.event
+        # the app_mention + message pair and retried deliveries share the ts; the inbox folds
+        # them durably, this spares the second one an access check and a pairing reply
+        if not self._seen.add((event.chat_id, event.message_id)):
+            log.debug("slack.duplicate", channel=event.chat_id, ts=event.message_id)
+            return True
+        if not event.mentioned and await self._follows_thread(event):
+            event = replace(event, mentioned=True)
+        durable = self.config.mode == "socket"
+        outcome = await self.host.submit(event, durable=durable, sender=inbound.sender)
+        if outcome == "unavailable":
+            self._seen.discard((event.chat_id, event.message_id))  # its redelivery is new
+            return False
+        if outcome == "accepted" and event.chat_type == "thread":
+            self._threads.add((event.chat_id, event.thread_id))
+        return True
+
+    async def _follows_thread(self, event: MessageEvent) -> bool:
+        """A reply in a thread the bot already answers in needs no mention: known from this
+        run, or from the thread's session history (survives restarts)."""
+        if not self.config.require_mention or event.chat_type != "thread" or not event.reply_to:
+            return False
+        if (event.chat_id, event.thread_id) in self._threads:
+            return True
+        try:
+            return bool(await self.host.history(event.session_key))
+        except StoreError as exc:  # the database is down: only a mention gets an answer now
+            log.warning("slack.thread_unknown", error=str(exc), channel=event.chat_id)
+            return False
+
+    async def _http_events(self, request: web.Request) -> web.StreamResponse:
+        """The Events API endpoint: the signature and timestamp are checked first (401
+        otherwise), then bolt answers url_verification and acks; 503 until started, so Slack
+        retries later."""
+        app = self.app
+        if app is None or not self._accepting:
+            return web.json_response({"ok": False, "error": "not_ready"}, status=503)
+        return await serve_event(app, request, self.config.signing_secret)
+
+    # -- delivery -----------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Markdown -> mrkdwn parts under `message_limit`, into the thread; each part retried
+        on its own (earlier parts are never sent twice). A streamed preview becomes part 1."""
+        web = self.web
+        if web is None:
+            raise TransientAdapterError("slack: not started")
+        preview_ts = await self._previews.take(message.answers)
+
+        async def one(index: int, part: str) -> None:
+            if index == 0 and preview_ts:
+                try:
+                    await web.update(message.chat_id, preview_ts, part)
+                    return
+                except PermanentAdapterError as exc:  # the preview is gone: post the answer anew
+                    log.info("slack.preview_lost", error=str(exc))
+                except AdapterError:  # the redelivery edits it, rather than leave it half-written
+                    self._previews.adopt_ts(message.answers[0], preview_ts)
+                    raise
+            await web.post(message.chat_id, part, message.thread_id)
+
+        parts = split_rendered_slack(message.text, self.config.message_limit)
+        await send_parts(message, parts, one)
+
+    async def download(self, attachment: Attachment) -> Path:
+        """Fetch a file (``url_private``, with the bot token) into ``<home>/media``, never at
+        intake; a foreign host or a file over `media_max_bytes` raises `PermanentAdapterError`."""
+        bearer = {"Authorization": f"Bearer {self.config.bot_token}"}
+        return await self.files.fetch(attachment, bearer)
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        if not self.config.streaming or self.web is None:
+            return None
+        return self._previews.open(
+            self.web, event, self.config.message_limit, self.preview_interval
+        )
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        self._previews.adopt_ts(event.message_id, ref)
+
+    async def _on_lifecycle(self, ev: LifecycleEvent) -> None:
+        message, web = ev.message, self.web
+        if message is None or message.platform != self.name or web is None or self._stopped:
+            return
+        if ev.name == "processing_start":
+            await self._progress.show(web, ev.run_id, message)
+            return
+        await self._progress.clear(web, ev.run_id)
+        if ev.name == "processing_complete":
+            # a preview nobody finished belongs to a run that ended without an answer
+            preview = self._previews.pop(message.message_id)
+            ts = await preview.finish() if preview is not None else None
+            if ts:
+                try:
+                    await web.delete(message.chat_id, ts)
+                except AdapterError as exc:
+                    log.info("slack.preview_delete_failed", error=str(exc))
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _note_error(self, exc: BaseException, *, retrying: bool) -> None:
+        self._error = str(exc) or type(exc).__name__
+        log.warning("slack.connect_failed", error=self._error, retrying=retrying)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _ack_only() -> None:
+    return None
+
+
+def _field(raw: Any, key: str) -> str:
+    return str(raw.get(key) or "") if isinstance(raw, dict) else ""

@@ -1,0 +1,395 @@
+"""The Telegram platform: python-telegram-bot 22 driven on the gateway's loop, long polling
+(or a webhook on the control server), access rules, delivery, typing and live preview.
+
+Startup never hangs: `start` waits briefly for the first connection attempt, then keeps
+retrying in the background while `/readyz` says why (a rejected token is a config error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from adapters.telegram.delivery import Outbox, Sender, call, chat_ref
+from adapters.telegram.http import AiohttpRequest
+from adapters.telegram.normalize import BotIdentity, normalize
+from adapters.telegram.poller import Poller
+from adapters.telegram.transport import (
+    PollMonitor,
+    PollRequest,
+    TokenLock,
+    bounded,
+    download_media,
+)
+from hermes_gateway.config import TelegramConfig
+from hermes_gateway.core.indicator import TypingIndicator
+from hermes_gateway.errors import (
+    AdapterAuthError,
+    AdapterError,
+    PermanentAdapterError,
+    TransientAdapterError,
+)
+from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from telegram import BotCommand, Update
+from telegram.constants import ChatAction
+from telegram.error import Conflict, InvalidToken, TelegramError
+from telegram.ext import Application, ApplicationBuilder
+
+log = structlog.get_logger("hermes.adapters.telegram")
+App = Application[Any, Any, Any, Any, Any, Any]
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+ALLOWED_UPDATES = ["message"]  # ask only for what we handle; the rest is ignored anyway
+COMMANDS = [
+    ("stop", "Stop what I'm doing now"),
+    ("new", "Start a new conversation"),
+    ("status", "What this session is doing"),
+    ("help", "List the commands"),
+    ("queue", "Answer this after the current work"),
+    ("steer", "Add guidance to the work in progress"),
+    ("model", "Which model answers"),
+]
+
+
+class TelegramAdapter:
+    """One bot: intake from polling or the webhook, replies through `Outbox`."""
+
+    name = "telegram"
+    # Timings (seconds); tests shorten them on the class.
+    poll_timeout = 25.0  # getUpdates long-poll wait
+    request_timeout = 10.0  # connect/read/write for each Bot API call
+    stall_grace = 5.0  # polling unanswered this long past its timeouts is reported stalled
+    startup_wait = 5.0  # how long `start` waits for the first connection attempt
+    retry_first, retry_max = 1.0, 60.0  # connection backoff
+    lock_retry = 10.0  # how often a gateway without the token lock tries again
+    watch_interval = 1.0
+    typing_interval = 5.0
+    edit_interval = 1.0  # live preview: at most one edit per this
+
+    def __init__(self, host: AdapterHost) -> None:
+        self.host = host
+        self.monitor = PollMonitor()
+        self.lock = TokenLock(host.config.home_path, self.config.token)
+        t = self.request_timeout
+        # the bot's calls, and the sends and edits `Sender` makes on it directly
+        self.transport = AiohttpRequest(
+            connection_pool_size=16, read_timeout=t, write_timeout=t, connect_timeout=t
+        )
+        self.app = self._build_app()
+        self.poller: Poller | None = None
+        self._polling: asyncio.Task[None] | None = None
+        if self.config.mode == "polling":
+            self.poller = self._build_poller()
+        sender = Sender(self.app.bot, self.transport)
+        self.outbox = Outbox(sender, self.edit_interval, host.remember_preview)
+        self.me: BotIdentity | None = None
+        self._state = "not started"
+        self._attempts = 0
+        self._live = False  # polling started or webhook set
+        self._accepting = False
+        self._first_attempt = asyncio.Event()
+        self._lock_warned = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.typing = (
+            TypingIndicator(host.bus, self.name, self.send_typing, interval=self.typing_interval)
+            if self.config.typing
+            else None
+        )
+        if self.config.mode == "webhook":
+            host.add_route("POST", self.config.webhook_path, self.webhook, public=True)
+
+    @property
+    def config(self) -> TelegramConfig:
+        """This platform's section of the config in force, read at each use: a SIGHUP reload
+        changes its access rules (`require_mention` included), which this adapter follows too."""
+        return self.host.config.platforms.telegram
+
+    def _build_app(self) -> App:
+        # PTB's Updater is not used: `Poller` polls (one parse per update, offsets moved only
+        # once updates are in the inbox) and the webhook handler takes updates itself
+        builder = (
+            ApplicationBuilder()
+            .token(self.config.token)
+            .base_url(self.config.base_url)
+            .base_file_url(self.config.base_file_url)
+            .request(self.transport)
+            .updater(None)
+        )
+        app: App = builder.build()
+        return app
+
+    def _build_poller(self) -> Poller:
+        t = self.request_timeout
+        request = PollRequest(
+            self.monitor,
+            connection_pool_size=2,
+            read_timeout=t,
+            write_timeout=t,
+            connect_timeout=t,
+            pool_timeout=t,
+        )
+        return Poller(
+            self.app.bot,
+            request,
+            self._take,
+            timeout=self.poll_timeout,
+            read_margin=t,
+            allowed_updates=ALLOWED_UPDATES,
+            on_error=self._on_poll_error,
+            writable=self.host.writable,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect in the background; wait up to `startup_wait` for the first attempt so a
+        rejected token fails the start (exit 78) while a network problem does not."""
+        self._accepting = True
+        task = self._spawn(self._connect(), "connect")
+        waiter = asyncio.create_task(self._first_attempt.wait())
+        await asyncio.wait(
+            {task, waiter}, timeout=self.startup_wait, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiter.cancel()
+        if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+            raise exc
+
+    async def stop(self) -> None:
+        """Stop intake: no more polling or webhook updates; sending still works."""
+        self._accepting = False
+        tasks = list(self._tasks)  # polling and its watchdog among them
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.poller is not None and self._live:
+            await self.poller.confirm()
+        if self.app.running:
+            await bounded(self.app.stop(), 5, "telegram.app_stop")
+        self._live = False
+        self._state = "stopped"
+
+    async def close(self) -> None:
+        if self.typing is not None:
+            self.typing.stop_all()
+        await self.outbox.close()
+        if self.app.running:
+            await self.stop()
+        await bounded(self.app.shutdown(), 5, "telegram.shutdown")
+        if self.poller is not None:
+            await self.poller.close()
+        await asyncio.to_thread(self.lock.release)
+
+    def health(self) -> Health:
+        if not self._live:
+            return Health(False, self._state)
+        if self.poller is not None:
+            problem = self.monitor.problem(self._stall_after)
+            if problem is not None:
+                return Health(False, problem)
+        return Health(True, self._state)
+
+    @property
+    def _stall_after(self) -> float:
+        # a healthy long poll answers within poll_timeout (getUpdates' read timeout adds the
+        # request timeout to it)
+        return self.poll_timeout + self.request_timeout + self.stall_grace
+
+    async def _connect(self) -> None:
+        delay = self.retry_first
+        while True:
+            try:
+                if await self._connect_once():
+                    self._first_attempt.set()
+                    return
+                wait = self.lock_retry
+            except AdapterAuthError as exc:
+                self._state = f"token rejected: {exc}"
+                log.error("telegram.token_rejected", error=str(exc))
+                self._first_attempt.set()
+                raise
+            except Exception as exc:  # network trouble, 5xx, timeouts: retried
+                self._attempts += 1
+                wait, delay = delay, min(delay * 2, self.retry_max)
+                self._state = (
+                    f"connecting to Telegram (attempt {self._attempts} failed: "
+                    f"{type(exc).__name__}: {exc}; next in {wait:.1f} s)"
+                )
+                log.warning("telegram.connect_failed", attempt=self._attempts, error=str(exc))
+            self._first_attempt.set()
+            await asyncio.sleep(wait)
+
+    async def _connect_once(self) -> bool:
+        if not await asyncio.to_thread(self.lock.acquire):
+            self._state = f"another gateway on this host uses this bot token ({self.lock.path})"
+            (log.debug if self._lock_warned else log.error)(
+                "telegram.token_in_use", lock=str(self.lock.path)
+            )
+            self._lock_warned = True
+            return False
+        self._state = "connecting to Telegram"
+        try:
+            await self.app.initialize()  # getMe
+            self.me = BotIdentity(self.app.bot.id, self.app.bot.username)
+            await self._register_commands()
+            if not self.app.running:
+                await self.app.start()
+            await self._go_live()
+        except InvalidToken as exc:  # its text quotes the token: keep that out of logs
+            raise AdapterAuthError(
+                "platforms.telegram.token: Telegram rejected the bot token (401 Unauthorized)"
+            ) from exc
+        self._live = True
+        self._state = f"@{self.me.username} {self.config.mode} live"
+        log.info("telegram.connected", bot=self.me.username, mode=self.config.mode)
+        if self.poller is not None:
+            self._spawn(self._watch(), "watch")
+        return True
+
+    async def _go_live(self) -> None:
+        if self.poller is None:
+            ok = await call(
+                lambda: self.app.bot.set_webhook(
+                    self.config.webhook_url,
+                    secret_token=self.config.webhook_secret,
+                    allowed_updates=ALLOWED_UPDATES,
+                )
+            )
+            if not ok:
+                raise PermanentAdapterError("setWebhook returned false")
+            return
+        # a webhook left set (by an earlier deployment) makes every getUpdates a 409
+        await call(lambda: self.app.bot.delete_webhook())
+        self.monitor.reset()
+        self._polling = self._spawn(self._poll(self.poller), "polling")
+
+    async def _poll(self, poller: Poller) -> None:
+        try:
+            await poller.run()
+        except AdapterAuthError as exc:  # revoked while running: nothing to retry
+            self._live = False
+            self._state = f"token rejected: {exc}"
+            log.error("telegram.token_rejected", error=str(exc))
+
+    async def _register_commands(self) -> None:
+        commands = [BotCommand(name, text) for name, text in COMMANDS]
+        try:
+            await call(lambda: self.app.bot.set_my_commands(commands))
+        except AdapterError as exc:  # the commands still work, they are just not suggested
+            log.warning("telegram.set_commands_failed", error=str(exc))
+
+    async def _watch(self) -> None:
+        """Polling's watchdog: restarts a polling loop that died (a bug) or hangs; stalls and
+        errors show in `health()` meanwhile."""
+        while True:
+            await asyncio.sleep(self.watch_interval)
+            task = self._polling
+            died = task is not None and task.done() and self._live
+            idle = self.monitor.idle()
+            if not died and idle < self._stall_after + Poller.backoff_max:
+                continue
+            log.error("telegram.polling_restart", idle_s=round(idle), died=died)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            await bounded(self._go_live(), self.request_timeout * 2, "telegram.polling_restart")
+
+    def _on_poll_error(self, exc: TelegramError) -> None:
+        failures = self.monitor.failures
+        if isinstance(exc, Conflict):
+            event = "telegram.conflict"
+            hint = "another process is polling this bot token; stop it (or use one gateway)"
+            if failures <= 1 or failures % 20 == 0:
+                log.error(event, error=str(exc), failures=failures, hint=hint)
+            return
+        if failures <= 1 or failures % 20 == 0:
+            log.warning("telegram.poll_error", error=f"{type(exc).__name__}: {exc}")
+
+    # -- intake ------------------------------------------------------------------------
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.config.webhook_secret.encode()):
+            log.warning("telegram.webhook_forbidden", remote=request.remote)
+            return web.Response(status=403, text="forbidden")
+        if not self._accepting or not self.app.running:
+            return web.Response(status=503, text="not ready")  # Telegram delivers it later
+        try:
+            body = await request.json()
+        except (ValueError, RecursionError):  # RecursionError: nested past any real update
+            return web.Response(status=400, text="not JSON")
+        try:
+            update = Update.de_json(body, self.app.bot)
+        except Exception as exc:  # junk must not make Telegram redeliver it forever
+            log.warning("telegram.update_unparseable", error=repr(exc)[:200])
+            return web.Response(text="ignored")
+        if not await self._take(update):  # answer 200 (Telegram forgets it) once it is stored
+            return web.Response(status=503, text="store unavailable")
+        return web.Response(text="ok")
+
+    async def _take(self, update: Update) -> bool:  # False: not stored, Telegram keeps it
+        try:
+            return await self._handle(update)
+        except Exception:  # one bad update must never stop the next
+            log.exception("telegram.update_failed", update_id=update.update_id)
+            return True
+
+    async def _handle(self, update: Update) -> bool:
+        if self.me is None:
+            return True
+        per_user = self.host.config.runner.group_sessions_per_user
+        inbound = normalize(update, self.me, per_user=per_user)
+        if inbound is None:
+            return True
+        event = inbound.event
+        outcome = await self.host.submit(event, durable=True, sender=inbound.sender)
+        log.debug("telegram.submitted", outcome=outcome, message_id=event.message_id)
+        return outcome != "unavailable"
+
+    # -- delivery ----------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> None:
+        if self.me is None:
+            raise TransientAdapterError(f"Telegram is not connected yet ({self._state})")
+        if self.typing is not None and message.run_id:
+            self.typing.stop(message.run_id)  # no "typing..." after the answer
+        await self.outbox.send(message)
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        if not self.config.streaming or event.platform != self.name:
+            return None
+        return self.outbox.preview(event)
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        self.outbox.adopt(event, ref)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=f"adapter:telegram:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None and not isinstance(exc, AdapterAuthError):  # start() reports that
+            log.error("telegram.task_failed", task=task.get_name(), error=repr(exc))
+
+    async def send_typing(self, event: MessageEvent) -> None:
+        thread = int(event.thread_id) if event.thread_id and event.thread_id.isdigit() else None
+        await call(
+            lambda: self.app.bot.send_chat_action(
+                chat_ref(event.chat_id), ChatAction.TYPING, message_thread_id=thread
+            )
+        )
+
+    async def download(self, attachment: Attachment) -> Path:
+        """Fetch an attachment into ``<home>/media`` (never at intake); files over
+        `media_max_bytes` raise `PermanentAdapterError`."""
+        media = self.host.config.home_path / "media"
+        return await download_media(self.app.bot, attachment, self.config.media_max_bytes, media)

@@ -1,0 +1,170 @@
+"""Telegram long polling without PTB's `Updater`: getUpdates as a plain call on the gateway's
+transport, each update parsed once, and the offset moved past an update only once it was taken
+into the inbox, so neither a crash nor a store that cannot write loses one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import structlog
+
+from adapters.shims.ptb import retry_after_s
+from adapters.telegram.http import AiohttpRequest
+from hermes_gateway.errors import AdapterAuthError
+from telegram import Bot, Update
+from telegram.error import InvalidToken, RetryAfter, TelegramError, TimedOut
+
+log = structlog.get_logger("hermes.adapters.telegram")
+POLL_BATCH = 20  # updates per getUpdates answer: a burst is parsed 20 at a time (loop lag)
+Take = Callable[[Update], Awaitable[bool]]  # False: not stored, keep it with Telegram
+OnError = Callable[[TelegramError], None]
+
+
+def parse_updates(items: Any, bot: Bot | None) -> Iterator[tuple[Update | None, int]]:
+    """Each usable item of a getUpdates ``result`` as (update, update_id), parsed as it is
+    reached (the caller's awaits between items keep a 20-update burst off the loop in one
+    stretch); the update is None when python-telegram-bot cannot parse it (logged): its id
+    still moves the offset past it, or Telegram would hand it over again forever. Items
+    without an id are dropped."""
+    for item in items if isinstance(items, list) else [items]:
+        uid = item.get("update_id") if isinstance(item, dict) else None
+        if not isinstance(uid, int) or isinstance(uid, bool):
+            log.warning("telegram.update_unusable", reason="no update_id", update=repr(item)[:200])
+            continue
+        try:
+            update: Update | None = Update.de_json(item, bot)
+        except Exception as exc:
+            log.warning("telegram.update_unparseable", update_id=uid, error=repr(exc)[:200])
+            update = None
+        yield update, uid
+
+
+class Poller:
+    """One getUpdates loop; `run` until cancelled, then `confirm` what was taken."""
+
+    backoff_first, backoff_max = 1.0, 30.0  # after an error (PTB's Updater used the same)
+    paused_check_s = 10.0  # while the store cannot write: a getUpdates that takes nothing
+
+    def __init__(
+        self,
+        bot: Bot,
+        request: AiohttpRequest,
+        take: Take,
+        *,
+        timeout: float,
+        read_margin: float,
+        allowed_updates: Sequence[str],
+        on_error: OnError,
+        writable: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.bot = bot
+        self.request = request
+        self.take = take
+        self.timeout = timeout
+        self.read_margin = read_margin  # getUpdates' read timeout is the wait plus this
+        self.allowed_updates = list(allowed_updates)
+        self.on_error = on_error
+        self.writable = writable  # returns once the store can take updates again
+        self.refused_pause = 0.0  # after the store refused an update: grows while it does
+        self.offset: int | None = None  # the next update wanted: confirms all before it
+        self._confirmed: int | None = None  # the offset Telegram last saw
+
+    async def run(self) -> None:
+        """Poll until cancelled. A rejected token ends it with `AdapterAuthError`; every other
+        failure is reported to ``on_error`` and retried with a growing pause."""
+        await self.request.initialize()  # its own connections (idempotent)
+        pause = 0.0
+        while True:
+            try:
+                items = await self._fetch(self.timeout)
+            except InvalidToken as exc:  # its text may quote the token
+                raise AdapterAuthError("Telegram rejected the bot token while polling") from exc
+            except RetryAfter as exc:
+                pause = 0.5 + retry_after_s(exc)
+            except TimedOut:
+                pause = 0.0  # a long poll Telegram did not answer in time: ask again at once
+            except TelegramError as exc:
+                self.on_error(exc)
+                pause = self.backoff_first if pause == 0 else min(self.backoff_max, pause * 1.5)
+            else:
+                taken, refused = await self._take_all(items)
+                if refused:
+                    await self._wait_for_store()
+                    continue
+                if taken or not items:
+                    pause = 0.0
+                    continue
+                # nothing in the answer had an id, so nothing can be confirmed: asking again at
+                # once would get the same answer, in a tight loop
+                pause = self.backoff_max
+            if pause:
+                await asyncio.sleep(pause)
+
+    async def confirm(self, timeout: float = 2.0) -> None:
+        """Tell Telegram the updates taken since the last getUpdates are done (a stop), so a
+        restart does not fetch them again; best effort: the inbox drops repeats anyway."""
+        if self.offset is None or self.offset == self._confirmed:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self._fetch(0, limit=1)
+        except (TelegramError, TimeoutError) as exc:
+            log.debug("telegram.confirm_failed", error=repr(exc))
+
+    async def close(self) -> None:
+        await self.request.shutdown()
+
+    async def _fetch(self, wait: float, limit: int = POLL_BATCH) -> Any:
+        fields: dict[str, Any] = {
+            "timeout": int(wait),
+            "limit": limit,
+            "allowed_updates": self.allowed_updates,
+        }
+        if self.offset is not None:
+            fields["offset"] = self.offset
+        url = f"{self.bot.base_url}/getUpdates"
+        result = await self.request.call(url, fields, read_timeout=wait + self.read_margin)
+        self._confirmed = self.offset
+        return result
+
+    async def _wait_for_store(self) -> None:
+        """Polling pauses while the store cannot write: what Telegram holds stays there (the
+        offset did not move past it) and is fetched again once the store can take it."""
+        log.warning("telegram.intake_paused", offset=self.offset, reason="store cannot write")
+        while True:
+            try:
+                async with asyncio.timeout(self.paused_check_s):
+                    await self.writable()
+                break
+            except TimeoutError:
+                pass
+            # a getUpdates that confirms nothing new: polling's watchdog sees it alive, and a
+            # revoked token still ends it
+            try:
+                await self._fetch(0, limit=1)
+            except InvalidToken as exc:
+                raise AdapterAuthError("Telegram rejected the bot token while polling") from exc
+            except TelegramError:
+                pass
+        # a store that says writable and still refuses (a write that fails differently)
+        # must not turn this into a tight getUpdates loop
+        self.refused_pause = min(5.0, max(0.2, self.refused_pause * 2))
+        await asyncio.sleep(self.refused_pause)
+        log.info("telegram.intake_resumed", offset=self.offset)
+
+    async def _take_all(self, items: Any) -> tuple[int, bool]:
+        """Take each update in order, stopping at one the store refused; returns how many
+        had an id, and whether one was refused (the offset stays on it)."""
+        count = 0
+        for update, uid in parse_updates(items, self.bot):
+            count += 1
+            if update is not None and not await self.take(update):
+                if self.offset is None or uid > self.offset:
+                    self.offset = uid  # confirms the ones before it, not this one
+                return count, True
+            if self.offset is None or uid >= self.offset:
+                self.offset = uid + 1
+        self.refused_pause = 0.0
+        return count, False

@@ -1,0 +1,266 @@
+"""The gateway's services for tools: approvals asked in the chat, past-message search,
+attachment downloads and the vision model, as plain synchronous callables for worker threads.
+
+Each callable hops to the event loop with `run_coroutine_threadsafe(...).result(timeout)`: the
+worker thread blocks, the loop never does, and no coroutine here waits on the run pool, so a
+full pool cannot deadlock. An approval is answered only by `/approve` or `/deny` arriving as
+a real inbound message of the same session (`Commands`) from the user whose message started the
+run (in a shared thread, no other participant); nothing a tool or the model writes reaches that
+path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent_core import LLMClient, ModelError
+from hermes_gateway.errors import AdapterError
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from tools.approval import CANNOT_ASK
+from tools.errors import ToolError
+from tools.host import ApprovalRequest, SearchHit, ToolHost
+
+if TYPE_CHECKING:
+    from hermes_gateway.core.delivery import Delivery
+    from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.seam.platform import Adapter
+    from hermes_gateway.store.store import Store
+
+log = structlog.get_logger("hermes.tools")
+HOP_TIMEOUT_S = 30.0
+ASK = (
+    "{who}'s command needs approval ({reason}):\n```\n{action}\n```\n"
+    "Only {who} can reply /approve to run it or /deny to refuse it; no answer within "
+    "{timeout:g} s counts as denied."
+)
+REFUSED = "Only {who} can answer this approval request ({who}'s command); nothing changed."
+ACTION_CHARS = 600
+_MD_SPECIAL = re.compile(r"([\\`*_~\[\]()<>#|!])")
+# shown as escapes so the user sees what would run: control characters, direction overrides
+# and zero-width characters can make a command look like another one
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+TIMED_OUT = "No answer to the approval request within {timeout:g} s: not run."
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One open approval request; `done` is set on the loop thread, read on the worker."""
+
+    request: ApprovalRequest
+    event: MessageEvent
+    asked_at: float = field(default_factory=time.monotonic)
+    approved: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def plain(text: str) -> str:
+    """Text shown as itself in any platform's rendering of Markdown (no link, no emphasis)."""
+    return _MD_SPECIAL.sub(r"\\\1", _HIDDEN.sub(_escape_hidden, text))
+
+
+def who(event: MessageEvent) -> str:
+    """``@alice``: the user's name (or id) as plain text, one line, bounded."""
+    name = " ".join((event.user_name or event.user_id).split())[:64]
+    return "@" + plain(name.lstrip("@"))
+
+
+def shown_action(action: str) -> str:
+    """The command for a code block: bounded, no fence in it, hidden characters made visible."""
+    if len(action) > ACTION_CHARS:
+        action = f"{action[:ACTION_CHARS]}\n[... {len(action) - ACTION_CHARS} more characters]"
+    return re.sub(r"`{3,}", lambda m: "'" * len(m.group()), _HIDDEN.sub(_escape_hidden, action))
+
+
+def _escape_hidden(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
+class GatewayToolHost:
+    """Builds the `ToolHost` agents are given; owns the open approval requests."""
+
+    def __init__(
+        self,
+        *,
+        runner: GatewayRunner,
+        delivery: Delivery,
+        store: Store,
+        adapters: dict[str, Adapter],
+        vision: LLMClient,
+        approval_timeout_s: float,
+    ) -> None:
+        self.runner = runner
+        self.delivery = delivery
+        self.store = store
+        self.adapters = adapters
+        self.vision = vision
+        self.approval_timeout_s = approval_timeout_s
+        self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.host = ToolHost(
+            ask_approval=self.ask_approval,
+            search_history=self.search_history,
+            fetch_attachment=self.fetch_attachment,
+            describe_image=self.describe_image,
+        )
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def _hop(self, coro: Any) -> Any:
+        """Run ``coro`` on the loop and wait for it here (a worker thread, never the loop)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            raise ToolError("the gateway is not running")
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result(HOP_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()
+            raise ToolError("the gateway did not answer in time") from None
+
+    # -- approvals ------------------------------------------------------------------------
+
+    def ask_approval(self, request: ApprovalRequest, should_stop: Callable[[], bool]) -> bool:
+        ticket: Ticket | None = self._hop(self._open(request))
+        if ticket is None:
+            raise ToolError(CANNOT_ASK)
+        deadline = time.monotonic() + self.approval_timeout_s
+        timed_out = False
+        while not ticket.done.wait(0.1):
+            if should_stop():
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(self._close(ticket, timed_out), loop)
+            except RuntimeError:
+                pass
+        return ticket.done.is_set() and ticket.approved
+
+    async def _open(self, request: ApprovalRequest) -> Ticket | None:
+        event = self.runner.current_event(request.session_key)
+        if event is None or event.platform == "api":
+            # nobody to ask: the run is gone, or the local API has no channel for questions
+            log.info("approval.cannot_ask", session_key=request.session_key, tool=request.tool)
+            return None
+        ticket = Ticket(request, event)
+        old = self.pending.pop(request.session_key, None)
+        if old is not None:
+            old.done.set()  # superseded: denied
+        self.pending[request.session_key] = ticket
+        text = ASK.format(
+            who=who(event),
+            action=shown_action(request.action),
+            reason=plain(request.reason),
+            timeout=self.approval_timeout_s,
+        )
+        out = OutboundMessage(
+            event.platform, event.chat_id, text, event.session_key, event.thread_id, (), "notice"
+        )
+        log.info("approval.asked", session_key=request.session_key, reason=request.reason)
+        if not await self.delivery.send(out, [], outcome="approval", event=event):
+            self.pending.pop(request.session_key, None)
+            return None
+        return ticket
+
+    async def _close(self, ticket: Ticket, timed_out: bool) -> None:
+        key = ticket.request.session_key
+        if self.pending.get(key) is ticket:
+            del self.pending[key]
+        if timed_out and not ticket.done.is_set():
+            ticket.done.set()
+            event = ticket.event
+            text = TIMED_OUT.format(timeout=self.approval_timeout_s)
+            await self.delivery.send(OutboundMessage.to(event, text, "notice"), [], event=event)
+
+    def answer(self, event: MessageEvent, approved: bool) -> tuple[str, Ticket | None]:
+        """`/approve` or `/deny` from a user of the session (loop thread): ``("none", None)``
+        when nothing is waiting, ``("refused", ticket)`` when the sender is not the user whose
+        message started the run (a shared thread: the ticket stays open), else
+        ``("answered", ticket)``."""
+        ticket = self.pending.get(event.session_key)
+        if ticket is None:
+            return "none", None
+        asker = ticket.event
+        if (event.platform, event.user_id) != (asker.platform, asker.user_id):
+            log.warning(
+                "approval.refused",
+                session_key=event.session_key,
+                user_id=event.user_id,
+                owner_id=asker.user_id,
+            )
+            return "refused", ticket
+        del self.pending[event.session_key]
+        ticket.approved = approved
+        ticket.done.set()
+        log.info(
+            "approval.answered",
+            session_key=event.session_key,
+            approved=approved,
+            user_id=event.user_id,
+            seconds=round(time.monotonic() - ticket.asked_at, 2),
+        )
+        return "answered", ticket
+
+    # -- search, attachments, vision ------------------------------------------------------
+
+    def search_history(self, session_key: str, query: str, limit: int) -> list[SearchHit]:
+        hits = self._hop(self.store.search_messages(session_key, query, limit))
+        return [SearchHit(h.created_at, h.role, h.snippet, h.current) for h in hits]
+
+    def fetch_attachment(self, session_key: str, number: int) -> Path:
+        path: Path = self._hop(self._download(session_key, number))
+        return path
+
+    async def _download(self, session_key: str, number: int) -> Path:
+        events = self.runner.current_messages(session_key)
+        images = [
+            a
+            for e in events
+            for a in e.attachments
+            if a.kind == "image" or a.mime_type.startswith("image/")
+        ]
+        if not 1 <= number <= len(images):
+            raise ToolError(f"the user's message has {len(images)} image(s); no image {number}")
+        attachment = images[number - 1]
+        if attachment.path:
+            return Path(attachment.path)
+        adapter = self.adapters.get(events[-1].platform) if events else None
+        download = getattr(adapter, "download", None)
+        if download is None:
+            raise ToolError("attachments from this platform cannot be fetched yet")
+        try:
+            fetched: Path = await download(attachment)
+        except AdapterError as exc:
+            raise ToolError(f"the attachment could not be fetched: {exc}") from None
+        return fetched
+
+    def describe_image(self, prompt: str, data_url: str, should_stop: Callable[[], bool]) -> str:
+        message = {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": prompt},
+                {"type": "image_url", "image_url": {"url": data_url}},
+            ],
+        }
+        try:
+            completion = self.vision.complete([message], None, should_stop=should_stop)
+        except ModelError as exc:
+            raise ToolError(f"the vision model failed: {exc.user_message}") from None
+        if completion.interrupted:
+            raise ToolError("interrupted by the user")
+        return completion.content

@@ -1,0 +1,65 @@
+"""`hermes gateway status`: the service, the process and the control API's `/status`, as a
+readable report. Exit 0 when ready, 1 when running but not ready, 3 when down."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+import httpx
+
+from hermes_gateway.cli.inbox import print_quarantined
+
+EXIT_READY = 0
+EXIT_UNHEALTHY = 1
+EXIT_DOWN = 3  # systemctl's "program is not running"
+
+
+def gateway_status(url: str, token: str | None, service_state: str, out: TextIO) -> int:
+    out.write(f"service      {service_state}\n")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.get(f"{url}/status", headers=headers, timeout=5)
+    except httpx.HTTPError:
+        out.write(f"gateway      down (nothing answers at {url})\n")
+        return EXIT_DOWN
+    if response.status_code != 200:
+        out.write(f"gateway      answering, but /status said HTTP {response.status_code}\n")
+        return EXIT_UNHEALTHY
+    status: dict[str, Any] = response.json()
+    _render(status, out)
+    return EXIT_READY if status.get("ready") else EXIT_UNHEALTHY
+
+
+def _render(s: dict[str, Any], out: TextIO) -> None:
+    ready = "ready" if s.get("ready") else "NOT READY: " + "; ".join(s.get("reasons", []))
+    out.write(f"gateway      {ready} (version {s.get('version')}, up {_duration(s['uptime_s'])})\n")
+    model = s.get("model", {})
+    configured = "" if model.get("configured") else " (not configured)"
+    out.write(f"model        {model.get('name')}{configured}\n")
+    for name, p in s.get("platforms", {}).items():
+        state = "connected" if p.get("ready") else f"DOWN {p.get('detail', '')}".rstrip()
+        out.write(f"  {name:<10} {state}\n")
+    sessions, pool, lag = s.get("sessions", {}), s.get("pool", {}), s.get("loop_lag_ms", {})
+    out.write(
+        f"sessions     {sessions.get('active', 0)} active, {sessions.get('pending', 0)} pending, "
+        f"{sessions.get('cached_agents', 0)} cached\n"
+    )
+    out.write(
+        f"workers      {pool.get('busy', 0)}/{pool.get('workers', 0)} busy, "
+        f"{pool.get('waiting', 0)} waiting, {pool.get('abandoned', 0)} abandoned\n"
+    )
+    last, p99, worst = lag.get("last"), lag.get("p99"), lag.get("max")
+    out.write(f"loop lag     last {last} ms, p99 {p99} ms, max {worst} ms\n")
+    held = s.get("quarantined") or []
+    if held:  # messages the gateway kept dying on: the operator decides (`hermes inbox`)
+        out.write(f"quarantined  {len(held)} (hermes inbox retry ID | drop ID)\n")
+        print_quarantined(held, out.write)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

@@ -1,0 +1,88 @@
+"""Operator endpoints on the control server (behind the control token): pairing list, approve
+and revoke, used by `hermes pairing ...`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.errors import RequestError
+from hermes_gateway.events import OutboundMessage
+from hermes_gateway.seam.pairing import Approved, PairingBook, PairingError
+from hermes_gateway.seam.platform import Adapter
+
+log = structlog.get_logger("hermes.admin")
+WELCOME = "You're approved. Say hi!"
+
+
+class AdminRoutes:
+    def __init__(
+        self, pairing: PairingBook, adapters: Mapping[str, Adapter], delivery: Delivery
+    ) -> None:
+        self.pairing = pairing
+        self.adapters = adapters
+        self.delivery = delivery
+
+    def mount(self, add_route: Any) -> None:
+        add_route("GET", "/pairing", self.list)
+        add_route("POST", "/pairing/approve", self.approve)
+        add_route("POST", "/pairing/revoke", self.revoke)
+
+    async def list(self, request: web.Request) -> web.Response:
+        return web.json_response({"entries": await self.pairing.entries()})
+
+    async def approve(self, request: web.Request) -> web.Response:
+        body = await _body(request, "platform", "code")
+        try:
+            approved = await self.pairing.approve(body["platform"], body["code"])
+        except PairingError as exc:
+            raise RequestError(400, str(exc), "pairing_failed") from None
+        await self._welcome(approved)
+        return web.json_response(
+            {
+                "approved": {
+                    "platform": approved.platform,
+                    "user_id": approved.user_id,
+                    "user_name": approved.user_name,
+                }
+            }
+        )
+
+    async def revoke(self, request: web.Request) -> web.Response:
+        body = await _body(request, "platform", "user_id")
+        removed = await self.pairing.revoke(body["platform"], body["user_id"])
+        if not removed:
+            raise RequestError(404, "no such paired user", "not_found")
+        return web.json_response({"revoked": True})
+
+    async def _welcome(self, approved: Approved) -> None:
+        if approved.platform not in self.adapters or not approved.chat_id:
+            return
+        out = OutboundMessage(
+            platform=approved.platform,
+            chat_id=approved.chat_id,
+            text=WELCOME,
+            session_key="",
+            kind="notice",
+        )
+        await self.delivery.send(out, outcome="pairing")
+
+
+async def _body(request: web.Request, *keys: str) -> dict[str, str]:
+    try:
+        data = await request.json()
+    except ValueError:
+        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    out = {}
+    for key in keys:
+        value = data.get(key)
+        if not isinstance(value, str | int) or str(value).strip() == "":
+            raise RequestError(400, f"'{key}' is required")
+        out[key] = str(value).strip()
+    return out

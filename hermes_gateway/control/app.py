@@ -1,0 +1,158 @@
+"""The control server (aiohttp): health, readiness, status, metrics, and the routes adapters
+mount (the local chat API, webhooks). A bearer token guards it when `control.token` is set."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from hermes_gateway.config import ControlConfig
+from hermes_gateway.control.limits import (
+    BodyBudget,
+    BoundedRunner,
+    bad_header,
+    error_response,
+    fit_fd_limit,
+    read_body,
+)
+from hermes_gateway.errors import RequestError
+
+log = structlog.get_logger("hermes.control")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ControlServer:
+    """Owns the aiohttp application and its listening socket."""
+
+    def __init__(
+        self,
+        config: ControlConfig,
+        *,
+        health: Callable[[], dict[str, Any]],
+        readiness: Callable[[], tuple[bool, list[str]]],
+        status: Callable[[], dict[str, Any]],
+        metrics: Callable[[], bytes],
+    ) -> None:
+        self.config = config
+        self._health = health
+        self._readiness = readiness
+        self._status = status
+        self._metrics = metrics
+        self._public: set[str] = {"/healthz", "/readyz"}
+        self.max_connections = fit_fd_limit(config.max_connections)
+        self._budget = BodyBudget(config.max_body_bytes_in_flight)
+        biggest = max(config.max_body_bytes, config.max_webhook_body_bytes)
+        self.app = web.Application(middlewares=[self._guard], client_max_size=biggest)
+        self.app.router.add_get("/healthz", self._get_health)
+        self.app.router.add_get("/readyz", self._get_ready)
+        self.app.router.add_get("/status", self._get_status)
+        self.app.router.add_get("/metrics", self._get_metrics)
+        self._runner: web.AppRunner | None = None
+        self.port = config.port
+
+    def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
+        """Mount a handler; ``public`` routes authenticate themselves (webhook secrets)."""
+        self.app.router.add_route(method, path, handler)
+        if public:
+            self._public.add(path)
+
+    async def start(self) -> None:
+        self._runner = BoundedRunner(
+            self.app, config=self.config, max_connections=self.max_connections
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        if addresses := self._runner.addresses:
+            self.port = addresses[0][1]
+        log.info("control.listening", host=self.config.host, port=self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if (name := bad_header(request)) is not None:
+            return error_response(400, f"header {name} is not valid UTF-8", "bad_header")
+        token = self.config.token
+        public = request.path in self._public
+        if token and not public:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return error_response(401, "missing or wrong bearer token", "unauthorized")
+        try:
+            if not request.body_exists:
+                return await handler(request)
+            return await self._with_body(request, handler, public)
+        except RequestError as exc:
+            if exc.status < 500:  # one line: the operator sees why a client was refused
+                log.info(
+                    "control.rejected",
+                    path=request.path,
+                    status=exc.status,
+                    code=exc.code,
+                    reason=str(exc)[:200],
+                )
+            response = error_response(exc.status, str(exc), exc.code)
+            if exc.status in (408, 413, 503):  # the rest of the body is not worth reading
+                response.force_close()
+            return response
+        except web.HTTPException as exc:  # 404, 405, 413: JSON too, so OpenAI clients read it
+            if exc.status < 400:
+                raise
+            response = error_response(exc.status, exc.reason, exc.reason.lower().replace(" ", "_"))
+            if allow := exc.headers.get("Allow"):
+                response.headers["Allow"] = allow
+            return response
+        except Exception:
+            log.exception("control.handler_failed", path=request.path)
+            return error_response(500, "internal error; see the gateway log", "internal_error")
+
+    async def _with_body(
+        self, request: web.Request, handler: Handler, public: bool
+    ) -> web.StreamResponse:
+        """Read the body within the size limit, the deadline and the in-flight budget, then
+        handle the request; the budget is given back when the handler is done with it."""
+        config = self.config
+        limit = config.max_webhook_body_bytes if public else config.max_body_bytes
+        declared = request.content_length
+        if declared is not None and declared > limit:  # refused before a byte is read
+            raise RequestError(413, f"the request body is over {limit} bytes", "body_too_large")
+        size = min(limit if declared is None else declared, self._budget.total)
+        async with AsyncExitStack() as held:
+            budgeted = False
+            try:
+                async with asyncio.timeout(config.body_timeout_s):
+                    await held.enter_async_context(self._budget.hold(size))
+                    budgeted = True
+                    await read_body(request, limit)
+            except TimeoutError:
+                if not budgeted:
+                    raise RequestError(503, "too many request bodies at once", "busy") from None
+                raise RequestError(
+                    408, "the request body did not arrive in time", "body_timeout"
+                ) from None
+            return await handler(request)
+
+    async def _get_health(self, request: web.Request) -> web.Response:
+        return web.json_response(self._health())
+
+    async def _get_ready(self, request: web.Request) -> web.Response:
+        ready, reasons = self._readiness()
+        return web.json_response({"ready": ready, "reasons": reasons}, status=200 if ready else 503)
+
+    async def _get_status(self, request: web.Request) -> web.Response:
+        return web.json_response(self._status())
+
+    async def _get_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self._metrics(), headers={"Content-Type": "text/plain; version=0.0.4"}
+        )

@@ -1,0 +1,160 @@
+"""Delivery: hand a reply to its platform adapter, record how far it got, and never let a failed
+send break the session: the reply stays in the inbox, offered again from its first undelivered
+part while the process lives and at the next start."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from functools import partial
+from typing import Literal
+
+import structlog
+
+from hermes_gateway.core.bus import EventBus
+from hermes_gateway.errors import (
+    AdapterError,
+    PartialDeliveryError,
+    PermanentAdapterError,
+    StoreError,
+)
+from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.metrics import Metrics
+from hermes_gateway.seam.platform import Adapter
+from hermes_gateway.store.store import Store
+
+log = structlog.get_logger("hermes.delivery")
+DeliveryResult = Literal["delivered", "permanent", "failed"]
+
+
+class Delivery:
+    """Sends `OutboundMessage`s and settles the inbox entries they answer."""
+
+    # pauses before offering again a reply the platform could not take; the last one repeats
+    redeliver_delays: tuple[float, ...] = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+    def __init__(
+        self, adapters: Mapping[str, Adapter], store: Store, bus: EventBus, metrics: Metrics
+    ) -> None:
+        self.adapters = adapters
+        self.store = store
+        self.bus = bus
+        self.metrics = metrics
+        self._later: set[asyncio.Task[None]] = set()
+
+    async def send(
+        self,
+        out: OutboundMessage,
+        inbox_ids: Iterable[int | None] = (),
+        *,
+        outcome: str = "done",
+        status: str = "answered",
+        event: MessageEvent | None = None,
+    ) -> bool:
+        """Deliver ``out``; mark ``inbox_ids`` with ``status`` once the platform took it.
+
+        Returns False when the platform could not take it. A permanent failure (the bot was
+        blocked) settles the entries anyway, since retrying cannot help; a transient one (an
+        outage longer than the adapter's own retries) is offered again in the background, and
+        stays in the inbox for the replay at the next start meanwhile. Either way a reply in
+        several parts resumes at its first undelivered part: how far it got is in the inbox.
+        """
+        ids = [i for i in inbox_ids if i is not None]
+        if ids:
+            out = replace(out, on_part=partial(self._progress, ids))
+        result, sent = await self._attempt(out, outcome, event)
+        if result == "failed" and ids:
+            later = replace(out, skip_parts=sent) if sent else out
+            task = asyncio.create_task(self._redeliver(later, ids, status, event))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+        elif ids:
+            await self._settle(ids, status if result == "delivered" else "undeliverable", out)
+        return result == "delivered"
+
+    async def _progress(self, ids: list[int], parts_sent: int) -> None:
+        try:
+            await self.store.progress(ids, parts_sent)
+        except StoreError as exc:  # the parts go on; a crash now would repeat the sent ones
+            log.error("delivery.progress_failed", error=str(exc), inbox_ids=ids)
+
+    async def _settle(self, ids: list[int], final: str, out: OutboundMessage) -> None:
+        try:
+            await self.store.mark(ids, final, reply=out.text)
+        except StoreError as exc:
+            # delivered but not recorded: a restart would answer it again, so record it as
+            # soon as the store can write (a full disk freed, a lock released)
+            log.error("delivery.settle_failed", error=str(exc), inbox_ids=ids, retry="later")
+            task = asyncio.create_task(self._settle_later(ids, final, out.text))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+
+    async def _settle_later(self, ids: list[int], final: str, reply: str) -> None:
+        pause = 0.2
+        while True:
+            await self.store.circuit.writes.open.wait()
+            await asyncio.sleep(pause)
+            pause = min(30.0, pause * 2)
+            try:
+                await self.store.mark(ids, final, reply=reply)
+            except StoreError:
+                continue
+            log.info("delivery.settled_late", inbox_ids=ids, status=final)
+            return
+
+    async def _redeliver(
+        self, out: OutboundMessage, ids: list[int], status: str, event: MessageEvent | None
+    ) -> None:
+        """Until the platform takes it: a user must not wait for a restart."""
+        attempt = 0
+        while True:
+            await asyncio.sleep(self.redeliver_delays[min(attempt, len(self.redeliver_delays) - 1)])
+            attempt += 1
+            result, sent = await self._attempt(out, "redelivered", event)
+            if result != "failed":
+                await self._settle(ids, status if result == "delivered" else "undeliverable", out)
+                log.info("delivery.redelivered", attempts=attempt, result=result, inbox_ids=ids)
+                return
+            if sent > out.skip_parts:
+                out = replace(out, skip_parts=sent)
+
+    async def close(self) -> None:
+        """Stop offering what is still undelivered: the replay at the next start sends it."""
+        for task in self._later:
+            task.cancel()
+        await asyncio.gather(*self._later, return_exceptions=True)
+
+    async def _attempt(
+        self, out: OutboundMessage, outcome: str, event: MessageEvent | None
+    ) -> tuple[DeliveryResult, int]:
+        """Hand ``out`` to its adapter and record the outcome (no inbox entry is touched);
+        also how many of its parts went out when it failed part-way."""
+        adapter = self.adapters.get(out.platform)
+        result: DeliveryResult = "failed"
+        sent = 0
+        if adapter is None:
+            log.error("delivery.no_adapter", platform=out.platform)
+        else:
+            try:
+                await adapter.send(out)
+                result = "delivered"
+            except PermanentAdapterError as exc:
+                result = "permanent"
+                log.warning("delivery.permanent_failure", platform=out.platform, error=str(exc))
+            except PartialDeliveryError as exc:
+                sent = exc.parts_sent
+                log.error("delivery.failed", platform=out.platform, error=str(exc), parts_sent=sent)
+            except AdapterError as exc:
+                log.error("delivery.failed", platform=out.platform, error=str(exc))
+            except Exception:
+                log.exception("delivery.crashed", platform=out.platform)
+        if result == "delivered":
+            self.metrics.answered.labels(out.platform, outcome).inc(max(1, len(out.answers)))
+            self.bus.emit(
+                "response_sent", event, run_id=out.run_id, kind=out.kind, chars=len(out.text)
+            )
+        else:
+            self.metrics.delivery_failures.labels(out.platform).inc()
+            self.bus.emit("error", event, run_id=out.run_id, stage="delivery")
+        return result, sent

@@ -1,0 +1,368 @@
+"""`GatewayRunner`: one active run per session, busy policies, and agents on the shared pool.
+
+Everything here runs on the event-loop thread, so the session guard is a plain check-and-set
+and the step "release the guard or hand it to the next pending message" has no await in it:
+a message can never arrive between a run's end and the drain of its pending slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from agent_core import RunResult
+from agent_core.agent import INTERRUPTED_MARK
+from hermes_gateway.agents.cache import AgentCache, SessionContext
+from hermes_gateway.config import RunnerConfig
+from hermes_gateway.core.bus import EventBus
+from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.run import (
+    CRASHED,
+    QUEUE_FULL,
+    STORE_DOWN,
+    SUPERSEDED,
+    Run,
+    RunState,
+    SessionView,
+    Stopped,
+    inbox_ids,
+    merge_text,
+    with_text,
+)
+from hermes_gateway.core.sessions import Pending, SessionTable
+from hermes_gateway.core.settle import Settler
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.metrics import Metrics
+from hermes_gateway.seam.platform import StreamSink
+from hermes_gateway.store.store import Store
+
+log = structlog.get_logger("hermes.runner")
+
+
+class GatewayRunner:
+    """Routes accepted messages to runs according to `runner.busy_policy`."""
+
+    def __init__(
+        self,
+        config: RunnerConfig,
+        *,
+        store: Store,
+        bus: EventBus,
+        pool: AgentPool,
+        agents: AgentCache,
+        delivery: Delivery,
+        metrics: Metrics,
+        stream_for: Any = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.bus = bus
+        self.pool = pool
+        self.agents = agents
+        self.metrics = metrics
+        self.settler = Settler(store, delivery, metrics)
+        self._table: SessionTable[Run] = SessionTable()
+        self._stream_for = stream_for or (lambda event: None)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.draining = False
+
+    # -- intake -------------------------------------------------------------------------
+
+    async def dispatch(self, event: MessageEvent, inbox_id: int | None) -> None:
+        """Start a run for ``event`` or apply the busy policy; returns without waiting."""
+        item = Pending(event, inbox_id)
+        run = self._table.active(event.session_key)
+        if run is None:
+            self.start([item])
+            return
+        policy = self.config.busy_policy
+        if policy == "steer":
+            run.control.steer(event.text)
+            run.steered.append(item)
+            self.bus.emit("message_pending", event, run_id=run.run_id, policy=policy)
+            return
+        if policy == "latest":
+            for old in self._table.replace_pending(event.session_key, item):
+                await self.settler.tell_dropped(old, SUPERSEDED, "superseded")
+        elif self._table.pending_count(event.session_key) >= self.config.queue_max:
+            await self.settler.tell_dropped(
+                item, QUEUE_FULL.format(n=self.config.queue_max), "queue_full"
+            )
+            return
+        else:
+            self._table.push(event.session_key, item)
+        self.bus.emit("message_pending", event, run_id=run.run_id, policy=policy)
+        if policy == "interrupt":
+            self.interrupt(run, grace=self.config.stop_grace_s)
+
+    def enqueue(self, event: MessageEvent, inbox_id: int | None, text: str) -> int:
+        """`/queue`: a separate turn after whatever is pending; returns the queue position."""
+        item = Pending(with_text(event, text), inbox_id, separate=True)
+        if self._table.active(event.session_key) is None:
+            self.start([item])
+            return 0
+        return self._table.push(event.session_key, item)
+
+    def steer(self, event: MessageEvent, inbox_id: int | None, text: str) -> bool:
+        """`/steer`: inject into the running loop; False when nothing runs (caller starts one)."""
+        run = self._table.active(event.session_key)
+        if run is None:
+            self.start([Pending(with_text(event, text), inbox_id)])
+            return False
+        run.control.steer(text)
+        run.steered.append(Pending(with_text(event, text), inbox_id))
+        return True
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
+        run = Run(items[0].event.session_key, items, carried or [])
+        if not self._table.acquire(run.key, run):
+            raise RuntimeError(f"session {run.key} already has an active run")
+        self._spawn(run)
+        return run
+
+    def _spawn(self, run: Run) -> None:
+        run.abandon = asyncio.get_running_loop().create_future()
+        run.task = asyncio.create_task(self._execute(run), name=f"run:{run.key}:{run.run_id}")
+        self._tasks.add(run.task)
+        run.task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, run: Run) -> None:
+        structlog.contextvars.bind_contextvars(
+            session_key=run.key, run_id=run.run_id, platform=run.primary.platform
+        )
+        self.bus.emit("processing_start", run.primary, run_id=run.run_id, merged=len(run.items))
+        status, error = "crashed", None
+        try:
+            await self.store.begin_attempt(inbox_ids(run.items))  # before it can crash us
+            try:
+                ctx = await self.agents.acquire(run.key)
+            except StoreError as exc:  # its history cannot load: say so, not "crashed"
+                log.error("run.history_unavailable", error=str(exc))
+                status = "store_unavailable"
+                await self.settler.reply(run, STORE_DOWN, "error", status)
+                return
+            try:
+                result = await self._call_agent(run, ctx)
+            finally:
+                self.agents.release(run.key, ctx)
+            if result is not None:
+                # also after a /stop that raced with the answer: it was ready, so it goes out
+                status, error = result.status, result.error
+                self._begin_settling(run, result)
+                await self.settler.settle(run, ctx, result)
+            else:
+                status = "abandoned"
+        except Exception:
+            log.exception("run.crashed")
+            if not run.stopped and not run.shutdown:
+                await self.settler.reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
+        finally:  # cancelled by a shutdown that stopped waiting for it: not a crash
+            status = "interrupted" if status == "crashed" and run.shutdown else status
+            elapsed = time.monotonic() - run.started
+            self.metrics.run_duration.labels(status).observe(elapsed)
+            say, why = (log.warning, {"error": error}) if error else (log.info, {})
+            say("run.finished", status=status, seconds=round(elapsed, 3), **why)
+            self.bus.emit("processing_complete", run.primary, run_id=run.run_id, status=status)
+            if not run.stopped:  # a stopped run no longer holds the guard
+                run.move(RunState.DONE)
+                self._next(run)
+
+    async def _call_agent(self, run: Run, ctx: SessionContext) -> RunResult | None:
+        loop = asyncio.get_running_loop()
+        sink: StreamSink | None = self._stream_for(run.primary)
+        on_delta = None
+        if sink is not None:
+            push = sink.push
+
+            def on_delta(text: str) -> None:
+                if not run.stopped:
+                    loop.call_soon_threadsafe(push, text)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "model_call":
+                self.metrics.model_call(data)  # counted here: no hop to the loop for it
+            else:
+                loop.call_soon_threadsafe(self._tool_event, run, kind, data)
+
+        self.bus.emit("agent_run", run.primary, run_id=run.run_id)
+        sent = run.primary.history  # a stateless API request brings its own
+        run.future = self.pool.submit(
+            ctx.agent.run_conversation,
+            merge_text(run.items),
+            [*sent, *ctx.history] if sent else ctx.history.snapshot(),
+            control=run.control,
+            on_delta=on_delta,
+            on_event=on_event,
+        )
+        assert run.abandon is not None
+        waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if not run.future.done() or run.state is RunState.ABANDONED:
+            return None  # abandoned: the thread's late result is discarded
+        return run.future.result()
+
+    def _begin_settling(self, run: Run, result: RunResult) -> None:
+        """Steered messages the loop did not take wait again, first in line. A stopped or
+        shutting-down run keeps its state: that is what tells the settle step what to skip."""
+        if unused := run.steered[result.steered :]:
+            self._table.push_front(run.key, [Pending(p.event, p.inbox_id) for p in unused])
+        if run.state in (RunState.RUNNING, RunState.INTERRUPTING):
+            run.move(RunState.SETTLING)
+
+    def _tool_event(self, run: Run, kind: str, data: dict[str, Any]) -> None:
+        if not run.stopped:
+            self.bus.emit("tool_event", run.primary, run_id=run.run_id, kind=kind, **data)
+
+    def _next(self, run: Run) -> None:
+        """Hand the guard to the next pending turn, or release it. No await: atomic."""
+        if run.grace_timer is not None:
+            run.grace_timer.cancel()
+        merge = self.config.busy_policy not in ("queue", "latest")
+        items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
+        if items:
+            nxt = Run(run.key, items, run.carry_forward)
+            self._table.hand_over(run.key, run, nxt)
+            self._spawn(nxt)
+            return
+        self._table.release(run.key, run)
+        if run.carry_forward and not self.draining:
+            # interrupted, yet nothing pending took its place (the interrupter was withdrawn)
+            self._background(
+                self.settler.reply(run, "Interrupted.", "notice", "interrupted", run.carry_forward)
+            )
+
+    # -- interrupting, stopping, shutting down ------------------------------------------
+
+    def interrupt(self, run: Run, grace: float) -> None:
+        """Ask the run to stop at its next safe point; abandon it if it has not within
+        ``grace`` seconds (a wedged tool or model call must not hold the session)."""
+        run.control.interrupt()
+        if run.state is RunState.RUNNING:
+            run.move(RunState.INTERRUPTING)
+        if run.grace_timer is None and not run.stopped:
+            loop = asyncio.get_running_loop()
+            run.grace_timer = loop.call_later(grace, self._grace_expired, run)
+
+    def _grace_expired(self, run: Run) -> None:
+        if run.stopped or run.future is None or run.future.done():
+            return
+        if self._table.active(run.key) is not run:
+            return
+        log.warning("run.abandoned", reason="interrupt_grace", run_id=run.run_id)
+        self.abandon(run)
+        run.carry_forward = run.carried + run.items + run.steered
+        self._next(run)
+
+    def abandon(self, run: Run) -> None:
+        """Give up on ``run`` now: the session is free at once, the stopped message stays in
+        the history, and whatever its thread returns later is logged and discarded."""
+        answered = run.future is not None and run.future.done()
+        # the answer is already being settled and delivered: let it finish, detached
+        run.move(RunState.DETACHED if answered else RunState.ABANDONED)
+        run.control.interrupt()
+        if run.grace_timer is not None:
+            run.grace_timer.cancel()
+        if run.abandon is not None and not run.abandon.done():
+            run.abandon.set_result("abandoned")
+        if answered:
+            return
+        record = [{"role": "user", "content": merge_text(run.items)}]
+        record.append({"role": "assistant", "content": INTERRUPTED_MARK})
+        ctx = self.agents.peek(run.key)
+        if ctx is not None:
+            ctx.history.extend(record)
+        self.agents.renew_agent(run.key)
+        run.persist_task = self._background(self.settler.persist_abandoned(run, record))
+        fut = run.future
+        if fut is not None and not fut.done():
+            self.pool.note_abandoned(1)
+            fut.add_done_callback(lambda f: self._late_result(run, f))
+
+    def _late_result(self, run: Run, fut: asyncio.Future[RunResult]) -> None:
+        self.pool.note_abandoned(-1)
+        status = "cancelled" if fut.cancelled() else ("error" if fut.exception() else "returned")
+        log.info("run.late_result_discarded", run_id=run.run_id, session_key=run.key, how=status)
+
+    def stop(self, key: str) -> Stopped | None:
+        """`/stop`: abandon the active run and drop what is pending; the caller tells the user.
+        None when nothing runs."""
+        run = self._table.active(key)
+        if run is None:
+            return None
+        self.abandon(run)
+        dropped = self._table.pop_all(key)
+        self._table.release(key, run)
+        return Stopped(run.items + run.carried + run.steered, dropped, run.persist_task)
+
+    # -- what other modules may know of a session -----------------------------------------
+
+    def busy(self, key: str) -> bool:
+        return self._table.active(key) is not None
+
+    def pending_count(self, key: str) -> int:
+        return self._table.pending_count(key)
+
+    def describe(self, key: str) -> SessionView:
+        run = self._table.active(key)
+        if run is None:
+            return SessionView(None, 0.0, self._table.pending_count(key))
+        age = time.monotonic() - run.started
+        return SessionView(run.state, age, self._table.pending_count(key))
+
+    def current_event(self, key: str) -> MessageEvent | None:
+        """The message the session's live run answers (the newest merged one), if any."""
+        run = self._table.active(key)
+        return None if run is None or run.stopped else run.primary
+
+    def current_messages(self, key: str) -> list[MessageEvent]:
+        """All the messages the session's active run answers, oldest first."""
+        run = self._table.active(key)
+        return [p.event for p in run.items] if run is not None else []
+
+    def resume(self, items: list[Pending]) -> None:
+        """Replay: answer ``items`` (one session's) now, or before what waits if it is busy."""
+        key = items[0].event.session_key
+        if self._table.active(key) is None:
+            self.start(items)
+        else:
+            self._table.push_front(key, items)
+
+    def counts(self) -> dict[str, int]:
+        """Sessions with a run (``active``), messages waiting, sessions tracked."""
+        return self._table.stats()
+
+    async def drain(self, timeout: float) -> bool:
+        """Let active runs finish (no new ones start); True if all did within ``timeout``."""
+        self.draining = True
+        tasks = [t for t in self._tasks if not t.done()]
+        return not tasks or not (await asyncio.wait(tasks, timeout=timeout))[1]
+
+    async def interrupt_all(self, timeout: float = 1.0) -> None:
+        """Shutdown: interrupt every run, persist nothing half-done, leave them for replay."""
+        runs = list(self._table.active_runs())
+        for run in runs:
+            run.move(RunState.SHUTTING_DOWN)
+            run.control.interrupt()
+        tasks = [t for t in self._tasks if not t.done()]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+        # stopped on purpose, not by a crash: the replay must not count it toward quarantine
+        await self.store.undo_attempt(inbox_ids([p for r in runs for p in r.items]))
+
+    def _background(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def status(self) -> dict[str, Any]:
+        return {**self._table.stats(), "cached_agents": len(self.agents)}

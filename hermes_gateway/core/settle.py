@@ -1,0 +1,115 @@
+"""The settle step of a run: store the turn with its reply, deliver it, tell dropped messages.
+
+`GatewayRunner` calls it once the agent returned; it holds no session state of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from agent_core import RunResult
+from hermes_gateway.agents.cache import SessionContext
+from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.run import EMPTY_ANSWER, Run, inbox_ids
+from hermes_gateway.core.sessions import Pending
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import OutboundMessage
+from hermes_gateway.metrics import Metrics
+from hermes_gateway.store.store import Store
+
+log = structlog.get_logger("hermes.runner")
+
+
+class Settler:
+    """Writes a run's outcome to the store and hands its replies to delivery."""
+
+    def __init__(self, store: Store, delivery: Delivery, metrics: Metrics) -> None:
+        self.store = store
+        self.delivery = delivery
+        self.metrics = metrics
+
+    async def settle(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
+        """Store the turn with its reply ("done"), deliver it, then mark it answered.
+
+        The history is never lost or run twice: a crash before the send leaves the reply in
+        the store, and the next start sends it without a new model call. The one window for a
+        doubled part is between the platform's OK for it and the commit recording it (~1 ms).
+        """
+        consumed = run.steered[: result.steered]
+        if result.status == "interrupted" and run.shutdown:
+            return  # left unanswered in the inbox: replayed at the next start
+        answered = run.items + consumed
+        if result.compaction is not None:  # older turns were summarized
+            ctx.history = result.compaction.history
+        ctx.history.extend(result.new_messages)
+        if result.status == "interrupted":
+            await self.persist(run, result, answered, reply="", status="answered")
+            self.metrics.answered.labels(run.primary.platform, "interrupted").inc(len(answered))
+            run.carry_forward = run.carried + answered
+            return
+        text = result.text or EMPTY_ANSWER
+        await self.persist(run, result, answered, reply=text, status="done")
+        why = {"usage": result.usage, "error": result.error or ""}
+        await self.reply(run, text, "reply", result.status, answered + run.carried, **why)
+
+    async def persist(
+        self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
+    ) -> None:
+        messages = result.new_messages
+        if result.compaction is not None:  # the marker first: a reload starts from it
+            messages = [result.compaction.marker, *messages]
+        try:
+            await self.store.complete_turn(
+                run.key, messages, inbox_ids(items), reply, run.run_id, status=status
+            )
+        except StoreError as exc:
+            # the reply still goes out (the inbox entry is settled once the store can write),
+            # but this turn is not in the history
+            log.error("run.persist_failed", error=str(exc), reply="delivered unpersisted")
+
+    async def persist_abandoned(self, run: Run, record: list[dict[str, Any]]) -> None:
+        ids = inbox_ids(run.items + run.steered)
+        try:
+            await self.store.complete_turn(run.key, record, ids, "", run.run_id, status="answered")
+        except StoreError as exc:
+            log.error("run.persist_failed", error=str(exc), run_id=run.run_id)
+
+    async def reply(
+        self,
+        run: Run,
+        text: str,
+        kind: str,
+        outcome: str,
+        answered: list[Pending] | None = None,
+        **extra: Any,  # usage, error: for the local API
+    ) -> None:
+        items = answered if answered is not None else run.items + run.carried
+        # the newest message is the one a platform quotes; the rest are settled with it
+        ordered = sorted(items, key=lambda p: p.event.received_at, reverse=True)
+        event = run.primary
+        out = OutboundMessage(
+            platform=event.platform,
+            chat_id=event.chat_id,
+            thread_id=event.thread_id,
+            text=text,
+            session_key=run.key,
+            answers=tuple(p.event.message_id for p in ordered),
+            kind=kind,  # type: ignore[arg-type]
+            run_id=run.run_id,
+            outcome=outcome,
+            **extra,
+        )
+        await self.delivery.send(out, inbox_ids(items), outcome=outcome, event=event)
+
+    async def tell_dropped(self, item: Pending, text: str, reason: str) -> None:
+        self.metrics.dropped.labels(item.event.platform, reason).inc()
+        log.info("message.dropped", reason=reason, message_id=item.event.message_id)
+        await self.delivery.send(
+            OutboundMessage.to(item.event, text, kind="notice", outcome=reason),
+            [item.inbox_id],
+            outcome=reason,
+            status="dropped",
+            event=item.event,
+        )

@@ -1,0 +1,2 @@
+"""The adapter seam: what a platform adapter implements and what the core offers it (the
+platform registry, access and pairing on intake, the retry helper for platform calls)."""

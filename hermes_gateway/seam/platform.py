@@ -1,0 +1,168 @@
+"""The adapter seam: what a platform adapter implements, what the gateway offers it, and the
+registry that imports an adapter only when its platform is enabled."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from aiohttp import web
+
+from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
+
+if TYPE_CHECKING:
+    from hermes_gateway.config import Config
+    from hermes_gateway.core.bus import EventBus
+    from hermes_gateway.metrics import Metrics
+
+# name -> "module:Class"; imported lazily so a disabled platform costs no import time or memory
+ADAPTERS: dict[str, str] = {
+    "api": "adapters.api.adapter:ApiAdapter",
+    "telegram": "adapters.telegram.adapter:TelegramAdapter",
+    "discord": "adapters.discord.adapter:DiscordAdapter",
+    "slack": "adapters.slack.adapter:SlackAdapter",
+}
+
+# "refused": admission said no (a stranger, a bot, a group message not addressed to the bot);
+# any reply the access rules give was already sent. "unavailable": the store cannot write, so
+# a durable submit did not take the message; its platform must keep it (no offset, ack or 200)
+# and offer it again once `writable()` returns
+SubmitOutcome = Literal[
+    "accepted", "refused", "duplicate", "empty", "too_long", "closed", "unavailable"
+]
+
+
+# an adapter's last step before a message it submitted is taken (see `AdapterHost.submit`)
+Admitted = Callable[[MessageEvent], Awaitable[MessageEvent]]
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Whether an adapter is connected and taking messages, and if not, why."""
+
+    ready: bool
+    detail: str = ""
+
+
+@runtime_checkable
+class StreamSink(Protocol):
+    """Receives a run's text as the model produces it (API SSE, preview-by-edit)."""
+
+    def push(self, text: str) -> None: ...
+
+
+class AdapterHost(Protocol):
+    """What the gateway gives an adapter."""
+
+    bus: EventBus
+    metrics: Metrics
+
+    @property
+    def config(self) -> Config:
+        """The config in force, read at each use: a SIGHUP reload changes it (access rules,
+        log level), so an adapter keeps no section of it."""
+        ...
+
+    async def submit(
+        self,
+        event: MessageEvent,
+        *,
+        durable: bool = False,
+        sender: Sender = "user",
+        admitted: Admitted | None = None,
+    ) -> SubmitOutcome:
+        """Hand over a normalized inbound message (persisted before this returns). The core
+        admits it first (allow lists, pairing, mention gating; ``sender`` says whether the
+        bot itself or another bot wrote it), so an adapter never checks access itself;
+        ``admitted`` runs once it is let in, before it is taken (a slash command is
+        acknowledged there), and returns the event to take. When the store cannot write:
+        ``durable`` (a platform that redelivers what it was not told is taken) answers
+        "unavailable"; otherwise the message is answered unpersisted."""
+        ...
+
+    async def writable(self) -> None:
+        """Return once the store can take new messages (at once when it can)."""
+        ...
+
+    def add_route(
+        self,
+        method: str,
+        path: str,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        *,
+        public: bool = False,
+    ) -> None:
+        """Mount an HTTP handler on the control server (webhooks, the local API); ``public``
+        routes skip the control token because they authenticate themselves."""
+        ...
+
+    async def history(self, session_key: str) -> list[dict[str, Any]]:
+        """The session's conversation so far."""
+        ...
+
+    async def remember_preview(self, event: MessageEvent, ref: str) -> None:
+        """Keep where the live preview answering ``event`` is (a message id, a Slack ts), so
+        the replay after a crash can finish it (`PreviewResumer`); never raises."""
+        ...
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """One platform: SDK updates in as `MessageEvent`s, `OutboundMessage`s out as SDK calls."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Connect and begin intake; network failures are retried in the background."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop intake and close connections."""
+        ...
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Deliver one message (formatting, splitting and retries included); raise an
+        `AdapterError` when it cannot be delivered."""
+        ...
+
+    def health(self) -> Health: ...
+
+    def stream(self, event: MessageEvent) -> StreamSink | None:
+        """A sink for the streamed text of the run answering ``event``, or None."""
+        ...
+
+
+@runtime_checkable
+class PreviewResumer(Protocol):
+    """An adapter whose live previews can be finished after a crash."""
+
+    def adopt_preview(self, event: MessageEvent, ref: str) -> None:
+        """``ref`` is a preview that a run answering ``event`` left half-written: the next
+        preview or reply for ``event`` continues that message instead of posting a new one
+        (and posts anew if it is gone)."""
+        ...
+
+
+@runtime_checkable
+class ReplyResumer(Protocol):
+    """An adapter that keeps how to answer a message in its `MessageEvent.reply_context`."""
+
+    def resume_reply(self, event: MessageEvent) -> None:
+        """``event`` came back from the inbox after a restart and is about to be answered:
+        answer it the way its `reply_context` says while that still works (a Discord
+        interaction whose token lives), else as a plain reply."""
+        ...
+
+
+def adapter_class(name: str) -> Any:
+    """Import an adapter's class (blocking: an SDK import takes a few hundred ms, so the
+    gateway calls this on a worker thread)."""
+    module_name, _, cls_name = ADAPTERS[name].partition(":")
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def load_adapter(name: str, host: AdapterHost, cls: Any = None) -> Adapter:
+    adapter: Adapter = (cls or adapter_class(name))(host)
+    return adapter

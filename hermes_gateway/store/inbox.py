@@ -1,0 +1,149 @@
+"""The inbox's crash-loop guard: the attempt a run commits before it works on its messages,
+the quarantine at start of what was in flight across too many crashes, and the operator's
+retry and drop. Also how an inbox row's payload becomes a `MessageEvent` again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import structlog
+from sqlalchemy import Table, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import Attachment, MessageEvent
+from hermes_gateway.store.engine import StoreEngine
+from hermes_gateway.store.models import InboxRow
+
+log = structlog.get_logger("hermes.store")
+_INBOX = cast(Table, InboxRow.__table__)
+_LISTED = (_INBOX.c.id, _INBOX.c.payload, _INBOX.c.attempts, _INBOX.c.accepted_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """An inbox entry held back from replay: its runs kept dying with the process."""
+
+    inbox_id: int
+    event: MessageEvent
+    attempts: int
+    accepted_at: float
+
+    def summary(self) -> dict[str, Any]:
+        """For `/status` and `hermes inbox list`: who and when, and the text's first words."""
+        text = self.event.text
+        return {
+            "id": self.inbox_id,
+            "platform": self.event.platform,
+            "session_key": self.event.session_key,
+            "attempts": self.attempts,
+            "accepted_at": self.accepted_at,
+            "text": text if len(text) <= 60 else text[:59] + "…",
+        }
+
+
+class InboxGuard(StoreEngine):
+    """The store's attempt counting and quarantine (`Store` inherits it)."""
+
+    async def begin_attempt(self, inbox_ids: list[int]) -> None:
+        """Count a run starting on these entries; committed before it does anything."""
+        if inbox_ids:
+            await self._count(inbox_ids, +1)
+
+    async def undo_attempt(self, inbox_ids: list[int]) -> None:
+        """A clean shutdown interrupted the run: it was no crash, so its attempt is taken back."""
+        if inbox_ids:
+            await self._count(inbox_ids, -1)
+
+    async def _count(self, ids: list[int], delta: int) -> None:
+        """Never raises: a store that cannot write costs the count, not the run."""
+        try:
+            await self._hot(lambda db: db.attempt(ids, delta))
+        except StoreError as exc:
+            log.error("inbox.attempt_failed", error=str(exc), inbox_ids=ids)
+
+    async def quarantine(self, after: int, max_age_s: float) -> list[Quarantined]:
+        """At start, before the replay: hold back every unanswered entry that ``after`` runs
+        started on and none ended. Entries too old to replay are left to expire."""
+        cutoff = time.time() - max_age_s
+        held = (
+            _INBOX.c.status == "accepted",
+            _INBOX.c.attempts >= after,
+            _INBOX.c.accepted_at >= cutoff,
+        )
+
+        async def run(conn: AsyncConnection) -> list[Quarantined]:
+            rows = await conn.execute(select(*_LISTED).where(*held).order_by(_INBOX.c.id))
+            found = [_entry(*row) for row in rows]
+            if found:
+                ids = [q.inbox_id for q in found]
+                await conn.execute(
+                    update(_INBOX)
+                    .where(_INBOX.c.id.in_(ids))
+                    .values(status="quarantined", updated_at=time.time())
+                )
+            return found
+
+        return await self._tx(run)
+
+    async def quarantined(self, limit: int = 100) -> list[Quarantined]:
+        """The entries held back now, oldest first."""
+        stmt = (
+            select(*_LISTED)
+            .where(_INBOX.c.status == "quarantined")
+            .order_by(_INBOX.c.id)
+            .limit(limit)
+        )
+
+        async def run(conn: AsyncConnection) -> list[Quarantined]:
+            return [_entry(*row) for row in await conn.execute(stmt)]
+
+        return await self._query(run)
+
+    async def release(self, inbox_id: int) -> MessageEvent | None:
+        """The operator's retry: the entry is unanswered again with no attempts (and accepted
+        now, so a start long after still replays it). None if it is not quarantined."""
+
+        held = (_INBOX.c.id == inbox_id, _INBOX.c.status == "quarantined")
+
+        async def run(conn: AsyncConnection) -> MessageEvent | None:
+            # no RETURNING: SQLite has it only since 3.35
+            payload = (await conn.execute(select(_INBOX.c.payload).where(*held))).scalar()
+            if payload is None:
+                return None
+            now = time.time()
+            await conn.execute(
+                update(_INBOX)
+                .where(*held)
+                .values(status="accepted", attempts=0, accepted_at=now, updated_at=now)
+            )
+            return event_from_json(payload)
+
+        return await self._tx(run)
+
+    async def discard(self, inbox_id: int) -> bool:
+        """The operator's drop: the entry is settled unanswered; False if not quarantined."""
+        stmt = (
+            update(_INBOX)
+            .where(_INBOX.c.id == inbox_id, _INBOX.c.status == "quarantined")
+            .values(status="dropped", updated_at=time.time())
+        )
+
+        async def run(conn: AsyncConnection) -> bool:
+            return bool((await conn.execute(stmt)).rowcount)
+
+        return await self._tx(run)
+
+
+def _entry(inbox_id: int, payload: str, attempts: int, accepted_at: float) -> Quarantined:
+    return Quarantined(int(inbox_id), event_from_json(payload), int(attempts), float(accepted_at))
+
+
+def event_from_json(payload: str) -> MessageEvent:
+    data = json.loads(payload)
+    data["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
+    return MessageEvent(**data)

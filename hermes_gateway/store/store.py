@@ -1,0 +1,255 @@
+"""Durable state through the SQLAlchemy async engine: inbox, sessions and history.
+
+SQLite (WAL, aiosqlite) by default, PostgreSQL (asyncpg) by URL. The per-message calls go
+through `HotPath` (store_core.py); every call runs off the event loop thread.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+import structlog
+from sqlalchemy import Table, delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_core.context import restore as restore_compacted
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.store.hotpath import HotPath
+from hermes_gateway.store.inbox import InboxGuard, Quarantined, event_from_json
+from hermes_gateway.store.models import InboxRow, MessageRow, SessionRow
+from hermes_gateway.store.search import WORD, Hit, search_statement
+
+log = structlog.get_logger("hermes.store")
+Message = dict[str, Any]
+TERMINAL = ("answered", "dropped", "expired", "undeliverable")
+_INBOX = cast(Table, InboxRow.__table__)
+_MSG = cast(Table, MessageRow.__table__)
+_SESSIONS = cast(Table, SessionRow.__table__)
+_SID_CACHE = 4096
+_REPLAY_COLUMNS = ("id", "status", "payload", "reply", "run_id", "parts_sent")
+
+
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """A reply computed before a crash but never confirmed sent."""
+
+    inbox_id: int
+    event: MessageEvent
+    reply: str
+    run_id: str
+    parts_sent: int = 0  # of a reply in several parts: these went out before the crash
+
+
+class Store(InboxGuard):
+    """The gateway's persistence: inbox, sessions and history; one instance per process."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._sids: OrderedDict[str, int] = OrderedDict()  # session key -> current session row
+
+    # -- inbox ----------------------------------------------------------------------------
+
+    async def accept(self, ev: MessageEvent) -> int | None:
+        """Write an inbound message to the inbox; None if it was already there (a redelivery)."""
+        now = time.time()
+        row = {
+            "platform": ev.platform,
+            "chat_id": ev.chat_id,
+            "message_id": ev.message_id,
+            "session_key": ev.session_key,
+            "payload": json.dumps(asdict(ev)),
+            "status": "accepted",
+            "accepted_at": now,
+            "updated_at": now,
+            "run_id": "",
+        }
+        try:
+            return await self._hot(lambda db: db.accept(row))
+        except IntegrityError:  # the engine's answer to a redelivery
+            return None
+
+    async def mark(self, inbox_ids: Iterable[int], status: str, reply: str | None = None) -> None:
+        ids = list(inbox_ids)
+        if not ids:
+            return
+        now = time.time()
+        await self._hot(lambda db: db.mark(ids, status, reply, now))
+
+    async def progress(self, inbox_ids: list[int], parts_sent: int) -> None:
+        """Record that the first ``parts_sent`` parts of the entries' reply went out."""
+        now = time.time()
+        await self._hot(lambda db: db.progress(inbox_ids, parts_sent, now))
+
+    async def remember_preview(self, ev: MessageEvent, ref: str) -> None:
+        """Record where the live preview answering ``ev`` is (its platform message reference)."""
+        key = (ev.platform, ev.chat_id, ev.message_id)
+        await self._hot(lambda db: db.remember_preview(key, ref))
+
+    async def previews(self, inbox_ids: list[int]) -> dict[int, str]:
+        """The live previews recorded for these entries (at start: the ones a crash cut short)."""
+        if not inbox_ids:
+            return {}
+        stmt = select(_INBOX.c.id, _INBOX.c.preview).where(
+            _INBOX.c.id.in_(inbox_ids), _INBOX.c.preview.is_not(None)
+        )
+
+        async def run(conn: AsyncConnection) -> dict[int, str]:
+            return {int(i): str(ref) for i, ref in await conn.execute(stmt)}
+
+        return await self._query(run)
+
+    async def replayable(
+        self, max_age_s: float
+    ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
+        """Inbox work left over from the last run; entries too old to replay are expired."""
+        cutoff = time.time() - max_age_s
+        open_states = ("accepted", "done")
+
+        async def run(
+            conn: AsyncConnection,
+        ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
+            expired = await conn.execute(
+                update(_INBOX)
+                .where(_INBOX.c.status.in_(open_states), _INBOX.c.accepted_at < cutoff)
+                .values(status="expired", updated_at=time.time())
+            )
+            if expired.rowcount:
+                log.warning("inbox.expired", count=expired.rowcount, max_age_s=max_age_s)
+            rows = await conn.execute(
+                select(*(_INBOX.c[name] for name in _REPLAY_COLUMNS))
+                .where(_INBOX.c.status.in_(open_states))
+                .order_by(_INBOX.c.id)
+            )
+            to_run: list[tuple[int, MessageEvent]] = []
+            to_send: list[Undelivered] = []
+            for inbox_id, status, payload, reply, run_id, parts_sent in rows:
+                ev = event_from_json(payload)
+                if status == "done" and reply is not None:
+                    to_send.append(Undelivered(inbox_id, ev, reply, run_id, parts_sent or 0))
+                else:
+                    to_run.append((inbox_id, ev))
+            return to_run, to_send
+
+        return await self._tx(run)
+
+    async def prune(self, retention_days: float) -> int:
+        cutoff = time.time() - retention_days * 86400
+        stmt = delete(_INBOX).where(_INBOX.c.status.in_(TERMINAL), _INBOX.c.updated_at < cutoff)
+
+        async def run(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).rowcount or 0)
+
+        return await self._tx(run)
+
+    # -- sessions and history -------------------------------------------------------------
+
+    async def history(self, session_key: str) -> list[Message]:
+        async def run(db: HotPath) -> list[Message]:
+            sid = await self._session_id(db, session_key, create=False)
+            return [] if sid is None else [_to_message(*r) for r in await db.history(sid)]
+
+        return restore_compacted(await self._hot(run, read=True))
+
+    async def search_messages(self, session_key: str, query: str, limit: int = 10) -> list[Hit]:
+        """Full-text search over the user and assistant messages of every session of this key
+        (earlier conversations too), best first: all the words, else any of them."""
+        words = WORD.findall(query)[:20]
+        if not words:
+            return []
+        for mode in ("all", "any"):
+
+            async def run(conn: AsyncConnection, mode: str = mode) -> list[Hit]:
+                stmt, params = search_statement(self._is_sqlite, words, mode)
+                params.update(key=session_key, limit=limit)
+                rows = await conn.execute(stmt, params)
+                return [Hit(float(r[0]), r[1], r[2] or "", bool(r[3])) for r in rows]
+
+            hits: list[Hit] = await self._query(run)
+            if hits or len(words) == 1:
+                return hits
+        return []
+
+    async def complete_turn(
+        self,
+        session_key: str,
+        messages: list[Message],
+        inbox_ids: Iterable[int],
+        reply: str,
+        run_id: str,
+        status: str = "done",
+    ) -> None:
+        """Append a turn and settle its inbox entries in one transaction: all or nothing."""
+        ids = list(inbox_ids)
+        now = time.time()
+
+        async def run(db: HotPath) -> None:
+            sid = await self._session_id(db, session_key, create=True)
+            assert sid is not None
+            rows = [_message_row(sid, m, run_id, now) for m in messages]
+            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now))
+
+        await self._hot(run)
+
+    async def reset_session(self, session_key: str) -> None:
+        """Close the current session of this key; the next message starts a fresh one."""
+        stmt = (
+            update(_SESSIONS)
+            .where(_SESSIONS.c.key == session_key, _SESSIONS.c.closed_at.is_(None))
+            .values(closed_at=time.time())
+        )
+        self._sids.pop(session_key, None)
+        await self._tx(lambda conn: conn.execute(stmt))
+
+    async def _session_id(self, db: HotPath, key: str, *, create: bool) -> int | None:
+        """The current session row of ``key``; remembered, since it changes only on /new."""
+        sid = self._cached_sid(key)
+        if sid is None:
+            sid = self._remember_sid(key, await db.session_id(key, create=create, now=time.time()))
+        return sid
+
+    def _cached_sid(self, key: str) -> int | None:
+        sid = self._sids.get(key)
+        if sid is not None:
+            self._sids.move_to_end(key)
+        return sid
+
+    def _remember_sid(self, key: str, sid: int | None) -> int | None:
+        if sid is not None:
+            self._sids[key] = sid
+            if len(self._sids) > _SID_CACHE:
+                self._sids.popitem(last=False)
+        return sid
+
+
+def _message_row(session_id: int, msg: Message, run_id: str, now: float) -> dict[str, Any]:
+    calls = msg.get("tool_calls")
+    content = msg.get("content")
+    return {
+        "session_id": session_id,
+        "role": msg["role"],
+        "content": content if isinstance(content, str) or content is None else json.dumps(content),
+        "tool_calls": json.dumps(calls) if calls else None,
+        "tool_call_id": msg.get("tool_call_id"),
+        "run_id": run_id,
+        "created_at": now,
+    }
+
+
+def _to_message(
+    role: str, content: str | None, tool_calls: str | None, tool_call_id: str | None
+) -> Message:
+    msg: Message = {"role": role, "content": content}
+    if tool_calls:
+        msg["tool_calls"] = json.loads(tool_calls)
+    if tool_call_id:
+        msg["tool_call_id"] = tool_call_id
+    return msg
+
+
+__all__ = ["Quarantined", "Store", "Undelivered", "event_from_json"]

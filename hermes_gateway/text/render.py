@@ -1,0 +1,350 @@
+"""The parsed-Markdown model, its renderers (Telegram HTML, Slack mrkdwn, plain text, monospace
+tables) and the fitting of rendered parts to a size limit. `markup` parses into these nodes."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from html.parser import HTMLParser
+
+from hermes_gateway.text.splitter import iter_chunks, split_message, utf16_len
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    url: str
+    children: tuple[Inline, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Styled:
+    """Emphasis: `tag` is ``b`` (strong), ``i`` (emphasis) or ``s`` (strikethrough)."""
+
+    tag: str
+    children: tuple[Inline, ...]
+
+
+Inline = Text | Code | Link | Styled
+
+
+@dataclass(frozen=True, slots=True)
+class Paragraph:
+    inline: tuple[Inline, ...]
+    gap: bool = False  # a blank line separated it from the previous block
+
+
+@dataclass(frozen=True, slots=True)
+class Heading:
+    inline: tuple[Inline, ...]
+    gap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CodeBlock:
+    lang: str
+    code: str
+    gap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    blocks: tuple[Block, ...]
+    gap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    rows: tuple[tuple[str, ...], ...]  # cells as plain text
+    header: bool
+    gap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    gap: bool = False
+
+
+Block = Paragraph | Heading | CodeBlock | Quote | Table | Rule
+
+RULE_TEXT = "———"
+# Telegram refuses or mangles hrefs that are not absolute URLs; others are shown as text.
+_SAFE_URL = re.compile(r"(?i)(?:https?|ftp|tg|mailto):[^\s<>]+")
+_TICKS = re.compile(r"`{3,}")
+_LANG = re.compile(r"[\w+#.-]{1,32}")
+
+
+def _esc(text: str) -> str:
+    return escape(text, quote=False)
+
+
+def _join(blocks: tuple[Block, ...] | list[Block], render_one: Callable[[Block], str]) -> str:
+    out: list[str] = []
+    for block in blocks:
+        if out:
+            out.append("\n\n" if block.gap else "\n")
+        out.append(render_one(block))
+    return "".join(out)
+
+
+def plain(nodes: tuple[Inline, ...]) -> str:
+    """Inline nodes as plain text; a link keeps its URL in parentheses after its text."""
+    out: list[str] = []
+    for node in nodes:
+        if isinstance(node, Text | Code):
+            out.append(node.text)
+        elif isinstance(node, Styled):
+            out.append(plain(node.children))
+        else:
+            label = plain(node.children)
+            out.append(label if label == node.url else f"{label} ({node.url})".lstrip())
+    return "".join(out)
+
+
+def _width(text: str) -> int:
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
+
+
+def table_text(table: Table) -> str:
+    """A table as aligned monospace text, with a rule under the header row."""
+    columns = max(len(row) for row in table.rows)
+    rows = [row + ("",) * (columns - len(row)) for row in table.rows]
+    widths = [max(_width(row[c]) for row in rows) for c in range(columns)]
+    lines = [
+        " | ".join(cell + " " * (w - _width(cell)) for cell, w in zip(row, widths, strict=True))
+        for row in rows
+    ]
+    if table.header and len(lines) > 1:
+        lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def telegram_inline(nodes: tuple[Inline, ...], in_link: bool = False) -> str:
+    out: list[str] = []
+    for node in nodes:
+        if isinstance(node, Text):
+            out.append(_esc(node.text))
+        elif isinstance(node, Code):
+            # Telegram forbids code inside a link; the text still shows.
+            out.append(_esc(node.text) if in_link else f"<code>{_esc(node.text)}</code>")
+        elif isinstance(node, Styled):
+            out.append(f"<{node.tag}>{telegram_inline(node.children, in_link)}</{node.tag}>")
+        elif in_link or not _SAFE_URL.fullmatch(node.url):
+            out.append(_esc(plain((node,))))
+        else:
+            label = telegram_inline(node.children or (Text(node.url),), True)
+            out.append(f'<a href="{escape(node.url)}">{label or _esc(node.url)}</a>')
+    return "".join(out)
+
+
+class TelegramRenderer:
+    """Blocks to Telegram Bot API HTML; blockquotes are flattened since they cannot nest."""
+
+    def __init__(self, in_quote: bool = False) -> None:
+        self.in_quote = in_quote
+
+    def __call__(self, block: Block) -> str:
+        if isinstance(block, Paragraph):
+            return telegram_inline(block.inline)
+        if isinstance(block, Heading):
+            return f"<b>{telegram_inline(block.inline)}</b>"
+        if isinstance(block, CodeBlock):
+            lang = _LANG.match(block.lang)
+            if lang is None:
+                return f"<pre>{_esc(block.code)}</pre>"
+            return f'<pre><code class="language-{lang.group()}">{_esc(block.code)}</code></pre>'
+        if isinstance(block, Quote):
+            inner = _join(block.blocks, TelegramRenderer(in_quote=True))
+            return inner if self.in_quote else f"<blockquote>{inner}</blockquote>"
+        if isinstance(block, Table):
+            return f"<pre>{_esc(table_text(block))}</pre>"
+        return RULE_TEXT
+
+
+def render_telegram(blocks: list[Block]) -> str:
+    return _join(blocks, TelegramRenderer())
+
+
+def slack_escape(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # Slack reads ``` anywhere as a code-block delimiter and has no escape for it: a run of
+    # three or more backticks in text or code would open or close a block (fuzzing)
+    return _TICKS.sub(lambda m: "\u200b".join(m.group()), text) if "```" in text else text
+
+
+def _slack_url(url: str) -> str:
+    return slack_escape(url).replace("|", "%7C")
+
+
+def slack_inline(nodes: tuple[Inline, ...], in_bold: bool = False) -> str:
+    marks = {"b": "*", "i": "_", "s": "~"}
+    out: list[str] = []
+    for node in nodes:
+        if isinstance(node, Text):
+            out.append(slack_escape(node.text))
+        elif isinstance(node, Code):
+            out.append(f"`{slack_escape(node.text)}`")
+        elif isinstance(node, Styled):
+            inner = slack_inline(node.children, in_bold or node.tag == "b")
+            # `*` inside `*...*` would end the bold early: nested bold is just its text.
+            mark = "" if in_bold and node.tag == "b" else marks[node.tag]
+            out.append(f"{mark}{inner}{mark}")
+        elif not _SAFE_URL.fullmatch(node.url):
+            out.append(slack_escape(plain((node,))))
+        else:
+            label = plain(node.children).replace("\n", " ").strip()
+            url = _slack_url(node.url)
+            out.append(f"<{url}|{slack_escape(label)}>" if label and label != node.url else url)
+    return "".join(out)
+
+
+class SlackRenderer:
+    """Blocks to Slack mrkdwn: code blocks lose their language, tables become code blocks,
+    nested quotes are flattened (Slack has one quote level)."""
+
+    def __init__(self, in_quote: bool = False) -> None:
+        self.in_quote = in_quote
+
+    def __call__(self, block: Block) -> str:
+        if isinstance(block, Paragraph):
+            return slack_inline(block.inline)
+        if isinstance(block, Heading):
+            return f"*{slack_inline(block.inline, in_bold=True)}*"
+        if isinstance(block, CodeBlock):
+            return f"```\n{slack_escape(block.code)}\n```"
+        if isinstance(block, Quote):
+            inner = _join(block.blocks, SlackRenderer(in_quote=True))
+            if self.in_quote:
+                return inner
+            return "\n".join(f"> {line}" if line else ">" for line in inner.split("\n"))
+        if isinstance(block, Table):
+            return f"```\n{slack_escape(table_text(block))}\n```"
+        return RULE_TEXT
+
+
+def render_slack(blocks: list[Block]) -> str:
+    return _join(blocks, SlackRenderer())
+
+
+class _PlainText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.links: list[tuple[str, int]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.links.append((dict(attrs).get("href") or "", len(self.out)))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self.links:
+            href, at = self.links.pop()
+            if href and "".join(self.out[at:]) != href:
+                self.out.append(f" ({href})")
+
+    def handle_data(self, data: str) -> None:
+        self.out.append(data)
+
+
+def telegram_html_to_plain(html: str) -> str:
+    """Tags stripped and entities decoded, for the plain-text retry when Telegram cannot parse
+    the HTML; a link keeps its URL in parentheses after its text. Never longer than `html`."""
+    parser = _PlainText()
+    parser.feed(html)
+    parser.close()
+    return "".join(parser.out)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One platform's output: its renderer, plain-text escaping, and what its users see."""
+
+    render: Callable[[str], str]
+    escape: Callable[[str], str]  # a piece as plain text, when no markup of it fits
+    visible: Callable[[str], str]  # to drop parts that would show blank
+
+
+MIN_LIMIT = 16
+
+
+def split_rendered(md: str, limit: int, target: Target) -> list[str]:
+    """Split Markdown first (fence-aware), then render each part; every part is at most
+    `limit` UTF-16 units as rendered. Blank parts are dropped."""
+    if limit < MIN_LIMIT:
+        raise ValueError(f"limit must be at least {MIN_LIMIT}, got {limit}")
+    parts: list[str] = []
+    pending, md_limit = md, limit
+    while pending:
+        pending, md_limit = _render_some(pending, md_limit, limit, target, parts)
+    return parts
+
+
+def _render_some(
+    md: str, md_limit: int, limit: int, target: Target, parts: list[str]
+) -> tuple[str, int]:
+    """Split `md` at `md_limit` units and render part after part into `parts`, until the
+    Markdown budget needs changing; then return the rest of `md` and the new budget."""
+    chunks = iter_chunks(md, md_limit, measure=utf16_len)
+    chunk = next(chunks, None)
+    while chunk is not None:
+        following = next(chunks, None)
+        rest = following.head + md[following.start :] if following else ""
+        piece = chunk.render(md)
+        rendered = target.render(piece)
+        size = utf16_len(rendered)
+        # Markup changes the size (tags, escapes, table padding; stripped markers): aim the
+        # Markdown budget at what this piece's ratio predicts would fill a part.
+        budget = utf16_len(piece) * limit * 19 // (max(size, 1) * 20)
+        if size > limit:
+            if budget >= MIN_LIMIT:
+                return chunk.head + md[chunk.start :], budget
+            parts.extend(_fallback(piece, limit, target))
+            return rest, limit
+        if target.visible(rendered).strip():
+            parts.append(rendered)
+        if rest and md_limit < limit and budget > md_limit * 5 // 4:
+            return rest, min(limit, budget)  # markup-heavy text is over: fill parts again
+        chunk = following
+    return "", md_limit
+
+
+def _fallback(piece: str, limit: int, target: Target) -> list[str]:
+    """A piece whose markup cannot fit even when small: send its text, escaped, unformatted."""
+
+    def measure(text: str) -> int:
+        return utf16_len(target.escape(text))
+
+    try:
+        pieces = split_message(piece, limit, measure=measure)
+    except ValueError:  # fence lines and one escaped character exceed a tiny limit
+        pieces = _cut(piece, limit, measure)
+    return [target.escape(p) for p in pieces]
+
+
+def _cut(text: str, limit: int, measure: Callable[[str], int]) -> list[str]:
+    """``text`` cut greedily into runs that measure at most ``limit``, fences ignored: the
+    last resort of the fallback, for limits far below any platform's."""
+    parts: list[str] = []
+    current = ""
+    for ch in text:
+        if current and measure(current + ch) > limit:
+            parts.append(current)
+            current = ""
+        current += ch
+    parts.append(current)
+    return [p for p in parts if p.strip()]
