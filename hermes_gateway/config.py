@@ -20,19 +20,16 @@ from pydantic import BaseModel, ValidationError
 
 from hermes_gateway.config_schema import (
     PLATFORM_NAMES,
-    ApiPlatformConfig,
     BusyPolicy,
     Config,
     ControlConfig,
     DelegateToolConfig,
-    DiscordConfig,
     LoggingConfig,
     ModelConfig,
+    Platforms,
     PlatformsConfig,
     RunnerConfig,
-    SlackConfig,
     StoreConfig,
-    TelegramConfig,
     TerminalToolConfig,
     ToolsConfig,
     VisionToolConfig,
@@ -42,19 +39,16 @@ from hermes_gateway.config_schema import (
 
 __all__ = [
     "PLATFORM_NAMES",
-    "ApiPlatformConfig",
     "BusyPolicy",
     "Config",
     "ControlConfig",
     "DelegateToolConfig",
-    "DiscordConfig",
     "LoggingConfig",
     "ModelConfig",
+    "Platforms",
     "PlatformsConfig",
     "RunnerConfig",
-    "SlackConfig",
     "StoreConfig",
-    "TelegramConfig",
     "TerminalToolConfig",
     "ToolsConfig",
     "VisionToolConfig",
@@ -68,6 +62,7 @@ __all__ = [
     "tool_environment",
 ]
 from hermes_gateway.errors import ConfigError
+from hermes_gateway.platform_spec import platform_specs
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -244,26 +239,20 @@ def _substitute(text: str, env: Mapping[str, str], key: str) -> str:
 
 
 def _default_platform_secrets(data: dict[str, Any], env: Mapping[str, str]) -> None:
-    # The DESIGN defaults read these variables; apply them when the file omits the key.
-    defaults = {
-        "telegram": {"token": "TELEGRAM_BOT_TOKEN"},
-        "discord": {"token": "DISCORD_BOT_TOKEN"},
-        "slack": {
-            "bot_token": "SLACK_BOT_TOKEN",
-            "app_token": "SLACK_APP_TOKEN",
-            "signing_secret": "SLACK_SIGNING_SECRET",
-        },
-    }
+    # each platform's spec names the variables its secrets default to when the file omits them
     platforms = data.setdefault("platforms", {})
     if not isinstance(platforms, dict):
         return
-    for name, keys in defaults.items():
-        section = platforms.get(name)
+    for spec in platform_specs():
+        defaults = {key: var for key, var in spec.secrets.items() if var}
+        if not defaults:
+            continue
+        section = platforms.get(spec.name)
         if section is None:
-            section = platforms[name] = {}
+            section = platforms[spec.name] = {}
         if not isinstance(section, dict):
             continue
-        for key, var in keys.items():
+        for key, var in defaults.items():
             if key not in section and env.get(var):
                 section[key] = env[var]
 
@@ -291,38 +280,25 @@ def _expand_paths(config: Config, env: Mapping[str, str]) -> Config:
 
 
 def _check_semantics(config: Config) -> None:
-    p = config.platforms
-    required = [
-        (p.telegram.enabled, "platforms.telegram.token", p.telegram.token, "TELEGRAM_BOT_TOKEN"),
-        (p.discord.enabled, "platforms.discord.token", p.discord.token, "DISCORD_BOT_TOKEN"),
-        (p.slack.enabled, "platforms.slack.bot_token", p.slack.bot_token, "SLACK_BOT_TOKEN"),
-        (
-            p.slack.enabled and p.slack.mode == "socket",
-            "platforms.slack.app_token",
-            p.slack.app_token,
-            "SLACK_APP_TOKEN",
-        ),
-        (
-            p.slack.enabled and p.slack.mode == "http",
-            "platforms.slack.signing_secret",
-            p.slack.signing_secret,
-            "SLACK_SIGNING_SECRET",
-        ),
+    enabled = [
+        (spec, getattr(config.platforms, spec.name))
+        for spec in platform_specs()
+        if getattr(config.platforms, spec.name).enabled
     ]
-    for enabled, key, value, var in required:
-        if enabled and not value.strip():
-            platform = key.split(".")[1]
-            raise ConfigError(
-                key, f"must be set when platforms.{platform}.enabled is true (or set {var})"
-            )
+    for spec, section in enabled:
+        for key in spec.required(section):
+            if not str(getattr(section, key)).strip():
+                var = spec.secrets.get(key)
+                raise ConfigError(
+                    f"platforms.{spec.name}.{key}",
+                    f"must be set when platforms.{spec.name}.enabled is true"
+                    + (f" (or set {var})" if var else ""),
+                )
     _check_control_token(config)
     _check_store_url(config.store.url)
-    tg = p.telegram
-    if tg.enabled and tg.mode == "webhook":
-        if not tg.webhook_url:
-            raise ConfigError("platforms.telegram.webhook_url", "must be set in webhook mode")
-        if not tg.webhook_secret:
-            raise ConfigError("platforms.telegram.webhook_secret", "must be set in webhook mode")
+    for spec, section in enabled:
+        for key, reason in spec.problems(section):
+            raise ConfigError(f"platforms.{spec.name}.{key}", reason)
     if config.watchdog.fatal_s * 1000 <= config.watchdog.warn_ms:
         raise ConfigError("watchdog.fatal_s", "must be longer than watchdog.warn_ms")
 

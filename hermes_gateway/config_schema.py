@@ -8,12 +8,14 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from hermes_gateway.platform_spec import platform_specs
 
 BusyPolicy = Literal["interrupt", "queue", "latest", "collect", "steer"]
-MEDIA_MAX_BYTES = 20 * 1024 * 1024  # largest attachment a platform adapter downloads
+_S = TypeVar("_S", bound=BaseModel)
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -71,82 +73,34 @@ class ModelConfig(_Section):
     context_budget: int = Field(100_000, ge=0)  # tokens; 0 = never compact on its own
 
 
-class _PlatformBase(_Section):
-    enabled: bool = False
-    allowed_users: tuple[str, ...] = ()
-    allow_all: bool = False
-    require_mention: bool = True
-    pairing: bool = False  # unknown DM users get a code an operator approves
-    typing: bool = True  # show "typing..." (or the platform's equivalent) while working
-    streaming: bool = False  # live preview of the answer by message edits
-
-    @field_validator("allowed_users", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        # ids arrive as numbers or strings in YAML; compare them as strings everywhere
-        if isinstance(value, list | tuple):
-            return tuple(str(v).strip() for v in value)
-        return value
-
-
-class TelegramConfig(_PlatformBase):
-    token: str = ""
-    base_url: str = "https://api.telegram.org/bot"
-    base_file_url: str = "https://api.telegram.org/file/bot"
-    mode: Literal["polling", "webhook"] = "polling"
-    webhook_url: str = ""  # public URL Telegram posts to (webhook mode)
-    webhook_secret: str = ""  # checked against X-Telegram-Bot-Api-Secret-Token
-    webhook_path: str = "/telegram/webhook"  # route on the control server
-    media_max_bytes: int = Field(MEDIA_MAX_BYTES, ge=0)
-
-
-class DiscordConfig(_PlatformBase):
-    token: str = ""
-    api_base: str = "https://discord.com/api/v10"
-    gateway_url: str = "wss://gateway.discord.gg"
-    allow_bots: bool = False
-    sync_commands: bool = True  # register the gateway commands as slash commands at start
-    guild_ready_timeout_s: float = Field(2, ge=0)  # wait for guild data before READY counts
-    identify_delay_s: float = Field(5, ge=0)  # pause before a re-IDENTIFY (Discord: 1 per 5 s)
-    # attachments are fetched from Discord's CDN hosts, or from this base (a proxy, a fake)
-    cdn_base: str = "https://cdn.discordapp.com"
-    media_max_bytes: int = Field(MEDIA_MAX_BYTES, ge=0)
-
-    @field_validator("cdn_base")
-    @classmethod
-    def _http_base(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL")
-        return value
-
-
-class SlackConfig(_PlatformBase):
-    mode: Literal["socket", "http"] = "socket"
-    bot_token: str = ""
-    app_token: str = ""
-    signing_secret: str = ""
-    events_path: str = "/slack/events"
-    api_base: str = "https://slack.com/api/"
-    message_limit: int = Field(3900, ge=100, le=39000)
-    progress: Literal["reaction", "status", "none"] = "reaction"
-    progress_reaction: str = "eyes"
-    ping_interval_s: float = Field(10, gt=0)  # Socket Mode ping; a dead socket is noticed after it
-    media_max_bytes: int = Field(MEDIA_MAX_BYTES, ge=0)  # files come from files.slack.com
-
-
-class ApiPlatformConfig(_Section):
-    enabled: bool = True
-
-
-class PlatformsConfig(_Section):
-    api: ApiPlatformConfig = ApiPlatformConfig()
-    telegram: TelegramConfig = TelegramConfig()
-    discord: DiscordConfig = DiscordConfig()
-    slack: SlackConfig = SlackConfig()
+class Platforms(_Section):
+    """``platforms:``: one section per installed platform (`platform_specs`), each typed by
+    its spec's model; `PlatformsConfig` is this with those fields."""
 
     def enabled(self) -> list[str]:
         """The platforms to start, in a fixed order."""
         return [name for name in PLATFORM_NAMES if getattr(self, name).enabled]
+
+    def section(self, name: str, kind: type[_S]) -> _S:
+        """``platforms.<name>``, typed as its model ``kind`` (a platform reading its own)."""
+        section = getattr(self, name)
+        if not isinstance(section, kind):
+            raise TypeError(f"platforms.{name} is a {type(section).__name__}, not {kind.__name__}")
+        return section
+
+
+def _platforms_model() -> type[Platforms]:
+    fields: dict[str, Any] = {
+        spec.name: (spec.section, Field(default_factory=spec.section)) for spec in platform_specs()
+    }
+    return create_model("PlatformsConfig", __base__=Platforms, **fields)
+
+
+PLATFORM_NAMES = tuple(spec.name for spec in platform_specs())
+if TYPE_CHECKING:
+    PlatformsConfig = Platforms
+else:
+    PlatformsConfig = _platforms_model()
 
 
 class TerminalToolConfig(_Section):
@@ -260,9 +214,6 @@ class ToolsConfig(_Section):
         return self.platforms.get(platform, self.enabled)
 
 
-PLATFORM_NAMES = ("api", "telegram", "discord", "slack")
-
-
 def _check_tool_names(names: tuple[str, ...]) -> None:
     from tools.catalog import BUILTIN_NAMES
 
@@ -293,7 +244,7 @@ class Config(_Section):
     store: StoreConfig = StoreConfig()
     control: ControlConfig = ControlConfig()
     model: ModelConfig = ModelConfig()
-    platforms: PlatformsConfig = PlatformsConfig()
+    platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     tools: ToolsConfig = ToolsConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
@@ -314,16 +265,8 @@ class Config(_Section):
 
     def secrets(self) -> list[str]:
         """Every secret value in the config, for the log redactor."""
-        p = self.platforms
-        values = [
-            self.model.api_key,
-            self.control.token or "",
-            p.telegram.token,
-            p.discord.token,
-            p.slack.bot_token,
-            p.slack.app_token,
-            p.slack.signing_secret,
-            p.telegram.webhook_secret,
-            self.tools.vision.api_key,
-        ]
+        values = [self.model.api_key, self.control.token or "", self.tools.vision.api_key]
+        for spec in platform_specs():
+            section = getattr(self.platforms, spec.name)
+            values += [str(getattr(section, key)) for key in spec.secrets]
         return [v for v in values if v and len(v) >= 4]

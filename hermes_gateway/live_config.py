@@ -9,8 +9,8 @@ import logging
 import structlog
 
 from hermes_gateway.config import RELOADABLE, Config, load_config, reload_changes
-from hermes_gateway.config_schema import _PlatformBase
 from hermes_gateway.errors import ConfigError
+from hermes_gateway.platform_spec import PlatformSection
 
 log = structlog.get_logger("hermes.gateway")
 
@@ -26,8 +26,8 @@ class LiveConfig:
     def now(self) -> Config:
         return self._config
 
-    def platform(self, name: str) -> _PlatformBase:
-        section: _PlatformBase = getattr(self._config.platforms, name)
+    def platform(self, name: str) -> PlatformSection:
+        section: PlatformSection = getattr(self._config.platforms, name)
         return section
 
     def take(self, new: Config) -> tuple[list[str], list[str]]:
@@ -57,10 +57,10 @@ class LiveConfig:
 
 def reloaded(old: Config, new: Config) -> Config:
     """``old`` with the access keys of each platform and the log level taken from ``new``."""
-    platforms: dict[str, _PlatformBase] = {}
+    platforms: dict[str, PlatformSection] = {}
     for name in type(old.platforms).model_fields:
         section = getattr(old.platforms, name)
-        if isinstance(section, _PlatformBase):
+        if isinstance(section, PlatformSection):
             fresh = getattr(new.platforms, name)
             platforms[name] = section.model_copy(update={k: getattr(fresh, k) for k in RELOADABLE})
     return old.model_copy(

@@ -51,6 +51,7 @@ BASE = {
     "errors",
     "config",
     "config_schema",
+    "platform_spec",
     "live_config",
     "events",
     "metrics",

@@ -1,1 +1,19 @@
-"""Discord: a discord.py client on the gateway's loop, messages and slash commands."""
+"""Discord: a discord.py client on the gateway's loop, messages and slash commands.
+
+`SPEC` is what the gateway knows of it; importing this package does not import the SDK."""
+
+from adapters.discord.settings import DiscordConfig
+from hermes_gateway.platform_spec import Capabilities, Limits, PlatformSpec
+
+SPEC = PlatformSpec(
+    name="discord",
+    section=DiscordConfig,
+    adapter="adapters.discord.adapter:DiscordAdapter",
+    secrets={"token": "DISCORD_BOT_TOKEN"},
+    required=lambda section: ("token",),
+    probe="adapters.discord.probe:probe",
+    menu=True,
+    capabilities=Capabilities(can_edit=True, has_threads=True),
+    limits=Limits(message_chars=2000),
+    order=2,
+)

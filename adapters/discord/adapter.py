@@ -22,8 +22,8 @@ from adapters.discord.client import Endpoints, HermesClient, point_at, restore
 from adapters.discord.inbound import command_event, looks_content_less, message_event
 from adapters.discord.interactions import reply_context
 from adapters.discord.outbound import DiscordOutbox, snowflake
+from adapters.discord.settings import DiscordConfig
 from adapters.downloader import Downloader, origins
-from hermes_gateway.config import DiscordConfig
 from hermes_gateway.core.indicator import TypingIndicator
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
@@ -81,7 +81,7 @@ class DiscordAdapter:
     def config(self) -> DiscordConfig:
         """This platform's section of the config in force, read at each use: a SIGHUP reload
         changes its access rules (`require_mention` included), which this adapter follows too."""
-        return self.host.config.platforms.discord
+        return self.host.config.platforms.section("discord", DiscordConfig)
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import structlog
 
 import discord
+from adapters.discord.settings import DiscordConfig
 
 # re-exported (`X as X`): the adapter sets its endpoints through this module
 from adapters.shims.discordpy import Endpoints as Endpoints
@@ -18,7 +19,6 @@ from adapters.shims.discordpy import gateway_parsers
 from adapters.shims.discordpy import point_at as point_at
 from adapters.shims.discordpy import restore as restore
 from discord import app_commands
-from hermes_gateway.config import DiscordConfig
 from hermes_gateway.core.commands import Commands
 
 log = structlog.get_logger("hermes.adapters.discord")

@@ -23,10 +23,10 @@ from adapters.slack.api import SlackWeb, file_downloader
 from adapters.slack.events import BotIdentity, Recent, normalize
 from adapters.slack.http import serve_event
 from adapters.slack.progress import Previews, Progress
+from adapters.slack.settings import SlackConfig
 from adapters.slack.socket import AckingSocketHandler
 from adapters.slack.socket import close_socket as _close_socket
 from adapters.slack.socket import frame_type as _frame_type
-from hermes_gateway.config import SlackConfig
 from hermes_gateway.core.bus import LifecycleEvent
 from hermes_gateway.core.parts import send_parts
 from hermes_gateway.errors import (
@@ -77,7 +77,7 @@ class SlackAdapter:
     def config(self) -> SlackConfig:
         """This platform's section of the config in force, read at each use: a SIGHUP reload
         changes its access rules (`require_mention` included), which this adapter follows too."""
-        return self.host.config.platforms.slack
+        return self.host.config.platforms.section("slack", SlackConfig)
 
     # -- lifecycle ----------------------------------------------------------------------
 

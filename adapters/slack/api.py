@@ -14,7 +14,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.downloader import Downloader, origins
-from hermes_gateway.config import SlackConfig
+from adapters.slack.settings import SlackConfig
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,

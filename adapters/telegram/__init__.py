@@ -1,1 +1,20 @@
-"""Telegram: python-telegram-bot 22 on the gateway's loop (long polling or webhook)."""
+"""Telegram: python-telegram-bot 22 on the gateway's loop (long polling or webhook).
+
+`SPEC` is what the gateway knows of it; importing this package does not import the SDK."""
+
+from adapters.telegram.settings import TelegramConfig, webhook_problems
+from hermes_gateway.platform_spec import Capabilities, Limits, PlatformSpec
+
+SPEC = PlatformSpec(
+    name="telegram",
+    section=TelegramConfig,
+    adapter="adapters.telegram.adapter:TelegramAdapter",
+    secrets={"token": "TELEGRAM_BOT_TOKEN", "webhook_secret": None},
+    required=lambda section: ("token",),
+    problems=webhook_problems,
+    probe="adapters.telegram.probe:probe",
+    menu=True,
+    capabilities=Capabilities(can_edit=True, has_threads=True),
+    limits=Limits(message_chars=4096),  # UTF-16 units, as Telegram counts them
+    order=1,
+)

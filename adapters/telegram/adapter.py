@@ -20,6 +20,7 @@ from adapters.telegram.delivery import Outbox, Sender, call, chat_ref
 from adapters.telegram.http import AiohttpRequest
 from adapters.telegram.normalize import BotIdentity, normalize
 from adapters.telegram.poller import Poller
+from adapters.telegram.settings import TelegramConfig
 from adapters.telegram.transport import (
     PollMonitor,
     PollRequest,
@@ -27,7 +28,6 @@ from adapters.telegram.transport import (
     bounded,
     download_media,
 )
-from hermes_gateway.config import TelegramConfig
 from hermes_gateway.core.indicator import TypingIndicator
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -108,7 +108,7 @@ class TelegramAdapter:
     def config(self) -> TelegramConfig:
         """This platform's section of the config in force, read at each use: a SIGHUP reload
         changes its access rules (`require_mention` included), which this adapter follows too."""
-        return self.host.config.platforms.telegram
+        return self.host.config.platforms.section("telegram", TelegramConfig)
 
     def _build_app(self) -> App:
         # PTB's Updater is not used: `Poller` polls (one parse per update, offsets moved only

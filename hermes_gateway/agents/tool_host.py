@@ -26,6 +26,7 @@ import structlog
 from agent_core import LLMClient, ModelError
 from hermes_gateway.errors import AdapterError
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.platform_spec import capabilities
 from tools.approval import CANNOT_ASK
 from tools.errors import ToolError
 from tools.host import ApprovalRequest, SearchHit, ToolHost
@@ -153,8 +154,8 @@ class GatewayToolHost:
 
     async def _open(self, request: ApprovalRequest) -> Ticket | None:
         event = self.runner.current_event(request.session_key)
-        if event is None or event.platform == "api":
-            # nobody to ask: the run is gone, or the local API has no channel for questions
+        if event is None or not capabilities(event.platform).can_ask_approval:
+            # nobody to ask: the run is gone, or the platform has no channel for questions
             log.info("approval.cannot_ask", session_key=request.session_key, tool=request.tool)
             return None
         ticket = Ticket(request, event)

@@ -1,7 +1,8 @@
 """`hermes doctor`: check what the gateway needs, in plain words, with real calls.
 
 Config, home permissions, the store, the control port, the model endpoint (`/models`) and each
-enabled platform's token (getMe, users/@me, auth.test). Exit 1 when anything failed.
+enabled platform, by its spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when
+anything failed.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import socket
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
 import httpx
 
 from hermes_gateway.config import Config
 from hermes_gateway.errors import StoreError
+from hermes_gateway.platform_spec import PlatformSpec, ProbeFailed, load_ref, platform_specs
 from hermes_gateway.store.engine import safe_url
 from hermes_gateway.store.store import Store
 
@@ -42,9 +44,7 @@ class Doctor:
             self.store,
             self.port,
             self.model,
-            self.telegram,
-            self.discord,
-            self.slack,
+            *(self._platform(spec) for spec in platform_specs() if spec.probe),
         ]
         try:
             return [self._safely(check) for check in checks]
@@ -123,60 +123,24 @@ class Doctor:
             return Check("model", "warn", f"{m.name!r} is not in the provider's model list")
         return Check("model", "ok", f"{m.name} at {m.base_url}")
 
-    def telegram(self) -> Check:
-        tg = self.config.platforms.telegram
-        if not tg.enabled:
-            return Check("telegram", "skip", "disabled")
-        return self._platform_call(
-            "telegram",
-            lambda: self.http.post(f"{tg.base_url}{tg.token}/getMe"),
-            lambda data: f"@{data['result']['username']}" if data.get("ok") else None,
-        )
+    def _platform(self, spec: PlatformSpec) -> Callable[[], Check]:
+        """The check of one platform: its spec's probe, run only when it is enabled."""
 
-    def discord(self) -> Check:
-        dc = self.config.platforms.discord
-        if not dc.enabled:
-            return Check("discord", "skip", "disabled")
-        return self._platform_call(
-            "discord",
-            lambda: self.http.get(
-                f"{dc.api_base}/users/@me", headers={"Authorization": f"Bot {dc.token}"}
-            ),
-            lambda data: str(data["username"]) if "username" in data else None,
-        )
+        def check() -> Check:
+            section = getattr(self.config.platforms, spec.name)
+            if not section.enabled:
+                return Check(spec.name, "skip", "disabled")
+            assert spec.probe is not None
+            probe = load_ref(spec.probe)
+            try:
+                return Check(spec.name, "ok", str(probe(section, self.http)))
+            except httpx.HTTPError as exc:
+                return Check(spec.name, "FAIL", f"unreachable: {exc}")
+            except ProbeFailed as exc:
+                return Check(spec.name, "FAIL", str(exc))
 
-    def slack(self) -> Check:
-        sl = self.config.platforms.slack
-        if not sl.enabled:
-            return Check("slack", "skip", "disabled")
-        base = sl.api_base if sl.api_base.endswith("/") else sl.api_base + "/"
-        return self._platform_call(
-            "slack",
-            lambda: self.http.post(
-                f"{base}auth.test", headers={"Authorization": f"Bearer {sl.bot_token}"}
-            ),
-            lambda data: f"{data.get('user')} in {data.get('team')}" if data.get("ok") else None,
-        )
-
-    def _platform_call(
-        self,
-        name: str,
-        call: Callable[[], httpx.Response],
-        describe: Callable[[dict[str, Any]], str | None],
-    ) -> Check:
-        try:
-            r = call()
-        except httpx.HTTPError as exc:
-            return Check(name, "FAIL", f"unreachable: {exc}")
-        try:
-            data = r.json()
-        except ValueError:
-            data = {}
-        who = describe(data) if r.status_code == 200 and isinstance(data, dict) else None
-        if who is None:
-            reason = data.get("description") or data.get("error") or data.get("message")
-            return Check(name, "FAIL", f"token rejected (HTTP {r.status_code}: {reason})")
-        return Check(name, "ok", f"token valid: {who}")
+        check.__name__ = spec.name
+        return check
 
 
 def render(checks: list[Check], out: TextIO, color: bool = False) -> None:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Literal
 
 import structlog
 
-from hermes_gateway.config_schema import _PlatformBase
 from hermes_gateway.errors import AdapterError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
+from hermes_gateway.platform_spec import PlatformSection
 from hermes_gateway.seam.pairing import PairingBook
 
 if TYPE_CHECKING:
@@ -51,12 +51,12 @@ class Admission:
 class AccessPolicy:
     """One platform's access rules."""
 
-    def __init__(self, platform: str, config: _PlatformBase, pairing: PairingBook | None) -> None:
+    def __init__(self, platform: str, config: PlatformSection, pairing: PairingBook | None) -> None:
         self.platform = platform
         self._book = pairing
         self.reconfigure(config)
 
-    def reconfigure(self, config: _PlatformBase) -> None:
+    def reconfigure(self, config: PlatformSection) -> None:
         """Take new rules (SIGHUP) without dropping anything in flight."""
         self.config = config
         self.pairing = self._book if config.pairing else None
@@ -120,12 +120,12 @@ class Gatekeeper:
         self._adapters = adapters
         self._policies: dict[str, AccessPolicy] = {}
 
-    def _section(self, platform: str) -> _PlatformBase | None:
+    def _section(self, platform: str) -> PlatformSection | None:
         platforms = self._live.now.platforms
         if platform not in type(platforms).model_fields:  # a name, not any attribute
-            return _PlatformBase()
+            return PlatformSection()
         section = getattr(platforms, platform)
-        return section if isinstance(section, _PlatformBase) else None
+        return section if isinstance(section, PlatformSection) else None
 
     def policy(self, platform: str) -> AccessPolicy | None:
         policy = self._policies.get(platform)

@@ -1,9 +1,8 @@
 """The adapter seam: what a platform adapter implements, what the gateway offers it, and the
-registry that imports an adapter only when its platform is enabled."""
+import of an enabled platform's adapter through its `PlatformSpec`."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -11,19 +10,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from aiohttp import web
 
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
+from hermes_gateway.platform_spec import load_ref, platform_spec
 
 if TYPE_CHECKING:
     from hermes_gateway.config import Config
     from hermes_gateway.core.bus import EventBus
     from hermes_gateway.metrics import Metrics
-
-# name -> "module:Class"; imported lazily so a disabled platform costs no import time or memory
-ADAPTERS: dict[str, str] = {
-    "api": "adapters.api.adapter:ApiAdapter",
-    "telegram": "adapters.telegram.adapter:TelegramAdapter",
-    "discord": "adapters.discord.adapter:DiscordAdapter",
-    "slack": "adapters.slack.adapter:SlackAdapter",
-}
 
 # "refused": admission said no (a stranger, a bot, a group message not addressed to the bot);
 # any reply the access rules give was already sent. "unavailable": the store cannot write, so
@@ -157,10 +149,13 @@ class ReplyResumer(Protocol):
 
 
 def adapter_class(name: str) -> Any:
-    """Import an adapter's class (blocking: an SDK import takes a few hundred ms, so the
-    gateway calls this on a worker thread)."""
-    module_name, _, cls_name = ADAPTERS[name].partition(":")
-    return getattr(importlib.import_module(module_name), cls_name)
+    """Import an adapter's class, named by its platform's spec: only an enabled platform's
+    SDK is imported (blocking: a few hundred ms, so the gateway calls this on a worker
+    thread)."""
+    spec = platform_spec(name)
+    if spec is None:
+        raise KeyError(f"no platform named {name!r} is installed")
+    return load_ref(spec.adapter)
 
 
 def load_adapter(name: str, host: AdapterHost, cls: Any = None) -> Adapter:

@@ -14,7 +14,7 @@ from adapters.discord.adapter import CDN_HOSTS
 from adapters.discord.cdn import EXPIRY_MARGIN_S, expired, expires_at
 from adapters.downloader import Downloader, _Spool, allowed_url, origins, safe_name
 from adapters.slack.api import file_downloader
-from hermes_gateway.config_schema import SlackConfig
+from adapters.slack.settings import SlackConfig
 from hermes_gateway.errors import PermanentAdapterError, TransientAdapterError
 from hermes_gateway.events import Attachment
 from tests.e2e.daemon import free_port

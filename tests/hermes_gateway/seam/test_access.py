@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_gateway.config import TelegramConfig
+from adapters.telegram.settings import TelegramConfig
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.seam.access import AccessPolicy
 from hermes_gateway.seam.pairing import MAX_BAD_TRIES, PairingBook, PairingError

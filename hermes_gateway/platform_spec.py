@@ -1,0 +1,148 @@
+"""What a platform package declares (`PlatformSpec`) and how the gateway finds the installed
+ones: each package registers its spec under the ``hermes_gateway.platforms`` entry point group,
+so adding a platform touches no module of the gateway."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+if TYPE_CHECKING:
+    import httpx
+
+ENTRY_POINT_GROUP = "hermes_gateway.platforms"
+MEDIA_MAX_BYTES = 20 * 1024 * 1024  # largest attachment a platform adapter downloads
+
+
+class PlatformSection(BaseModel):
+    """The keys every chat platform's ``platforms.<name>:`` section has: who may talk to the
+    bot. The core's admission reads them; a section that is not a `PlatformSection` (the local
+    API's) has no access rules, and its platform must authenticate callers itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    allowed_users: tuple[str, ...] = ()
+    allow_all: bool = False
+    require_mention: bool = True
+    pairing: bool = False  # unknown DM users get a code an operator approves
+    typing: bool = True  # show "typing..." (or the platform's equivalent) while working
+    streaming: bool = False  # live preview of the answer by message edits
+
+    @field_validator("allowed_users", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        # ids arrive as numbers or strings in YAML; compare them as strings everywhere
+        if isinstance(value, list | tuple):
+            return tuple(str(v).strip() for v in value)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the platform can do, asked instead of its name."""
+
+    can_edit: bool = False  # edit a sent message (live preview)
+    can_react: bool = False  # put a reaction on the user's message
+    can_ask_approval: bool = True  # a channel back to the user for a yes/no question
+    has_threads: bool = False  # replies may go to a thread of the chat
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    message_chars: int | None = None  # the longest message the platform takes; None = no limit
+
+
+def _no_secrets(section: Any) -> tuple[str, ...]:
+    return ()
+
+
+def _no_problems(section: Any) -> list[tuple[str, str]]:
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformSpec:
+    """One platform, as its package declares it.
+
+    ``adapter`` and ``probe`` are ``"module:attribute"`` strings, imported only when the
+    platform is enabled: the spec itself must not import the platform's SDK.
+    """
+
+    name: str  # the key under ``platforms:`` and in session keys
+    section: type[BaseModel]  # its config section model (frozen, extra keys forbidden)
+    adapter: str  # "module:Class", called with the `AdapterHost`
+    # section key -> environment variable that gives it when the file does not (None: none)
+    secrets: Mapping[str, str | None] = field(default_factory=dict)
+    # the secret keys an enabled section must have, given the section (its mode may choose)
+    required: Callable[[Any], tuple[str, ...]] = _no_secrets
+    # further problems of an enabled section: (key in the section, reason)
+    problems: Callable[[Any], list[tuple[str, str]]] = _no_problems
+    # "module:function" for `hermes doctor`: (section, httpx.Client) -> detail, raising
+    # `ProbeFailed` (an unreachable platform's httpx.HTTPError is reported by the doctor)
+    probe: str | None = None
+    menu: bool = False  # shows the gateway's chat commands in a platform menu
+    capabilities: Capabilities = Capabilities()
+    limits: Limits = Limits()
+    order: int = 100  # where it comes in listings, checks and start order (then by name)
+
+
+class ProbeFailed(Exception):
+    """A doctor probe's verdict: the platform answered, and said no."""
+
+
+def load_ref(ref: str) -> Any:
+    """Import ``"module:attribute"`` (blocking: an SDK import takes a few hundred ms)."""
+    module_name, _, attribute = ref.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+@functools.cache
+def platform_specs() -> tuple[PlatformSpec, ...]:
+    """Every installed platform's spec, by `PlatformSpec.order` then name; loaded once."""
+    specs: dict[str, PlatformSpec] = {}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        spec = point.load()
+        if not isinstance(spec, PlatformSpec) or spec.name != point.name:
+            raise RuntimeError(
+                f"entry point {point.name} = {point.value} is not the PlatformSpec named "
+                f"{point.name!r}"
+            )
+        specs.setdefault(spec.name, spec)  # the same distribution seen twice on the path
+    if not specs:
+        raise RuntimeError(
+            f"no platform is installed (entry point group {ENTRY_POINT_GROUP}): "
+            "reinstall the package, e.g. pip install -e ."
+        )
+    return tuple(sorted(specs.values(), key=lambda s: (s.order, s.name)))
+
+
+def platform_spec(name: str) -> PlatformSpec | None:
+    return next((s for s in platform_specs() if s.name == name), None)
+
+
+def capabilities(name: str) -> Capabilities:
+    """The platform's capabilities; the defaults for a name no spec has."""
+    spec = platform_spec(name)
+    return spec.capabilities if spec is not None else Capabilities()
+
+
+def token_verdict(response: httpx.Response, who: Callable[[dict[str, Any]], str | None]) -> str:
+    """A probe's verdict on a token check: "token valid: <who>", or `ProbeFailed` with the
+    platform's reason when it is not a 200 that ``who`` can name."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = {}
+    name = who(data) if response.status_code == 200 and isinstance(data, dict) else None
+    if name is None:
+        data = data if isinstance(data, dict) else {}
+        reason = data.get("description") or data.get("error") or data.get("message")
+        raise ProbeFailed(f"token rejected (HTTP {response.status_code}: {reason})")
+    return f"token valid: {name}"
