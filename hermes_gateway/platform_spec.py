@@ -108,7 +108,12 @@ def platform_specs() -> tuple[PlatformSpec, ...]:
     """Every installed platform's spec, by `PlatformSpec.order` then name; loaded once."""
     specs: dict[str, PlatformSpec] = {}
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        spec = point.load()
+        try:
+            spec = point.load()
+        except Exception as exc:  # an installed platform that cannot load is a broken install
+            raise RuntimeError(
+                f"platform {point.name} ({point.value}) cannot be loaded: {exc}"
+            ) from exc
         if not isinstance(spec, PlatformSpec) or spec.name != point.name:
             raise RuntimeError(
                 f"entry point {point.name} = {point.value} is not the PlatformSpec named "

@@ -87,3 +87,31 @@ def test_no_gateway_module_names_a_platform() -> None:
             elif isinstance(node, ast.Attribute) and node.attr in names:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
     assert offenders == []
+
+
+class _Point:
+    def __init__(self, name: str, value: object) -> None:
+        self.name, self.value, self._value = name, "pkg:SPEC", value
+
+    def load(self) -> object:
+        if isinstance(self._value, Exception):
+            raise self._value
+        return self._value
+
+
+@pytest.mark.parametrize(
+    ("points", "message"),
+    [
+        ([], "no platform is installed"),
+        ([_Point("x", object())], "is not the PlatformSpec named 'x'"),
+        ([_Point("x", ImportError("no module named sdk"))], "x .* cannot be loaded: no module"),
+    ],
+)
+def test_a_broken_install_is_named(
+    monkeypatch: pytest.MonkeyPatch, points: list[_Point], message: str
+) -> None:
+    import hermes_gateway.platform_spec as module
+
+    monkeypatch.setattr(module, "entry_points", lambda group: points)
+    with pytest.raises(RuntimeError, match=message):
+        module.platform_specs.__wrapped__()
