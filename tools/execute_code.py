@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -50,7 +51,8 @@ _BOOT = (
     "hermes_tools._main(int(sys.argv.pop(1)))"
 )
 _POLL_S = 0.05
-_COUNT_EVERY_S = 0.25
+_COUNT_EVERY_S = 0.1
+_NICE = 10
 _STDERR_TAIL = 2000
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _TOOL_CALL = re.compile(r"\b(" + "|".join(SCRIPT_TOOLS) + r")\s*\(")
@@ -110,9 +112,9 @@ class Script:
     def __init__(self, tool: ExecuteCodeTool, code: str, ctx: ToolContext) -> None:
         self.tool, self.code, self.ctx = tool, code, ctx
         s = tool.settings
-        self.stdout = Stdout(
-            ctx.workspace, min(s.max_stdout_chars, ctx.max_output_chars - 1000), s.spill_max_bytes
-        )
+        # room is left for the footer and a stderr tail within what the registry lets through
+        keep = max(100, min(s.max_stdout_chars, ctx.max_output_chars - _STDERR_TAIL - 500))
+        self.stdout = Stdout(ctx.workspace, keep, s.spill_max_bytes)
         self.stderr = Tail(_STDERR_TAIL)
         self.bridge = Bridge(tool.tools, ctx, s.max_calls)
         self.started = time.monotonic()
@@ -153,7 +155,9 @@ class Script:
             open_files=s.open_files,
             processes=s.max_processes,
         )
-        argv = [sys.executable, "-B", "-c", _BOOT, str(_LIB), str(self.bridge.child_fd)]
+        # a lower priority: a script spinning (or forking) does not crowd out the gateway
+        nice = ["nice", "-n", str(_NICE)] if shutil.which("nice") else []
+        argv = [*nice, sys.executable, "-B", "-c", _BOOT, str(_LIB), str(self.bridge.child_fd)]
         return sandbox.spawn(
             argv,
             cwd=ws,
@@ -180,7 +184,7 @@ class Script:
             if now - counted > _COUNT_EVERY_S:
                 # the backstop for the process limit, which the kernel does not apply to root
                 counted = now
-                if len(sandbox_procs.descendants(child.pid)) > s.max_processes + 2:
+                if len(sandbox_procs.descendants(child.pid)) > s.max_processes:
                     return f"started more than {s.max_processes} processes; the script was killed"
             time.sleep(_POLL_S)
         return None
