@@ -81,7 +81,10 @@ class Bridge:
                 frame = _recv(self._ours)
                 self._take(frame)
         except (OSError, ValueError):
-            pass  # the script ended, or spoke out of turn: its calls get no more answers
+            # the script ended, or spoke out of turn: hang up, so a call it still makes fails
+            # at once instead of waiting for an answer
+            with contextlib.suppress(OSError):
+                self._ours.shutdown(socket.SHUT_RDWR)
 
     def _take(self, frame: bytes) -> None:
         message = json.loads(frame)

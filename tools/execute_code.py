@@ -79,7 +79,12 @@ class ExecuteCodeTool:
         self.settings = settings
         self.terminal = terminal
         self.tools = tools
-        self.description = describe(tools, settings)
+        self.description = describe(tools, settings, terminal.approval != "off")
+
+    def narrowed(self, names: list[str]) -> ExecuteCodeTool:
+        """This tool for a registry of only `names` (a sub-agent's): its scripts may call no
+        tool the registry does not hold."""
+        return ExecuteCodeTool(self.settings, self.terminal, self.tools.subset(names))
 
     def parameters(self) -> dict[str, Any]:
         return _clean_schema(ExecuteCodeArgs.model_json_schema())
@@ -157,7 +162,10 @@ class Script:
         )
         # a lower priority: a script spinning (or forking) does not crowd out the gateway
         nice = ["nice", "-n", str(_NICE)] if shutil.which("nice") else []
-        argv = [*nice, sys.executable, "-B", "-c", _BOOT, str(_LIB), str(self.bridge.child_fd)]
+        # -P: the workspace goes last on the import path (hermes_tools puts it there), so a
+        # file in it named like a standard module cannot break the script's start
+        boot = [sys.executable, "-B", "-P", "-c", _BOOT, str(_LIB), str(self.bridge.child_fd)]
+        argv = [*nice, *boot]
         return sandbox.spawn(
             argv,
             cwd=ws,
@@ -251,7 +259,7 @@ def _signature(name: str, schema: dict[str, Any]) -> str:
     return f"{name}({', '.join(params)})"
 
 
-def describe(tools: ToolRegistry, settings: CodeSettings) -> str:
+def describe(tools: ToolRegistry, settings: CodeSettings, screened: bool) -> str:
     """The tool's description, naming the functions this session's scripts can call."""
     listed = [_signature(n, t.parameters()) for n in tools.names if (t := tools.get(n))]
     if listed:
@@ -263,6 +271,12 @@ def describe(tools: ToolRegistry, settings: CodeSettings) -> str:
         )
     else:
         offer = "No tools can be called from scripts in this session."
+    if screened:
+        offer += (
+            " A script that itself writes files, deletes, or starts programs (open(..., 'w'), "
+            "subprocess, os.system) needs the user's approval first, like a terminal command; "
+            "use the tool functions instead where you can."
+        )
     return (
         "Run a Python 3 script in the workspace and get back what it printed on stdout (on "
         "failure also the end of stderr). Use it for chores of 3 or more tool calls with logic "

@@ -342,3 +342,66 @@ def _wait_gone(marker: str, timeout: float = 5) -> bool:
     while _running(marker) and time.monotonic() < deadline:
         time.sleep(0.02)
     return _running(marker) == []
+
+
+def test_the_kernel_limits_are_set(ctx: ToolContext) -> None:
+    content, ok = run(
+        ctx,
+        """
+        import resource as r
+        for name in ["RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NOFILE", "RLIMIT_NPROC"]:
+            print(name, r.getrlimit(getattr(r, name))[0])
+        """,
+        tools(timeout_s=20, memory_mb=300, open_files=64, max_processes=12),
+    )
+    assert ok, content
+    assert content.splitlines()[:4] == [
+        f"RLIMIT_AS {300 * 1024 * 1024}",
+        "RLIMIT_CPU 25",
+        "RLIMIT_NOFILE 64",
+        "RLIMIT_NPROC 12",
+    ]
+
+
+def test_workspace_modules_import_but_cannot_shadow_the_standard_library(
+    ctx: ToolContext,
+) -> None:
+    (ctx.workspace / "socket.py").write_text("raise SystemExit('shadowed')\n")
+    (ctx.workspace / "helper.py").write_text("ANSWER = 42\n")
+    (ctx.workspace / "a.txt").write_text("a")
+    script = "import helper\nfrom hermes_tools import read_file\nread_file('a.txt')\n"
+    script += "print(helper.ANSWER)\n"
+    content, ok = run(ctx, script)
+    assert ok and content.startswith("42\n"), content
+
+
+def test_garbage_on_the_socket_ends_the_channel_not_the_gateway(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("a")
+    content, ok = run(
+        ctx,
+        """
+        import os, stat
+        from hermes_tools import ToolError, read_file
+        read_file("a.txt")
+        [fd] = [
+            fd for fd in range(3, 64)
+            if os.path.exists(f"/proc/self/fd/{fd}") and stat.S_ISSOCK(os.fstat(fd).st_mode)
+        ]
+        os.write(fd, b"\\xff\\xff\\xff\\xff not a frame")
+        try:
+            read_file("a.txt")
+        except ToolError as exc:
+            print("after garbage:", exc)
+        """,
+    )
+    assert ok, content
+    assert "after garbage: read_file: the gateway closed the connection" in content
+    assert "read_file x1" in content
+
+
+def test_a_sub_agents_scripts_get_only_its_tools(ctx: ToolContext) -> None:
+    narrowed = tools().subset(["read_file", "execute_code"])
+    description = narrowed.get("execute_code").description  # type: ignore[union-attr]
+    assert "read_file(" in description and "write_file" not in description
+    content, ok = run(ctx, "from hermes_tools import write_file\n", narrowed)
+    assert not ok and "cannot import name 'write_file'" in content

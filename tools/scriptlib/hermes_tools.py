@@ -49,8 +49,12 @@ class _Channel:
             if self.reader is None:
                 self.reader = threading.Thread(target=self._read, daemon=True)
                 self.reader.start()
-        with self.send_lock:
-            _send(self.sock, f'{{"id": {n}, "call": {payload}}}'.encode())
+        try:
+            with self.send_lock:
+                _send(self.sock, f'{{"id": {n}, "call": {payload}}}'.encode())
+        except OSError:
+            with self.cond:
+                self.closed = True
         with self.cond:
             while self.answers[n] is None and not self.closed:
                 self.cond.wait()
@@ -124,6 +128,7 @@ def _main(fd: int) -> None:
     code: str = hello["code"]
     linecache.cache["<script>"] = (len(code), None, code.splitlines(True), "<script>")
     sys.argv = ["<script>"]
+    sys.path.append("")  # the workspace's own modules, after the standard library
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # what it printed survives a kill
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
