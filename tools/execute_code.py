@@ -106,7 +106,10 @@ class ExecuteCodeTool:
             request = ApprovalRequest(
                 ctx.session_key, self.name, code, reason or "every command is asked"
             )
-            refusal = approve(ctx.host, request, ctx.should_stop)
+            try:
+                refusal = approve(ctx.host, request, ctx.should_stop)
+            except ToolError as exc:  # the host cannot ask here
+                refusal = str(exc)
             if refusal:
                 raise ToolError(refusal.replace("command", "script"))
 
