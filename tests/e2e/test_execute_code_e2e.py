@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning"),
 ]
-TOOLS = ["read_file", "write_file", "search_files", "terminal", "execute_code"]
+TOOLS = ["read_file", "write_file", "search_files", "terminal", "web_extract", "execute_code"]
 
 
 @pytest.fixture
@@ -63,7 +63,13 @@ class Health:
             self.answers.append((status, time.monotonic() - started))
 
 
-def gateway(tmp_path: Path, llm: FakeOpenAI, fake: FakeTelegram) -> GatewayProcess:
+def gateway(
+    tmp_path: Path,
+    llm: FakeOpenAI,
+    fake: FakeTelegram,
+    approval: str = "dangerous",
+    limits: dict[str, Any] | None = None,
+) -> GatewayProcess:
     config: dict[str, Any] = {
         "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
         "platforms": {
@@ -77,8 +83,8 @@ def gateway(tmp_path: Path, llm: FakeOpenAI, fake: FakeTelegram) -> GatewayProce
         },
         "tools": {
             "enabled": TOOLS,
-            "terminal": {"approval": "dangerous", "approval_timeout_s": 60},
-            "execute_code": {"timeout_s": 60},
+            "terminal": {"approval": approval, "approval_timeout_s": 60},
+            "execute_code": limits or {"timeout_s": 60},
         },
     }
     return GatewayProcess(tmp_path / "home", config)
@@ -178,3 +184,77 @@ def test_a_script_asks_for_approval_deny_refuses_and_stop_kills(
     assert (gw.home / "workspace" / "build").is_dir()
     assert "Slept." not in texts(tg)
     assert health.answers and all(s == 200 for s, _ in health.answers), health.answers
+
+
+CONTAINED = {
+    "outside": """
+        from hermes_tools import ToolError, read_file
+        try:
+            read_file("../home-config.yaml")
+        except ToolError as exc:
+            print("refused:", exc)
+        print("direct:", len(open(CONFIG, "rb").read()))
+        """,
+    "ssrf": """
+        from hermes_tools import web_extract
+        web_extract(URL)
+        """,
+    "fork": """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+        """,
+    "allocate": """
+        hoard = []
+        while True:
+            hoard.append(bytearray(8 * 1024 * 1024))
+        """,
+    "print": """
+        while True:
+            print("x" * 999)
+        """,
+    "sigterm": """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(600)
+        """,
+}
+
+
+def test_every_escape_is_contained_and_the_gateway_stays_responsive(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    limits = {"timeout_s": 4, "memory_mb": 256, "max_processes": 16, "spill_max_bytes": 1 << 20}
+    gw = gateway(tmp_path, fake_llm, tg, approval="off", limits=limits)
+    prelude = f"CONFIG = {str(gw.config_path)!r}\nURL = {gw.url + '/healthz'!r}\n"
+    calls = [
+        ("execute_code", {"code": prelude + textwrap.dedent(code)}, f"call_{name}")
+        for name, code in CONTAINED.items()
+    ]
+    fake_llm.push(tool_calls(*calls), text("All contained."))
+    try:
+        gw.start()
+        with Health(gw.url) as health:
+            tg.send_text(555, "try to break out")
+            sent_containing(tg, "All contained.", timeout=90)
+            gone = wait_until(lambda: not _running("hermes_tools._main"), timeout=15)
+    finally:
+        gw.kill()
+    seen = {
+        m["tool_call_id"].removeprefix("call_"): str(m["content"])
+        for m in fake_llm.requests[-1]["messages"]
+        if m["role"] == "tool"
+    }
+    assert "refused: path '../home-config.yaml' is outside the workspace" in seen["outside"]
+    if sandbox.current_mode() == "namespace":
+        assert "direct: 0" in seen["outside"], seen["outside"]
+    assert "refused: 127.0.0.1 resolves to a private, loopback" in seen["ssrf"]
+    assert "started more than 16 processes" in seen["fork"] or "timed out" in seen["fork"]
+    assert "MemoryError" in seen["allocate"]
+    assert "printed more than 1048576 bytes; the script was killed" in seen["print"]
+    assert seen["sigterm"].startswith("Error: timed out after 4 s; the script was killed")
+    assert gone
+    assert len(health.answers) > 5 and all(s == 200 for s, _ in health.answers), health.answers
