@@ -405,3 +405,12 @@ def test_a_sub_agents_scripts_get_only_its_tools(ctx: ToolContext) -> None:
     assert "read_file(" in description and "write_file" not in description
     content, ok = run(ctx, "from hermes_tools import write_file\n", narrowed)
     assert not ok and "cannot import name 'write_file'" in content
+
+
+def test_the_spill_file_never_follows_a_link_out_of_the_workspace(ctx: ToolContext) -> None:
+    outside = ctx.workspace.parent / "elsewhere"
+    outside.mkdir()
+    os.symlink(outside, ctx.workspace / ".execute_code")
+    content, ok = run(ctx, "print('y' * 5000)\n", tools(max_stdout_chars=100))
+    assert ok and "the rest could not be saved" in content
+    assert list(outside.iterdir()) == []
