@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -220,8 +221,6 @@ class Script:
 
 def _failure(code: int | None, s: CodeSettings) -> str:
     if code is not None and code < 0:
-        import signal
-
         name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
         if name == "SIGXCPU":
             return f"the script used more than {int(s.timeout_s) + 5} s of CPU and was killed"
