@@ -168,6 +168,16 @@ class DelegateToolConfig(_Section):
     max_iterations: int = Field(10, ge=1)
 
 
+class ExecuteCodeToolConfig(_Section):
+    timeout_s: float = Field(300, gt=0)
+    max_calls: int = Field(50, ge=1)
+    max_stdout_chars: int = Field(50_000, ge=100)
+    spill_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    memory_mb: int = Field(1024, ge=64)
+    max_processes: int = Field(64, ge=1)
+    open_files: int = Field(256, ge=16)
+
+
 class ToolsConfig(_Section):
     workspace: str | None = None  # default: <home>/workspace
     # local and confined to the workspace and home by default; terminal, web, vision and
@@ -193,6 +203,7 @@ class ToolsConfig(_Section):
     web: WebToolConfig = WebToolConfig()
     vision: VisionToolConfig = VisionToolConfig()
     delegate: DelegateToolConfig = DelegateToolConfig()
+    execute_code: ExecuteCodeToolConfig = ExecuteCodeToolConfig()
 
     @field_validator("enabled")
     @classmethod

@@ -32,7 +32,10 @@ BUILTINS: dict[str, str] = {
     "skill_view": "tools.skills:make_skill_view",
     "skill_manage": "tools.skills:make_skill_manage",
     "delegate_task": "tools.delegate:make_delegate",
+    "execute_code": "tools.execute_code:make_execute_code",
 }
+# built after the others and given them: a script calls the session's own tools
+_TAKES_TOOLS = frozenset({"execute_code"})
 BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTINS)
 
 
@@ -58,6 +61,19 @@ class WebSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CodeSettings:
+    """`execute_code`: the script's limits (it is confined like `terminal` besides)."""
+
+    timeout_s: float = 300.0
+    max_calls: int = 50  # tool calls per script
+    max_stdout_chars: int = 50_000  # returned to the model; the rest is spilled to a file
+    spill_max_bytes: int = 10 * 1024 * 1024  # past this much stdout the script is killed
+    memory_mb: int = 1024  # address space
+    max_processes: int = 64
+    open_files: int = 256
+
+
+@dataclass(frozen=True, slots=True)
 class ToolSettings:
     """Everything the built-in tools are configured with (mapped from the gateway config)."""
 
@@ -68,6 +84,7 @@ class ToolSettings:
     memory_max_chars: int = 50_000
     search_timeout_s: float = 20.0  # wall clock of one regex search (a child process)
     max_write_bytes: int = 1024 * 1024  # content of one write_file, edit text of one patch
+    code: CodeSettings = CodeSettings()
 
 
 def factory(name: str) -> Callable[[ToolSettings], Tool]:
@@ -79,7 +96,14 @@ def factory(name: str) -> Callable[[ToolSettings], Tool]:
 
 def build_registry(enabled: Iterable[str], settings: ToolSettings) -> ToolRegistry:
     """The registry of the named built-in tools, in the given order."""
-    return ToolRegistry(factory(name)(settings) for name in dict.fromkeys(enabled))
+    names = list(dict.fromkeys(enabled))
+    made = {name: factory(name)(settings) for name in names if name not in _TAKES_TOOLS}
+    for name in names:
+        if name in _TAKES_TOOLS:
+            module, _, attr = BUILTINS[name].partition(":")
+            make = getattr(importlib.import_module(module), attr)
+            made[name] = make(settings, ToolRegistry(made.values()))
+    return ToolRegistry(made[name] for name in names)
 
 
 def require_home(settings: ToolSettings, tool: str) -> Path:

@@ -143,8 +143,10 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def subset(self, names: Iterable[str]) -> ToolRegistry:
-        """A registry of the named tools that this one holds (others are left out)."""
-        return ToolRegistry(self._tools[n] for n in dict.fromkeys(names) if n in self._tools)
+        """A registry of the named tools that this one holds (others are left out). A tool
+        that reaches other tools (`execute_code`) is narrowed to the subset too."""
+        kept = [n for n in dict.fromkeys(names) if n in self._tools]
+        return ToolRegistry(_narrowed(self._tools[n], kept) for n in kept)
 
     def is_parallel_safe(self, name: str) -> bool:
         tool = self._tools.get(name)
@@ -178,6 +180,11 @@ class ToolRegistry:
             return f"Error: {exc}", False
         except Exception as exc:  # a tool bug must not end the conversation
             return f"Error: {name} failed: {type(exc).__name__}: {exc}", False
+
+
+def _narrowed(tool: Tool, names: list[str]) -> Tool:
+    narrow: Callable[[list[str]], Tool] | None = getattr(tool, "narrowed", None)
+    return narrow(names) if narrow is not None else tool
 
 
 def _describe(exc: ValidationError) -> str:

@@ -64,6 +64,7 @@ class Limits:
     cpu_s: int | None = None
     memory_bytes: int | None = None
     open_files: int | None = None
+    processes: int | None = None  # per user (see docs/isolation.md); root is exempt
 
 
 @dataclass(slots=True)
@@ -190,9 +191,12 @@ def spawn(
     limits: Limits = Limits(),
     stdout: int | IO[bytes] | None = subprocess.PIPE,
     stderr: int | IO[bytes] | None = subprocess.STDOUT,
+    pass_fds: Sequence[int] = (),
 ) -> Sandboxed:
     """Start `argv` in `cwd` (inside `workspace`) with exactly `env`, confined by the current
-    mode. Blocking (fork/exec): call it from a worker thread, never the event loop."""
+    mode. Blocking (fork/exec): call it from a worker thread, never the event loop.
+    `pass_fds` stay open in the child under their numbers; use numbers above 9 (the namespace
+    setup uses fd 3)."""
     mode = current_mode()
     token = uuid.uuid4().hex
     wrapped = [*_with_limits(limits), *argv]
@@ -210,6 +214,7 @@ def spawn(
         stdout=stdout,
         stderr=stderr,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     return Sandboxed(proc, mode, token)
 
@@ -247,6 +252,9 @@ def _with_limits(limits: Limits) -> list[str]:
         "-t": limits.cpu_s,
         "-v": None if limits.memory_bytes is None else max(1, limits.memory_bytes // 1024),
         "-n": limits.open_files,
+        # processes: -u in bash, -p in dash (in bash -p is the pipe size, read-only: refused)
+        "-u": limits.processes,
+        "-p": limits.processes,
     }
     script = "".join(f"ulimit {flag} {int(v)} 2>/dev/null; " for flag, v in values.items() if v)
     return ["/bin/sh", "-c", script + 'exec "$@"', "hermes-limits"] if script else []

@@ -14,7 +14,13 @@ from agent_core.prompt import build_system_prompt
 from hermes_gateway.config import Config, tool_environment
 from hermes_gateway.logs import Redactor
 from tools import ToolRegistry, sandbox
-from tools.catalog import TerminalSettings, ToolSettings, WebSettings, build_registry
+from tools.catalog import (
+    CodeSettings,
+    TerminalSettings,
+    ToolSettings,
+    WebSettings,
+    build_registry,
+)
 from tools.host import ToolHost
 from tools.memory import memory_block
 
@@ -132,6 +138,7 @@ def _tool_settings(config: Config) -> ToolSettings:
         memory_max_chars=t.memory_max_chars,
         search_timeout_s=t.search_timeout_s,
         max_write_bytes=t.max_write_bytes,
+        code=CodeSettings(**t.execute_code.model_dump()),
     )
 
 
