@@ -104,7 +104,7 @@ class Dashboard:
         h.setdefault("Content-Security-Policy", CSP)
         h.setdefault("X-Content-Type-Options", "nosniff")
         h.setdefault("X-Frame-Options", "DENY")
-        h.setdefault("Referrer-Policy", "no-referrer")
+        h.setdefault("Referrer-Policy", "same-origin")  # "no-referrer" makes Origin "null"
         h.setdefault("Cache-Control", "no-store")
 
     # -- rendering ------------------------------------------------------------------------
