@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +92,8 @@ class Follower:
 
 def producer(
     path: Path, flt: tail.LogFilter, stopping: asyncio.Event
-) -> Callable[[], AsyncIterator[tuple[str, Any]]]:
-    async def produce() -> AsyncIterator[tuple[str, Any]]:
+) -> Callable[[], AsyncGenerator[tuple[str, Any], None]]:
+    async def produce() -> AsyncGenerator[tuple[str, Any], None]:
         follower = Follower(path, flt, asyncio.get_running_loop())
         follower.start()  # before the backlog is read: a line written meanwhile is not missed
         try:

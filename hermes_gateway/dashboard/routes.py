@@ -5,7 +5,7 @@ JSON in and out, CSRF-checked by `Dashboard._guard`). Actions reuse the control 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -162,7 +162,7 @@ class _Handlers:
 
         return read
 
-    async def _overview(self) -> AsyncIterator[tuple[str, Any]]:
+    async def _overview(self) -> AsyncGenerator[tuple[str, Any], None]:
         series, sampler, stopping = self.d.series, self.d.sampler, self.d.streams.stopping
         yield "series", series.window()
         seen = series.version

@@ -5,8 +5,9 @@ so a page that reconnects after a restart picks up the new process's token."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -18,6 +19,7 @@ log = structlog.get_logger("hermes.dashboard")
 RETRY_MS = 2000  # EventSource waits this long before reconnecting
 KEEPALIVE_S = 15.0
 MAX_STREAMS = 32  # open dashboard streams at once; more are refused (503)
+GONE_CHECK_S = 1.0  # how soon a closed page's producer is stopped
 
 
 async def pause(seconds: float, *events: asyncio.Event) -> None:
@@ -42,7 +44,7 @@ class Streams:
         self,
         request: web.Request,
         hello: dict[str, Any],
-        produce: Callable[[], AsyncIterator[tuple[str, Any]]],
+        produce: Callable[[], AsyncGenerator[tuple[str, Any], None]],
     ) -> web.StreamResponse:
         if self.open >= MAX_STREAMS:
             raise RequestError(503, "too many dashboard streams open", "busy")
@@ -54,22 +56,42 @@ class Streams:
             }
         )
         self.open += 1
+        pump: asyncio.Task[None] | None = None
         try:
             await response.prepare(request)
             await response.write(f"retry: {RETRY_MS}\n\n".encode())
             await send(response, "hello", hello)
-            async for event, data in produce():
+            pump = asyncio.create_task(self._pump(response, produce))
+            while not pump.done():
+                await asyncio.wait({pump}, timeout=GONE_CHECK_S)
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    pump.cancel()  # the page is gone: its producer stops now, not at a write
+            await asyncio.wait({pump})
+            exc = None if pump.cancelled() else pump.exception()
+            if exc is not None and not isinstance(exc, ConnectionError):  # gone is no error
+                raise exc
+        except ConnectionError:
+            pass  # the page went away before its stream began
+        finally:
+            if pump is not None:
+                pump.cancel()  # this handler itself cancelled (the server stopping)
+            self.open -= 1
+        return response
+
+    async def _pump(
+        self,
+        response: web.StreamResponse,
+        produce: Callable[[], AsyncGenerator[tuple[str, Any], None]],
+    ) -> None:
+        async with contextlib.aclosing(produce()) as events:  # its cleanup runs at once
+            async for event, data in events:
                 if self.stopping.is_set():
-                    break
+                    return
                 if event == "":
                     await response.write(b": keepalive\n\n")
                 else:
                     await send(response, event, data)
-        except (ConnectionError, asyncio.CancelledError):
-            pass  # the page went away (or the server is stopping): the producer ends with it
-        finally:
-            self.open -= 1
-        return response
 
 
 async def send(response: web.StreamResponse, event: str, data: Any) -> None:
@@ -82,11 +104,11 @@ def polled(
     event: str,
     every: Callable[[], float],
     stopping: asyncio.Event,
-) -> Callable[[], AsyncIterator[tuple[str, Any]]]:
+) -> Callable[[], AsyncGenerator[tuple[str, Any], None]]:
     """A producer that reads ``read()`` every ``every()`` seconds and sends it when it changed
     (a keepalive otherwise, now and then)."""
 
-    async def produce() -> AsyncIterator[tuple[str, Any]]:
+    async def produce() -> AsyncGenerator[tuple[str, Any], None]:
         last = ""
         quiet = 0.0
         while not stopping.is_set():

@@ -4,7 +4,6 @@ message's reply context) can reach a page by accident."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.errors import StoreError
@@ -64,7 +63,7 @@ def sessions(gateway: Gateway) -> dict[str, Any]:
             }
         )
     rows.sort(key=lambda r: -float(r["seconds"]))
-    return {"sessions": rows, "counts": runner.counts(), "at": time.time()}
+    return {"sessions": rows, "counts": runner.counts()}
 
 
 async def history(gateway: Gateway, key: str) -> tuple[list[dict[str, str]], str | None]:

@@ -3,8 +3,10 @@ forbids it), no secret reaches a page or a stream, and the streams say what the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +83,6 @@ async def test_the_sessions_stream_shows_a_run_and_stop_ends_it(
     fake_llm.push(hang(30))
     config = make_config(tmp_path, fake_llm.base_url)
     async with running_gateway(config) as (gw, client):
-        import asyncio
-
         asked = asyncio.create_task(client.chat("think hard", user="bob"))
         await eventually(lambda: gw.runner.busy("api:dm:bob"))
         base = f"http://127.0.0.1:{gw.control.port}/dashboard"
@@ -101,3 +101,22 @@ async def test_the_sessions_stream_shows_a_run_and_stop_ends_it(
         answer = await asyncio.wait_for(asked, 10)
         assert answer["text"] == "Stopped."  # the user is told, as with /stop
         assert not gw.runner.busy("api:dm:bob")
+
+
+def _log_readers() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "hermes-dash-logs")
+
+
+async def test_a_stream_works_only_while_its_page_is_open(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """No page, no reader: the Logs tail's thread starts with the page and ends with it."""
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        base = f"http://127.0.0.1:{gw.control.port}/dashboard"
+        assert _log_readers() == 0 and gw.dashboard.streams.open == 0
+        async with client.http.get(f"{base}/events/logs") as resp:
+            async for raw in resp.content:
+                if raw.startswith(b"event: logs"):
+                    break
+            assert _log_readers() == 1 and gw.dashboard.streams.open == 1
+        await eventually(lambda: _log_readers() == 0 and gw.dashboard.streams.open == 0, 10)
