@@ -15,7 +15,10 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 
 
-def run_dashboard(url: str, config: Config, *, opener: str | None, out: TextIO = sys.stdout) -> int:
+def run_dashboard(
+    url: str, config: Config, *, opener: str | None, out: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
     link = f"{url.rstrip('/')}/dashboard/"
     if not config.dashboard.enabled:
         print("hermes: the dashboard is turned off (dashboard.enabled: false)", file=sys.stderr)

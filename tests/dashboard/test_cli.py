@@ -55,3 +55,13 @@ def test_a_gateway_that_does_not_answer_is_reported(
 def test_a_desktop_is_a_display() -> None:
     assert desktop_display({"DISPLAY": ":0"}) and desktop_display({"WAYLAND_DISPLAY": "w-0"})
     assert not desktop_display({})
+
+
+def test_the_command_is_wired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hermes_gateway.cli import main
+
+    config = make_config(tmp_path, None, control={"port": 1})
+    assert main(["dashboard", "--config", str(tmp_path / "config.yaml"), "--no-open"]) == 1
+    out = capsys.readouterr()
+    assert out.out == f"http://127.0.0.1:{config.control.port}/dashboard/\n"
+    assert "not answering" in out.err
