@@ -19,6 +19,7 @@ from hermes_gateway.config_schema import DashboardConfig
 from hermes_gateway.control import ControlServer
 from hermes_gateway.dashboard.auth import Auth
 from hermes_gateway.dashboard.jobs import JobsSource
+from hermes_gateway.dashboard.routes import add_routes
 from hermes_gateway.dashboard.sampler import Sampler
 from hermes_gateway.dashboard.series import TimeSeries
 from hermes_gateway.dashboard.streams import Streams
@@ -52,8 +53,6 @@ class Dashboard:
         self.app = web.Application(middlewares=[self._guard])
         self.app.on_response_prepare.append(self._headers)
         self.app.on_shutdown.append(self._closing)
-        from hermes_gateway.dashboard.routes import add_routes
-
         add_routes(self)
 
     def mount(self, control: ControlServer) -> None:

@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import secrets
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -40,7 +41,7 @@ class Auth:
     restart keeps them and a new token ends them. CSRF tokens are per process and handed to
     each page again whenever its event stream (re)connects."""
 
-    def __init__(self, token: str | None, clock: object = time.time) -> None:
+    def __init__(self, token: str | None, clock: Callable[[], float] = time.time) -> None:
         self.token = token or None
         self._secret = secrets.token_bytes(32)
         self._clock = clock
@@ -59,7 +60,7 @@ class Auth:
         return self._session_ok(request.cookies.get(COOKIE, ""))
 
     def _now(self) -> float:
-        return float(self._clock())  # type: ignore[operator]
+        return self._clock()
 
     def _sign(self, what: str) -> str:
         key = (self.token or "").encode() if self.token else self._secret
