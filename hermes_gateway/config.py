@@ -440,6 +440,12 @@ def _diff(old: Any, new: Any, key: str) -> list[str]:
     return [] if old == new else [key]
 
 
+def desktop_display(environ: Mapping[str, str] | None = None) -> bool:
+    """A graphical session is there to open a browser in (`hermes dashboard`)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
 def systemd_notify_socket(environ: Mapping[str, str] | None = None) -> str | None:
     """`$NOTIFY_SOCKET` when systemd started us with `Type=notify`."""
     env = os.environ if environ is None else environ

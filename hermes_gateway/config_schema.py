@@ -59,6 +59,12 @@ class ControlConfig(_Section):
     max_body_bytes_in_flight: int = Field(32 * 1024 * 1024, ge=1024)
 
 
+class DashboardConfig(_Section):
+    enabled: bool = True
+    sample_interval_s: float = Field(5, ge=0.1, le=60)  # one hour of these is kept in memory
+    push_interval_s: float = Field(2, ge=0.1, le=60)  # how often an open page is refreshed
+
+
 class ModelConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     api_key: str = ""
@@ -254,6 +260,7 @@ class Config(_Section):
     runner: RunnerConfig = RunnerConfig()
     store: StoreConfig = StoreConfig()
     control: ControlConfig = ControlConfig()
+    dashboard: DashboardConfig = DashboardConfig()
     model: ModelConfig = ModelConfig()
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     tools: ToolsConfig = ToolsConfig()

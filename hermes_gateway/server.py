@@ -33,6 +33,7 @@ from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.dashboard import Dashboard
 from hermes_gateway.errors import ConfigError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.guard.sdnotify import SystemdNotifier
@@ -120,9 +121,14 @@ class Gateway:
             status=self.vitals.status,
             metrics=self.metrics.render,
         )
-        AdminRoutes(self.pairing, self.adapters, self.delivery).mount(self.control.add_route)
+        self.admin = AdminRoutes(self.pairing, self.adapters, self.delivery)
+        self.admin.mount(self.control.add_route)
         self.inbox = InboxRoutes(self.store, self.route)
         self.inbox.mount(self.control.add_route)
+        self.dashboard: Dashboard | None = None
+        if config.dashboard.enabled:
+            self.dashboard = Dashboard(self, config.dashboard)
+            self.dashboard.mount(self.control)
         self.notifier = SystemdNotifier(systemd_notify_socket())
         self.watchdog: LoopWatchdog | None = None
         self.sentinel: Sentinel | None = None
@@ -282,6 +288,8 @@ class Gateway:
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
             self.adapters[name] = load_adapter(name, self, cls)
+        if self.dashboard is not None:
+            await self.dashboard.start()
         await self._listen()
         for name, adapter in self.adapters.items():
             await adapter.start()
@@ -334,6 +342,8 @@ class Gateway:
                 await _quietly(close(), "adapter.close")
         await self.bus.aclose()
         await self.store.close()
+        if self.dashboard is not None:
+            await self.dashboard.stop()
         await self.control.stop()
         self.agent_factory.close()
         if self.sentinel is not None:

@@ -41,6 +41,7 @@ RANKS = [
     ["__main__"],
     ["cli"],
     ["server"],
+    ["dashboard"],
     ["control"],
     ["core"],
     ["agents", "seam"],
@@ -57,6 +58,7 @@ BASE = {
     "metrics",
     "logs",
     "log_guard",
+    "log_tail",
 }
 
 

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("retry", "process a quarantined message again"), ("drop", "discard it")):
         isub.add_parser(name, help=text).add_argument("inbox_id", type=int)
 
+    dash = _with_config(sub.add_parser("dashboard", help="print (and open) the dashboard's URL"))
+    dash.add_argument("--url", help="control API base URL (default: from the config)")
+    dash.add_argument("--no-open", action="store_true", help="only print the URL")
     _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
     db = _with_config(sub.add_parser("db", help="the store's schema revision"))
     dsub = db.add_subparsers(dest="action", required=True)
@@ -154,6 +157,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from hermes_gateway.cli.inbox import run_inbox
 
         return run_inbox(args, url, config.control.token, config.store_url)
+    if args.command == "dashboard":
+        from hermes_gateway.dashboard.cli import run_dashboard
+
+        return run_dashboard(url, config, opener=None if args.no_open else "browser")
     if args.command == "doctor":
         return run_doctor(config)
     if args.command == "db":
@@ -206,7 +213,7 @@ def run_doctor(config: Config) -> int:
 
 
 def run_logs(args: argparse.Namespace, config: Config) -> int:
-    from hermes_gateway.cli import tail
+    from hermes_gateway import log_tail as tail
 
     try:
         since = tail.parse_since(args.since) if args.since else None

@@ -37,11 +37,7 @@ class AdminRoutes:
 
     async def approve(self, request: web.Request) -> web.Response:
         body = await _body(request, "platform", "code")
-        try:
-            approved = await self.pairing.approve(body["platform"], body["code"])
-        except PairingError as exc:
-            raise RequestError(400, str(exc), "pairing_failed") from None
-        await self._welcome(approved)
+        approved = await self.approve_code(body["platform"], body["code"])
         return web.json_response(
             {
                 "approved": {
@@ -54,10 +50,21 @@ class AdminRoutes:
 
     async def revoke(self, request: web.Request) -> web.Response:
         body = await _body(request, "platform", "user_id")
-        removed = await self.pairing.revoke(body["platform"], body["user_id"])
-        if not removed:
-            raise RequestError(404, "no such paired user", "not_found")
+        await self.revoke_user(body["platform"], body["user_id"])
         return web.json_response({"revoked": True})
+
+    async def approve_code(self, platform: str, code: str) -> Approved:
+        """Approve and welcome the user; a `RequestError` 400 for a code that does not pair."""
+        try:
+            approved = await self.pairing.approve(platform, code)
+        except PairingError as exc:
+            raise RequestError(400, str(exc), "pairing_failed") from None
+        await self._welcome(approved)
+        return approved
+
+    async def revoke_user(self, platform: str, user_id: str) -> None:
+        if not await self.pairing.revoke(platform, user_id):
+            raise RequestError(404, "no such paired user", "not_found")
 
     async def _welcome(self, approved: Approved) -> None:
         if approved.platform not in self.adapters or not approved.chat_id:

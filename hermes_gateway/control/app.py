@@ -45,6 +45,7 @@ class ControlServer:
         self._status = status
         self._metrics = metrics
         self._public: set[str] = {"/healthz", "/readyz"}
+        self._self_guarded: tuple[str, ...] = ()  # path prefixes of sub-apps with their own
         self.max_connections = fit_fd_limit(config.max_connections)
         self._budget = BodyBudget(config.max_body_bytes_in_flight)
         biggest = max(config.max_body_bytes, config.max_webhook_body_bytes)
@@ -61,6 +62,12 @@ class ControlServer:
         self.app.router.add_route(method, path, handler)
         if public:
             self._public.add(path)
+
+    def add_app(self, prefix: str, app: web.Application) -> None:
+        """Mount a sub-application under ``prefix`` that checks access itself (the dashboard:
+        a cookie, not the bearer token)."""
+        self.app.add_subapp(prefix, app)
+        self._self_guarded += (prefix + "/",)
 
     async def start(self) -> None:
         self._runner = BoundedRunner(
@@ -83,7 +90,7 @@ class ControlServer:
         if (name := bad_header(request)) is not None:
             return error_response(400, f"header {name} is not valid UTF-8", "bad_header")
         token = self.config.token
-        public = request.path in self._public
+        public = request.path in self._public or request.path.startswith(self._self_guarded)
         if token and not public:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):

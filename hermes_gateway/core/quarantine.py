@@ -54,21 +54,30 @@ class InboxRoutes:
     async def retry(self, request: web.Request) -> web.Response:
         """Release the entry and process it now, as if it had just arrived."""
         inbox_id = _inbox_id(request)
+        event = await self.release(inbox_id)
+        return web.json_response({"retried": inbox_id, "session_key": event.session_key})
+
+    async def release(self, inbox_id: int) -> MessageEvent:
+        """Retry: release the entry and route it; a `RequestError` 404 if it is not held."""
         event = await self.store.release(inbox_id)
         if event is None:
             raise RequestError(404, f"inbox entry {inbox_id} is not quarantined", "not_found")
         self._held.pop(inbox_id, None)
         log.info("inbox.released", inbox_id=inbox_id, session_key=event.session_key)
         await self.route(event, inbox_id)
-        return web.json_response({"retried": inbox_id, "session_key": event.session_key})
+        return event
 
     async def drop(self, request: web.Request) -> web.Response:
         inbox_id = _inbox_id(request)
+        await self.discard(inbox_id)
+        return web.json_response({"dropped": inbox_id})
+
+    async def discard(self, inbox_id: int) -> None:
+        """Drop: a `RequestError` 404 if the entry is not held."""
         if not await self.store.discard(inbox_id):
             raise RequestError(404, f"inbox entry {inbox_id} is not quarantined", "not_found")
         self._held.pop(inbox_id, None)
         log.info("inbox.discarded", inbox_id=inbox_id)
-        return web.json_response({"dropped": inbox_id})
 
 
 def log_quarantined(held: list[Quarantined]) -> None:

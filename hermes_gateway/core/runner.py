@@ -306,6 +306,10 @@ class GatewayRunner:
     def busy(self, key: str) -> bool:
         return self._table.active(key) is not None
 
+    def session_keys(self) -> list[str]:
+        """The sessions with an active run or a message waiting (the dashboard lists them)."""
+        return self._table.keys()
+
     def pending_count(self, key: str) -> int:
         return self._table.pending_count(key)
 

@@ -115,6 +115,10 @@ class SessionTable(Generic[R]):
     def __len__(self) -> int:
         return len(self._slots)
 
+    def keys(self) -> list[str]:
+        """The sessions with a run or a message waiting."""
+        return list(self._slots)
+
     def active_runs(self) -> Iterator[R]:
         return (slot.active for slot in self._slots.values() if slot.active is not None)
 

@@ -1,0 +1,162 @@
+"""`Dashboard`: the web face of the gateway, an aiohttp sub-application on the control server
+under `/dashboard/`. It checks its own access (`auth.Auth`), renders Jinja2 templates shipped in
+the package, serves its static files, and owns the sampler behind the Overview's charts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import mimetypes
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+import structlog
+from aiohttp import web
+
+from hermes_gateway import __version__
+from hermes_gateway.config_schema import DashboardConfig
+from hermes_gateway.control.app import ControlServer
+from hermes_gateway.dashboard.auth import Auth
+from hermes_gateway.dashboard.jobs import JobsSource
+from hermes_gateway.dashboard.routes import add_routes
+from hermes_gateway.dashboard.sampler import Sampler
+from hermes_gateway.dashboard.series import TimeSeries
+from hermes_gateway.dashboard.streams import Streams
+from hermes_gateway.errors import RequestError
+
+if TYPE_CHECKING:
+    from hermes_gateway.server import Gateway
+
+log = structlog.get_logger("hermes.dashboard")
+PREFIX = "/dashboard"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+OPEN_PATHS = {f"{PREFIX}/login", f"{PREFIX}/static/style.css"}  # the login form needs them
+
+
+class Dashboard:
+    def __init__(self, gateway: Gateway, config: DashboardConfig) -> None:
+        self.gateway = gateway
+        self.config = config
+        self.auth = Auth(gateway.config.control.token)
+        self.series = TimeSeries(config.sample_interval_s)
+        self.sampler = Sampler(gateway.metrics, self.series, self._gauges)
+        self.streams = Streams()
+        self.jobs: JobsSource | None = None  # set by a scheduler: the Jobs page appears
+        self.env: jinja2.Environment | None = None
+        self.static: dict[str, tuple[bytes, str]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.app = web.Application(middlewares=[self._guard])
+        self.app.on_response_prepare.append(self._headers)
+        self.app.on_shutdown.append(self._closing)
+        add_routes(self)
+
+    def mount(self, control: ControlServer) -> None:
+        # before the sub-app: its prefix resource would answer the bare path with a 404
+        control.add_route("GET", PREFIX, _to_overview, public=True)
+        control.add_app(PREFIX, self.app)
+
+    async def start(self) -> None:
+        """Load templates and static files (off the loop) and start sampling."""
+        self.env, self.static = await asyncio.to_thread(_load_package_files)
+        self.sampler.restart()
+        self._task = asyncio.create_task(self.sampler.run(), name="dashboard-sampler")
+
+    async def stop(self) -> None:
+        self.streams.stopping.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _gauges(self) -> dict[str, float]:
+        g = self.gateway
+        return {"pool_busy": float(g.pool.busy), "active_sessions": g.runner.counts()["active"]}
+
+    async def _closing(self, app: web.Application) -> None:
+        self.streams.stopping.set()  # open streams end, so the server's stop does not wait
+
+    # -- access ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.env is None:
+            raise RequestError(503, "the dashboard is starting", "starting")
+        if request.path not in OPEN_PATHS and not self.auth.allowed(request):
+            if self.auth.needs_login and request.method == "GET" and _is_page(request.path):
+                raise web.HTTPSeeOther(f"{PREFIX}/login")
+            if self.auth.needs_login:
+                raise RequestError(401, "log in to the dashboard first", "unauthorized")
+            raise RequestError(403, "the dashboard answers loopback clients only", "loopback_only")
+        action = request.method == "POST" and request.path != f"{PREFIX}/login"  # checks its own
+        if action and not self.auth.csrf_ok(request, request.headers.get("X-CSRF-Token", "")):
+            raise RequestError(403, "missing or stale CSRF token; reload the page", "csrf")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        h = response.headers
+        h.setdefault("Content-Security-Policy", CSP)
+        h.setdefault("X-Content-Type-Options", "nosniff")
+        h.setdefault("X-Frame-Options", "DENY")
+        h.setdefault("Referrer-Policy", "same-origin")  # "no-referrer" makes Origin "null"
+        h.setdefault("Cache-Control", "no-store")
+
+    # -- rendering ------------------------------------------------------------------------
+
+    def pages(self) -> list[tuple[str, str]]:
+        pages = [("overview", "Overview"), ("sessions", "Sessions"), ("inbox", "Inbox")]
+        if self.jobs is not None:
+            pages.append(("jobs", "Jobs"))
+        return [*pages, ("logs", "Logs"), ("pairing", "Pairing"), ("chat", "Chat")]
+
+    def render(self, request: web.Request, name: str, **context: Any) -> web.Response:
+        assert self.env is not None
+        html = self.env.get_template(f"{name}.html").render(
+            page=name,
+            pages=self.pages(),
+            prefix=PREFIX,
+            csrf=self.auth.csrf(request),
+            version=__version__,
+            can_logout=self.auth.needs_login,
+            **context,
+        )
+        return web.Response(text=html, content_type="text/html", charset="utf-8")
+
+    def hello(self, request: web.Request) -> dict[str, Any]:
+        return {"csrf": self.auth.csrf(request), "started_at": self.gateway.started_at}
+
+
+async def _to_overview(request: web.Request) -> web.Response:
+    raise web.HTTPSeeOther(f"{PREFIX}/")
+
+
+def _is_page(path: str) -> bool:
+    return not path.startswith((f"{PREFIX}/api/", f"{PREFIX}/events/", f"{PREFIX}/static/"))
+
+
+def _load_package_files() -> tuple[jinja2.Environment, dict[str, tuple[bytes, str]]]:
+    root = resources.files("hermes_gateway.dashboard")
+    templates = {
+        f.name: f.read_text(encoding="utf-8")
+        for f in root.joinpath("templates").iterdir()
+        if f.name.endswith(".html")
+    }
+    static: dict[str, tuple[bytes, str]] = {}
+    for f in root.joinpath("static").iterdir():
+        kind = mimetypes.guess_type(f.name)[0] or "text/plain"
+        if kind.startswith("text/") or kind.endswith("javascript"):
+            kind += "; charset=utf-8"
+        static[f.name] = (f.read_bytes(), kind)
+    env = jinja2.Environment(
+        loader=jinja2.DictLoader(templates),
+        autoescape=True,  # every template, whatever its name: user text is always escaped
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env, static

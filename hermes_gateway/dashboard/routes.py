@@ -1,0 +1,215 @@
+"""The dashboard's routes: pages (GET, rendered), event streams (GET, SSE) and actions (POST,
+JSON in and out, CSRF-checked by `Dashboard._guard`). Actions reuse the control API's own logic:
+`/stop` through `Commands`, the quarantine routes' `release`/`discard`, the pairing routes'
+`approve_code`/`revoke_user`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from hermes_gateway.dashboard import chat, logtail, views
+from hermes_gateway.dashboard.jobs import ACTIONS
+from hermes_gateway.dashboard.streams import pause, polled
+from hermes_gateway.errors import RequestError
+
+if TYPE_CHECKING:
+    from hermes_gateway.dashboard.app import Dashboard
+
+PAGES = ("sessions", "inbox", "logs", "pairing", "chat")
+
+
+def add_routes(d: Dashboard) -> None:
+    h = _Handlers(d)
+    r = d.app.router
+    r.add_get("/", h.overview)
+    for name in PAGES:
+        r.add_get(f"/{name}", h.page)
+    r.add_get("/jobs", h.jobs_page)
+    r.add_get("/session", h.session)
+    r.add_get("/login", h.login_form)
+    r.add_post("/login", h.login)
+    r.add_post("/logout", h.logout)
+    r.add_get("/static/{name}", h.static)
+    r.add_get("/events/{topic}", h.events)
+    r.add_post("/api/sessions/stop", h.stop)
+    r.add_post("/api/inbox/{inbox_id:[0-9]{1,18}}/{action:retry|drop}", h.inbox_action)
+    r.add_post("/api/pairing/approve", h.approve)
+    r.add_post("/api/pairing/revoke", h.revoke)
+    r.add_post("/api/chat", h.chat)
+    r.add_post("/api/jobs/{job_id}/{action}", h.job_action)
+
+
+async def _fields(request: web.Request, *keys: str) -> dict[str, str]:
+    try:
+        data = await request.json()
+    except ValueError:
+        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    out = {}
+    for key in keys:
+        value = data.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise RequestError(400, f"'{key}' is required")
+        out[key] = value.strip()
+    return out
+
+
+class _Handlers:
+    def __init__(self, d: Dashboard) -> None:
+        self.d = d
+        self.g = d.gateway
+
+    # -- pages ----------------------------------------------------------------------------
+
+    async def overview(self, request: web.Request) -> web.Response:
+        return self.d.render(request, "overview")
+
+    async def page(self, request: web.Request) -> web.Response:
+        name = request.path.rsplit("/", 1)[-1]
+        platforms = list(self.g.adapters)
+        return self.d.render(request, name, platforms=platforms)
+
+    async def jobs_page(self, request: web.Request) -> web.Response:
+        if self.d.jobs is None:
+            raise web.HTTPNotFound()
+        return self.d.render(request, "jobs")
+
+    async def session(self, request: web.Request) -> web.Response:
+        key = request.query.get("key", "")[:512]
+        if not key:
+            raise RequestError(400, "'key' is required")
+        history, problem = await views.history(self.g, key)
+        view = self.g.runner.describe(key)
+        state = "idle" if view.state is None else view.state.value
+        return self.d.render(
+            request, "session", key=key, history=history, problem=problem, state=state
+        )
+
+    async def login_form(self, request: web.Request) -> web.Response:
+        if not self.d.auth.needs_login:
+            raise web.HTTPSeeOther("/dashboard/")
+        return self.d.render(request, "login", error="")
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        if not self.d.auth.needs_login:
+            raise web.HTTPSeeOther("/dashboard/")
+        if not self.d.auth.csrf_ok(request, str(form.get("csrf", ""))):
+            return self.d.render(request, "login", error="The form was stale; try again.")
+        cookie = self.d.auth.login(str(form.get("token", "")))
+        if cookie is None:
+            response = self.d.render(request, "login", error="Wrong token.")
+            response.set_status(401)
+            return response
+        redirect = web.HTTPSeeOther("/dashboard/")
+        self.d.auth.set_cookie(redirect, cookie)
+        raise redirect
+
+    async def logout(self, request: web.Request) -> web.Response:
+        response = web.json_response({"ok": True})
+        response.del_cookie("hermes_dashboard", path="/dashboard")
+        return response
+
+    async def static(self, request: web.Request) -> web.Response:
+        found = self.d.static.get(request.match_info["name"])
+        if found is None:
+            raise web.HTTPNotFound()
+        body, kind = found
+        return web.Response(body=body, headers={"Content-Type": kind, "Cache-Control": "no-cache"})
+
+    # -- streams --------------------------------------------------------------------------
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        topic = request.match_info["topic"]
+        stopping = self.d.streams.stopping
+        every = self._every
+        produce: Any
+        if topic == "overview":
+            produce = self._overview
+        elif topic == "sessions":
+            produce = polled(self._read(views.sessions), "sessions", every, stopping)
+        elif topic == "inbox":
+            produce = polled(self._read(views.inbox), "inbox", every, stopping)
+        elif topic == "pairing":
+            produce = polled(lambda: views.pairing(self.g), "pairing", every, stopping)
+        elif topic == "jobs" and self.d.jobs is not None:
+            jobs = self.d.jobs
+            produce = polled(self._jobs_rows(jobs), "jobs", every, stopping)
+        elif topic == "logs":
+            path = self.g.config.home_path / "logs" / "gateway.log"
+            produce = logtail.producer(path, logtail.log_filter(dict(request.query)), stopping)
+        else:
+            raise web.HTTPNotFound()
+        return await self.d.streams.serve(request, self.d.hello(request), produce)
+
+    def _every(self) -> float:
+        return self.d.config.push_interval_s
+
+    def _read(self, fn: Any) -> Any:
+        async def read() -> dict[str, Any]:
+            result: dict[str, Any] = fn(self.g)
+            return result
+
+        return read
+
+    def _jobs_rows(self, jobs: Any) -> Any:
+        async def read() -> dict[str, Any]:
+            return {"jobs": await jobs.snapshot()}
+
+        return read
+
+    async def _overview(self) -> AsyncGenerator[tuple[str, Any], None]:
+        series, sampler, stopping = self.d.series, self.d.sampler, self.d.streams.stopping
+        yield "series", series.window()
+        seen = series.version
+        while not stopping.is_set():
+            yield "status", views.overview(self.g, series)
+            await pause(self._every(), sampler.changed, stopping)
+            if series.version == seen + 1:
+                yield "sample", series.latest()
+            elif series.version != seen:
+                yield "series", series.window()
+            seen = series.version
+
+    # -- actions --------------------------------------------------------------------------
+
+    async def stop(self, request: web.Request) -> web.Response:
+        """The Stop button: `/stop` as if the session's user had sent it (they are told)."""
+        key = (await _fields(request, "key"))["key"]
+        event = self.g.runner.current_event(key)
+        if event is None:
+            raise RequestError(404, "nothing is running in that session", "not_running")
+        await self.g.commands.handle("stop", "", event, None)
+        return web.json_response({"stopped": key})
+
+    async def inbox_action(self, request: web.Request) -> web.Response:
+        inbox_id = int(request.match_info["inbox_id"])
+        if request.match_info["action"] == "retry":
+            await self.g.inbox.release(inbox_id)
+            return web.json_response({"retried": inbox_id})
+        await self.g.inbox.discard(inbox_id)
+        return web.json_response({"dropped": inbox_id})
+
+    async def approve(self, request: web.Request) -> web.Response:
+        body = await _fields(request, "platform", "code")
+        approved = await self.g.admin.approve_code(body["platform"], body["code"])
+        return web.json_response({"approved": approved.user_id, "platform": approved.platform})
+
+    async def revoke(self, request: web.Request) -> web.Response:
+        body = await _fields(request, "platform", "user_id")
+        await self.g.admin.revoke_user(body["platform"], body["user_id"])
+        return web.json_response({"revoked": body["user_id"]})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        control = self.g.config.control
+        return await chat.relay(request, control.host, self.g.control.port, control.token)
+
+    async def job_action(self, request: web.Request) -> web.Response:
+        action = request.match_info["action"]
+        if self.d.jobs is None or action not in ACTIONS:
+            raise web.HTTPNotFound()
+        return web.json_response(await self.d.jobs.act(request.match_info["job_id"], action))

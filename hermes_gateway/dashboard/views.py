@@ -1,0 +1,98 @@
+"""What each dashboard page shows, as JSON-ready data read from the running gateway's parts
+(the same readers `/status` uses). Fields are picked one by one: nothing secret (tokens, a
+message's reply context) can reach a page by accident."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hermes_gateway.errors import StoreError
+
+if TYPE_CHECKING:
+    from hermes_gateway.dashboard.series import TimeSeries
+    from hermes_gateway.server import Gateway
+
+PREVIEW_CHARS = 200
+HISTORY_SHOWN = 30
+
+
+def overview(gateway: Gateway, series: TimeSeries) -> dict[str, Any]:
+    status = gateway.vitals.status()
+    store = gateway.store
+    return {
+        "version": status["version"],
+        "uptime_s": status["uptime_s"],
+        "ready": status["ready"],
+        "reasons": status["reasons"],
+        "platforms": status["platforms"],
+        "sessions": status["sessions"],
+        "pool": status["pool"],
+        "loop_lag_ms": status["loop_lag_ms"],
+        "model": status["model"],
+        "busy_policy": status["busy_policy"],
+        "quarantined": len(status["quarantined"]),
+        "store": {
+            "open": store.is_open,
+            "writable": store.circuit.writable,
+            "problem": store.problem,
+        },
+        "latest": series.latest(),
+    }
+
+
+def sessions(gateway: Gateway) -> dict[str, Any]:
+    runner = gateway.runner
+    policy = gateway.config.runner.busy_policy
+    rows = []
+    for key in runner.session_keys():
+        view = runner.describe(key)
+        messages = runner.current_messages(key)
+        first = messages[-1] if messages else None
+        rows.append(
+            {
+                "key": key,
+                "state": "idle" if view.state is None else view.state.value,
+                "seconds": round(view.seconds, 1),
+                "pending": view.pending,
+                "policy": policy,
+                "platform": first.platform if first else key.split(":", 1)[0],
+                "user_id": first.user_id if first else "",
+                "user_name": first.user_name if first else "",
+                "text": _preview(first.text) if first else "",
+                "merged": len(messages),
+            }
+        )
+    rows.sort(key=lambda r: -float(r["seconds"]))
+    return {"sessions": rows, "counts": runner.counts()}
+
+
+async def history(gateway: Gateway, key: str) -> tuple[list[dict[str, str]], str | None]:
+    """A session's last messages (role and text), or why they cannot be read."""
+    try:
+        entries = await gateway.history(key)
+    except StoreError as exc:
+        return [], f"the store cannot be read: {exc}"
+    shown = []
+    for entry in entries[-HISTORY_SHOWN:]:
+        content = entry.get("content")
+        if not isinstance(content, str):
+            content = "" if content is None else str(content)
+        shown.append({"role": str(entry.get("role", "")), "text": content})
+    return shown, None
+
+
+def inbox(gateway: Gateway) -> dict[str, Any]:
+    return {"quarantined": gateway.inbox.summaries()}
+
+
+async def pairing(gateway: Gateway) -> dict[str, Any]:
+    try:
+        entries = await gateway.pairing.entries()
+    except StoreError as exc:
+        return {"entries": [], "error": f"the store cannot be read: {exc}"}
+    keep = ("platform", "user_id", "user_name", "status", "code", "age_s")
+    return {"entries": [{k: e[k] for k in keep} for e in entries], "error": None}
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"

@@ -1,0 +1,140 @@
+"""Who may use the dashboard: with `control.token` (a non-loopback setup) nothing is shown and
+nothing done without logging in; every action needs the page's CSRF token; without a token only
+loopback clients addressing a loopback host get in."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from hermes_gateway.dashboard.auth import COOKIE, SESSION_S, Auth
+from hermes_gateway.server import Gateway
+from tests.fakes.openai import FakeOpenAI
+from tests.harness import make_config, running_gateway
+
+TOKEN = "k3y-for-the-dashboard-0123456789"
+PAGES = ["/", "/sessions", "/inbox", "/logs", "/pairing", "/chat", "/session?key=api:dm:a"]
+STREAMS = ["overview", "sessions", "inbox", "pairing", "logs"]
+ACTIONS = [
+    ("/api/sessions/stop", {"key": "api:dm:a"}),
+    ("/api/inbox/1/retry", {}),
+    ("/api/inbox/1/drop", {}),
+    ("/api/pairing/approve", {"platform": "telegram", "code": "ABCDEFGH"}),
+    ("/api/pairing/revoke", {"platform": "telegram", "user_id": "1"}),
+    ("/api/chat", {"text": "hello"}),
+    ("/logout", {}),
+]
+
+
+@pytest.fixture
+async def guarded(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> AsyncIterator[tuple[Gateway, aiohttp.ClientSession, str]]:
+    config = make_config(tmp_path, fake_llm.base_url, control={"host": "0.0.0.0", "token": TOKEN})
+    async with running_gateway(config) as (gw, client):
+        yield gw, client.http, f"http://127.0.0.1:{gw.control.port}/dashboard"
+
+
+async def _login(http: aiohttp.ClientSession, base: str, token: str) -> aiohttp.ClientResponse:
+    async with http.get(f"{base}/login") as form:
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', await form.text())
+    assert csrf is not None
+    data = {"csrf": csrf.group(1), "token": token}
+    async with http.post(f"{base}/login", data=data, allow_redirects=False) as resp:
+        await resp.read()
+        return resp
+
+
+async def test_without_the_token_every_page_and_action_is_refused(guarded: Any) -> None:
+    gw, http, base = guarded
+    for path in PAGES:
+        async with http.get(base + path, allow_redirects=False) as resp:
+            assert resp.status == 303, path
+            assert resp.headers["Location"] == "/dashboard/login"
+    for topic in STREAMS:
+        async with http.get(f"{base}/events/{topic}") as resp:
+            assert resp.status == 401, topic
+    for path, body in ACTIONS:
+        async with http.post(base + path, json=body) as resp:
+            assert resp.status == 401, path
+    # the bearer token of the API is not a dashboard session, and the API wants its token
+    async with http.get(f"{base}/", headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
+        assert resp.url.path == "/dashboard/login"
+    bad = await _login(http, base, "not-the-token")
+    assert bad.status == 401 and COOKIE not in bad.cookies
+    async with http.get(f"http://127.0.0.1:{gw.control.port}/status") as resp:
+        assert resp.status == 401
+
+
+async def test_a_login_opens_it_and_actions_need_the_csrf_token(guarded: Any) -> None:
+    gw, http, base = guarded
+    resp = await _login(http, base, TOKEN)
+    assert resp.status == 303
+    morsel = resp.cookies[COOKIE]
+    assert morsel["httponly"] and morsel["secure"] and morsel["samesite"] == "Strict"
+    cookie = {"Cookie": f"{COOKIE}={morsel.value}"}  # aiohttp's jar keeps Secure for https
+    async with http.get(f"{base}/sessions", headers=cookie) as page:
+        assert page.status == 200
+        html = await page.text()
+    csrf = re.search(r'name="csrf" content="([0-9a-f]+)"', html)
+    assert csrf is not None
+    stop = {"key": "api:dm:nobody"}
+    async with http.post(f"{base}/api/sessions/stop", json=stop, headers=cookie) as resp:
+        assert resp.status == 403 and (await resp.json())["error"]["code"] == "csrf"
+    wrong = {**cookie, "X-CSRF-Token": "0" * 64}
+    async with http.post(f"{base}/api/sessions/stop", json=stop, headers=wrong) as resp:
+        assert resp.status == 403
+    foreign = {**cookie, "X-CSRF-Token": csrf.group(1), "Origin": "http://evil.example"}
+    async with http.post(f"{base}/api/sessions/stop", json=stop, headers=foreign) as resp:
+        assert resp.status == 403
+    good = {**cookie, "X-CSRF-Token": csrf.group(1)}
+    async with http.post(f"{base}/api/sessions/stop", json=stop, headers=good) as resp:
+        assert resp.status == 404  # past the guard: nothing runs in that session
+        assert (await resp.json())["error"]["code"] == "not_running"
+    forged = {"Cookie": f"{COOKIE}=1.{'0' * 64}"}
+    async with http.get(f"{base}/sessions", headers=forged, allow_redirects=False) as resp:
+        assert resp.status == 303
+
+
+def _request(peer: str, host: str, cookie: str = "") -> Any:
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (
+        (peer, 40000) if name == "peername" else default
+    )
+    headers = {"Host": host, **({"Cookie": f"{COOKIE}={cookie}"} if cookie else {})}
+    return make_mocked_request("GET", "/dashboard/", headers=headers, transport=transport)
+
+
+def test_without_a_token_only_loopback_clients_of_a_loopback_host_get_in() -> None:
+    auth = Auth(None)
+    assert auth.allowed(_request("127.0.0.1", "127.0.0.1:8642"))
+    assert auth.allowed(_request("::1", "localhost:8642"))
+    assert not auth.allowed(_request("10.0.0.7", "127.0.0.1:8642"))
+    # a page from another site that rebound its name to 127.0.0.1
+    assert not auth.allowed(_request("127.0.0.1", "evil.example:8642"))
+
+
+def test_a_session_cookie_expires_and_dies_with_the_token() -> None:
+    now = [1_000_000.0]
+    auth = Auth(TOKEN, clock=lambda: now[0])
+    cookie = auth.login(TOKEN)
+    assert cookie is not None and auth.allowed(_request("10.0.0.7", "gw.example", cookie))
+    assert not Auth("another-token-0123456789abcdef").allowed(
+        _request("10.0.0.7", "gw.example", cookie)
+    )
+    now[0] += SESSION_S + 1
+    assert not auth.allowed(_request("10.0.0.7", "gw.example", cookie))
+
+
+def test_wrong_tokens_are_rate_limited() -> None:
+    auth = Auth(TOKEN, clock=lambda: 5000.0)
+    for _ in range(10):
+        assert auth.login("wrong") is None
+    assert auth.login(TOKEN) is None  # locked for the minute, even for the right one

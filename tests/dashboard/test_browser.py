@@ -1,0 +1,246 @@
+"""The dashboard in a real browser (Debian's chromium, headless, driven by Playwright) against a
+real `hermes gateway run` on the fake Telegram and the fake model. Screenshots of every page go
+to the test's tmp directory (`screenshots/`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.daemon import GatewayProcess
+from tests.fakes.openai import FakeOpenAI, hang, text
+from tests.fakes.server import wait_until
+from tests.fakes.telegram import FakeTelegram
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is absent (apt-get install chromium)"
+    ),
+    pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning"),
+]
+TOKEN = "123:ABC"
+CONTROL_TOKEN = "dash-token-0123456789abcdef"
+HOSTILE = "<img src=x onerror=window.pwned=1><script>window.pwned=2</script>"
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # root in the test namespace
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def tg() -> Iterator[FakeTelegram]:
+    with FakeTelegram(token=TOKEN) as fake:
+        yield fake
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    path = tmp_path / "screenshots"
+    path.mkdir()
+    return path
+
+
+def _gateway(tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, **extra: Any) -> GatewayProcess:
+    config: dict[str, Any] = {
+        "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+        "dashboard": {"sample_interval_s": 1, "push_interval_s": 0.3},
+        "runner": {"stop_grace_s": 0.5},
+        "platforms": {
+            "telegram": {
+                "enabled": True,
+                "token": TOKEN,
+                "base_url": tg.api_url,
+                "base_file_url": tg.file_url,
+                "pairing": True,
+            }
+        },
+        **extra,
+    }
+    return GatewayProcess(tmp_path / "home", config).start()
+
+
+@pytest.fixture
+def gw(tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram) -> Iterator[GatewayProcess]:
+    gateway = _gateway(tmp_path, fake_llm, tg)
+    yield gateway
+    gateway.kill()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on(
+        "console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None
+    )
+    yield page
+    context.close()
+    assert not errors, errors  # no script error, no CSP violation on any page
+
+
+def _platform(page: Any, name: str, ready: bool) -> None:
+    page.wait_for_selector(
+        f'[data-platform="{name}"][data-ready="{str(ready).lower()}"]', timeout=WAIT_MS
+    )
+
+
+def test_the_overview_shows_a_platform_go_down_and_up_and_survives_a_restart(
+    gw: GatewayProcess, tg: FakeTelegram, page: Any, shots: Path
+) -> None:
+    page.goto(f"{gw.url}/dashboard/")
+    _platform(page, "telegram", True)
+    page.wait_for_selector("#conn.live", timeout=WAIT_MS)
+    page.wait_for_selector("[data-chart] canvas", timeout=WAIT_MS)  # uPlot drew the charts
+    assert page.locator("[data-chart]").count() == 6
+    page.screenshot(path=shots / "overview.png", full_page=True)
+    tg.fail_next("getUpdates", status=500, times=6)
+    _platform(page, "telegram", False)
+    detail = page.inner_text('[data-platform="telegram"] .detail')
+    assert "polling failing" in detail
+    assert "telegram: polling failing" in page.inner_text("#reasons")
+    page.screenshot(path=shots / "overview-telegram-down.png", full_page=True)
+    _platform(page, "telegram", True)
+
+    gw.signal(signal.SIGTERM)
+    assert gw.wait(20) == 0
+    page.wait_for_selector("#conn.wait", timeout=WAIT_MS)
+    assert page.inner_text("#conn") == "reconnecting…"
+    page.screenshot(path=shots / "overview-reconnecting.png", full_page=True)
+    gw.start()
+    page.wait_for_selector("#conn.live", timeout=WAIT_MS)
+    _platform(page, "telegram", True)
+
+
+def test_a_chat_streams_its_answer_and_markup_stays_text(
+    gw: GatewayProcess, fake_llm: FakeOpenAI, page: Any, shots: Path
+) -> None:
+    answer = "This answer arrives in pieces, a few letters at a time."
+    fake_llm.push(text(answer, chunk_size=4, chunk_delay=0.1))
+    page.goto(f"{gw.url}/dashboard/chat")
+    page.wait_for_selector("#conn.live", timeout=WAIT_MS)
+    page.fill("textarea", "tell me something")
+    page.click("#chat-form button")
+    # seen part-way: the bubble holds some of the answer while it is still streaming
+    page.wait_for_function(
+        """full => [...document.querySelectorAll('li.assistant pre.streaming')].some(
+               p => p.textContent.length > 0 && p.textContent.length < full.length)""",
+        arg=answer,
+        timeout=WAIT_MS,
+    )
+    page.wait_for_selector("li.assistant pre.done", timeout=WAIT_MS)
+    assert page.inner_text("li.assistant pre.done") == answer
+
+    page.fill("textarea", HOSTILE)
+    page.click("#chat-form button")
+    page.wait_for_function(
+        "() => document.querySelectorAll('li.assistant pre.done').length === 2", timeout=WAIT_MS
+    )
+    assert page.locator("li.user pre").nth(1).inner_text() == HOSTILE
+    assert page.locator("li.assistant pre.done").nth(1).inner_text() == f"echo: {HOSTILE}"
+    assert page.locator("#chat img").count() == 0
+    assert page.evaluate("window.pwned") is None
+    page.screenshot(path=shots / "chat.png", full_page=True)
+
+    page.goto(f"{gw.url}/dashboard/session?key=api:dm:dashboard")  # the history, server-side
+    assert HOSTILE in page.inner_text("#history")
+    assert page.evaluate("window.pwned") is None
+    page.screenshot(path=shots / "session.png", full_page=True)
+
+
+def test_stop_on_a_running_session_stops_it(
+    gw: GatewayProcess, fake_llm: FakeOpenAI, page: Any, shots: Path
+) -> None:
+    fake_llm.push(hang(60))
+    replies: list[httpx.Response] = []
+    asking = threading.Thread(
+        target=lambda: replies.append(gw.chat("think for a long time", user="bob", timeout=60))
+    )
+    asking.start()
+    page.goto(f"{gw.url}/dashboard/sessions")
+    row = 'tr[data-key="api:dm:bob"]'
+    page.wait_for_selector(f"{row} button[data-stop]", timeout=WAIT_MS)
+    assert page.inner_text(f"{row} .state") == "running"
+    assert "think for a long time" in page.inner_text(row)
+    page.screenshot(path=shots / "sessions.png", full_page=True)
+    page.click(f"{row} button[data-stop]")
+    page.wait_for_selector(row, state="detached", timeout=WAIT_MS)
+    asking.join(30)
+    assert replies and replies[0].json()["choices"][0]["message"]["content"] == "Stopped."
+    assert page.locator("#empty").is_visible()
+
+
+def test_a_pairing_approval_works(
+    gw: GatewayProcess, tg: FakeTelegram, page: Any, shots: Path
+) -> None:
+    tg.send_text(777, "hello", username=HOSTILE)
+    wait_until(lambda: tg.messages_to(777), timeout=20)  # the code, sent to the user
+    page.goto(f"{gw.url}/dashboard/pairing")
+    pending = 'tr[data-user="777"][data-status="pending"]'
+    page.wait_for_selector(pending, timeout=WAIT_MS)
+    assert page.locator(f"{pending} td").nth(4).inner_text() == HOSTILE  # the name, as text
+    assert page.evaluate("window.pwned") is None
+    page.screenshot(path=shots / "pairing.png", full_page=True)
+    page.click(f"{pending} button")
+    page.wait_for_selector('tr[data-user="777"][data-status="approved"]', timeout=WAIT_MS)
+    wait_until(lambda: len(tg.messages_to(777)) >= 2, timeout=20)
+    assert tg.messages_to(777)[-1]["text"] == "You're approved. Say hi!"
+    tg.send_text(777, "now let me in", username=HOSTILE)
+    wait_until(lambda: len(tg.messages_to(777)) >= 3, timeout=20)
+    assert tg.messages_to(777)[-1]["text"] == "echo: now let me in"
+
+
+def test_without_the_token_every_page_and_action_is_refused(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, page: Any, shots: Path
+) -> None:
+    control = {"host": "0.0.0.0", "token": CONTROL_TOKEN}  # a non-loopback setup
+    gw = _gateway(tmp_path, fake_llm, tg, control=control)
+    try:
+        base = f"{gw.url}/dashboard"
+        for path in ("/", "/sessions", "/inbox", "/logs", "/pairing", "/chat", "/session?key=x"):
+            page.goto(base + path)
+            assert page.url == f"{base}/login", path
+            assert page.locator("input[name=token]").is_visible()
+        for action in ("/api/sessions/stop", "/api/inbox/1/retry", "/api/pairing/approve"):
+            response = page.request.post(base + action, data={"key": "x"})
+            assert response.status == 401, action
+        assert page.request.get(f"{base}/events/overview").status == 401
+        page.fill("input[name=token]", "wrong-token-000000000000")
+        page.click("button[type=submit]")
+        assert page.inner_text("#login-error") == "Wrong token."
+        page.screenshot(path=shots / "login.png", full_page=True)
+
+        page.fill("input[name=token]", CONTROL_TOKEN)
+        page.click("button[type=submit]")
+        page.wait_for_selector("#conn.live", timeout=WAIT_MS)
+        assert page.url == f"{base}/"
+        # logged in, an action still needs the page's CSRF token
+        assert page.request.post(f"{base}/api/sessions/stop", data={"key": "x"}).status == 403
+        page.goto(f"{base}/logs")
+        page.wait_for_selector("#logs tbody tr", timeout=WAIT_MS)
+        assert "gateway.ready" in page.inner_text("#logs")
+        assert CONTROL_TOKEN not in page.content()
+        page.screenshot(path=shots / "logs.png", full_page=True)
+        page.goto(f"{base}/inbox")
+        page.wait_for_selector("#empty:not([hidden])", timeout=WAIT_MS)
+        page.screenshot(path=shots / "inbox.png", full_page=True)
+    finally:
+        gw.kill()
