@@ -4,14 +4,14 @@ channel, thread), whether the bot was addressed, the text without the bot's ment
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 import discord
 from hermes_gateway.core.commands import parse_command
-from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
+from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.seam.intake import Inbound
 
 log = structlog.get_logger("hermes.adapters.discord")
 PLATFORM = "discord"
@@ -19,19 +19,6 @@ _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _USER_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
 Where = tuple[ChatType, str, str | None]  # chat_type, chat_id, thread_id
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A normalized message plus who wrote it, for the access policy."""
-
-    event: MessageEvent
-    from_self: bool
-    from_bot: bool
-
-    @property
-    def sender(self) -> Sender:
-        return "self" if self.from_self else "bot" if self.from_bot else "user"
 
 
 def message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbound | None:
@@ -80,7 +67,7 @@ def _message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inb
 
 def command_event(
     interaction: discord.Interaction[Any], name: str, args: str, per_user: bool
-) -> MessageEvent | None:
+) -> Inbound | None:
     """A slash command as the same text a user would type (``/queue do this``)."""
     channel_id = interaction.channel_id
     if channel_id is None:
@@ -89,7 +76,7 @@ def command_event(
     if where is None:
         return None
     chat_type, chat_id, thread_id = where
-    return MessageEvent.create(
+    event = MessageEvent.create(
         platform=PLATFORM,
         chat_type=chat_type,
         chat_id=chat_id,
@@ -101,6 +88,7 @@ def command_event(
         user_name=interaction.user.name,
         mentioned=True,
     )
+    return Inbound(event)  # only a person can run a slash command
 
 
 def _where(channel: Any, channel_id: int, in_guild: bool) -> Where | None:

@@ -3,12 +3,12 @@ whether the bot was addressed (@username, a reply to it, `/cmd@botname`), mentio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
+from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.seam.intake import BotIdentity, Inbound
 from telegram import Message, MessageEntity, Update
 
 log = structlog.get_logger("hermes.adapters.telegram")
@@ -19,25 +19,6 @@ CHAT_TYPES: dict[str, ChatType] = {
     "supergroup": "group",
     "channel": "channel",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class BotIdentity:
-    id: int
-    username: str
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A normalized message and what access control needs to know about its sender."""
-
-    event: MessageEvent
-    from_self: bool
-    from_bot: bool
-
-    @property
-    def sender(self) -> Sender:
-        return "self" if self.from_self else "bot" if self.from_bot else "user"
 
 
 def update_kind(update: Update) -> str:
@@ -104,7 +85,7 @@ def _normalize(update: Update, me: BotIdentity, per_user: bool) -> Inbound | Non
         reply_to=_reply_to(msg),
         mentioned=mentioned,
     )
-    return Inbound(event, from_self=user.id == me.id, from_bot=bool(user.is_bot))
+    return Inbound(event, from_self=me.is_me(user.id), from_bot=bool(user.is_bot))
 
 
 def _addressing(
@@ -119,7 +100,7 @@ def _addressing(
         piece = units[start * 2 : end * 2].decode("utf-16-le", "replace")
         named = entity.type == MessageEntity.MENTION and piece[1:].lower() == me.username.lower()
         linked = entity.type == MessageEntity.TEXT_MENTION and entity.user is not None
-        if named or (linked and entity.user is not None and entity.user.id == me.id):
+        if named or (linked and entity.user is not None and me.is_me(entity.user.id)):
             mentioned = True
             cuts.append((start, end))
         elif entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
@@ -156,7 +137,7 @@ def _replies_to_bot(msg: Message, me: BotIdentity) -> bool:
     reply = msg.reply_to_message
     if reply is None or _reply_to(msg) is None:
         return False
-    return reply.from_user is not None and reply.from_user.id == me.id
+    return reply.from_user is not None and me.is_me(reply.from_user.id)
 
 
 def _reply_to(msg: Message) -> str | None:

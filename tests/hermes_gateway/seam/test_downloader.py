@@ -1,6 +1,6 @@
-"""`adapters.downloader`: the host check, safe names, the size cap (announced, Content-Length,
-streamed), error classes and retries, against the fake Discord CDN and the fake Slack files;
-the expiry of Discord's signed links."""
+"""`hermes_gateway.seam.downloader`: the host check, safe names, the size cap (announced,
+Content-Length, streamed), error classes and retries, against the fake Discord CDN and the
+fake Slack files; the expiry of Discord's signed links."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 
 from adapters.discord.adapter import CDN_HOSTS
 from adapters.discord.cdn import EXPIRY_MARGIN_S, expired, expires_at
-from adapters.downloader import Downloader, _Spool, allowed_url, origins, safe_name
 from adapters.slack.api import file_downloader
 from hermes_gateway.config_schema import SlackConfig
 from hermes_gateway.errors import PermanentAdapterError, TransientAdapterError
 from hermes_gateway.events import Attachment
+from hermes_gateway.seam.downloader import Downloader, _Spool, allowed_url, origins, safe_name
 from tests.e2e.daemon import free_port
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack
