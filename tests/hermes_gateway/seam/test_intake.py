@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from hermes_gateway.config import Config
-from hermes_gateway.events import MessageEvent, Sender
+from hermes_gateway.events import MessageEvent
 from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
-from hermes_gateway.seam.platform import Admitted, SubmitOutcome
+from hermes_gateway.seam.platform import SubmitOutcome
 from tests.harness import make_config
+
+GROUP: dict[str, Any] = {"platform": "toy", "chat_type": "group", "chat_id": "g1", "user_id": "u1"}
 
 
 class Host:
@@ -20,30 +22,15 @@ class Host:
     def __init__(self, config: Config, outcome: SubmitOutcome = "accepted") -> None:
         self.config = config
         self.outcome = outcome
-        self.submitted: list[tuple[MessageEvent, bool, Sender, Admitted | None]] = []
+        self.submitted: list[tuple[MessageEvent, dict[str, Any]]] = []
 
-    async def submit(
-        self,
-        event: MessageEvent,
-        *,
-        durable: bool = False,
-        sender: Sender = "user",
-        admitted: Admitted | None = None,
-    ) -> SubmitOutcome:
-        self.submitted.append((event, durable, sender, admitted))
+    async def submit(self, event: MessageEvent, **how: Any) -> SubmitOutcome:
+        self.submitted.append((event, how))
         return self.outcome
 
 
 def event(per_user: bool = True) -> MessageEvent:
-    return MessageEvent.create(
-        platform="toy",
-        chat_type="group",
-        chat_id="g1",
-        user_id="u1",
-        message_id="m1",
-        text="hi",
-        per_user=per_user,
-    )
+    return MessageEvent.create(**GROUP, message_id="m1", text="hi", per_user=per_user)
 
 
 def intake(tmp_path: Path, per_user: bool = True, **host: Any) -> tuple[Intake, Host]:
@@ -63,10 +50,10 @@ async def test_the_message_is_submitted_with_its_sender_and_the_session_setting(
         return Inbound(event(per_user), from_bot=True)
 
     taken = await take.take(normalize, durable=True)
-    [(submitted, durable, sender, admitted)] = host.submitted
+    [(submitted, how)] = host.submitted
     assert read == [False]
     assert submitted.session_key == "toy:group:g1"  # shared: the setting in force was used
-    assert (durable, sender, admitted) == (True, "bot", None)
+    assert how == {"durable": True, "sender": "bot", "admitted": None}
     assert (taken.event, taken.outcome, taken.keep) == (submitted, "accepted", False)
 
 
