@@ -82,7 +82,8 @@ class TelegramAdapter:
             self.poller = self._build_poller()
         sender = Sender(self.app.bot, self.transport)
         self.outbox = Outbox(sender, self.edit_interval, host.remember_preview)
-        self.files = file_downloader(self.config, host.config.home_path / "media")
+        media, section = host.config.home_path / "media", self.config
+        self.files = file_downloader(media, section.media_max_bytes, section.base_file_url)
         self.me: BotIdentity | None = None
         self._state = "not started"
         self._attempts = 0
@@ -385,4 +386,5 @@ class TelegramAdapter:
         """Fetch an attachment into ``<home>/media`` (never at intake), streamed; a file over
         `media_max_bytes` (as announced, as getFile says, or as it arrives) raises
         `PermanentAdapterError`."""
+        self.files.cap = self.config.media_max_bytes  # the cap in force: a reload may change it
         return await self.files.fetch(attachment, locate=locator(self.app.bot))

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from adapters.telegram.delivery import call
-from hermes_gateway.config import TelegramConfig
 from hermes_gateway.errors import PermanentAdapterError
 from hermes_gateway.events import Attachment
 from hermes_gateway.seam.downloader import Downloader, Locate, origins
@@ -16,9 +15,9 @@ from hermes_gateway.seam.retry import with_retry
 from telegram import Bot
 
 
-def file_downloader(config: TelegramConfig, folder: Path) -> Downloader:
-    """Downloads from the Bot API's file host (`base_file_url`), capped at `media_max_bytes`."""
-    return Downloader("telegram", folder, config.media_max_bytes, origins(config.base_file_url))
+def file_downloader(folder: Path, cap: int, base_file_url: str) -> Downloader:
+    """Downloads from the Bot API's file host (``base_file_url``), capped at ``cap`` bytes."""
+    return Downloader("telegram", folder, cap, origins(base_file_url))
 
 
 def locator(bot: Bot) -> Locate:

@@ -3,11 +3,11 @@ each command a platform can carry out is offered, with the same words everywhere
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from adapters.discord.client import HermesClient
 from adapters.telegram.adapter import bot_commands
-from hermes_gateway.config_schema import DiscordConfig
 from hermes_gateway.core.commands import HELP, MENU, Commands, menu, parse_command
 
 
@@ -45,7 +45,8 @@ def test_telegram_menu_is_the_core_list() -> None:
 
 
 async def test_discord_menu_is_the_core_list() -> None:
-    client = HermesClient(_Events(), DiscordConfig())
+    section = SimpleNamespace(guild_ready_timeout_s=2.0, identify_delay_s=0.0)
+    client = HermesClient(_Events(), section)  # type: ignore[arg-type]
     try:
         registered = {c.name: c for c in client.tree.get_commands()}
         assert {name: c.description for name, c in registered.items()} == {
