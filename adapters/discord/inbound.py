@@ -4,6 +4,7 @@ channel, thread), whether the bot was addressed, the text without the bot's ment
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 import structlog
@@ -11,7 +12,7 @@ import structlog
 import discord
 from hermes_gateway.core.commands import parse_command
 from hermes_gateway.events import Attachment, ChatType, MessageEvent
-from hermes_gateway.seam.intake import Inbound
+from hermes_gateway.seam.intake import Inbound, tolerant
 
 log = structlog.get_logger("hermes.adapters.discord")
 PLATFORM = "discord"
@@ -28,12 +29,8 @@ def message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbo
     Never raises: discord.py builds a `Message` from a payload missing fields Discord always
     sends (``mentions``...) without those attributes; such a message is logged and ignored
     (fuzzing)."""
-    try:
-        return _message_event(message, bot_id, per_user)
-    except (AttributeError, TypeError, ValueError, LookupError) as exc:
-        message_id = getattr(message, "id", None)
-        log.warning("discord.message_malformed", message_id=message_id, error=repr(exc)[:200])
-        return None
+    read = partial(_message_event, message, bot_id, per_user)
+    return tolerant(read, log, "discord.message_malformed", message_id=getattr(message, "id", None))
 
 
 def _message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbound | None:

@@ -3,12 +3,13 @@ whether the bot was addressed (@username, a reply to it, `/cmd@botname`), mentio
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import structlog
 
 from hermes_gateway.events import Attachment, ChatType, MessageEvent
-from hermes_gateway.seam.intake import BotIdentity, Inbound
+from hermes_gateway.seam.intake import BotIdentity, Inbound, tolerant
 from telegram import Message, MessageEntity, Update
 
 log = structlog.get_logger("hermes.adapters.telegram")
@@ -37,18 +38,20 @@ def normalize(update: Update, me: BotIdentity, *, per_user: bool = True) -> Inbo
 
     Never raises: PTB does not check field types, so a shape Telegram does not send (a list
     for a text, a message without a chat) is logged and ignored too (fuzzing)."""
-    try:
-        return _normalize(update, me, per_user)
-    except (AttributeError, TypeError, ValueError, LookupError) as exc:
-        update_id = getattr(update, "update_id", None)
-        log.warning("telegram.update_malformed", update_id=update_id, error=repr(exc)[:200])
-        return None
+    read = partial(_normalize, update, me, per_user)
+    return tolerant(
+        read, log, "telegram.update_malformed", update_id=getattr(update, "update_id", None)
+    )
 
 
 def _normalize(update: Update, me: BotIdentity, per_user: bool) -> Inbound | None:
     msg = update.message
     if msg is None:
-        log.debug("telegram.update_ignored", kind=update_kind(update), update_id=update.update_id)
+        log.debug(
+            "telegram.update_ignored",
+            kind=update_kind(update),
+            update_id=getattr(update, "update_id", None),
+        )
         return None
     user = msg.from_user
     chat_type = CHAT_TYPES.get(msg.chat.type)

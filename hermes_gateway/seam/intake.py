@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import structlog
 
@@ -41,6 +42,22 @@ class Inbound:
     @property
     def sender(self) -> Sender:
         return "self" if self.from_self else "bot" if self.from_bot else "user"
+
+
+T = TypeVar("T")
+# what an SDK object built from a payload shape its platform never sends raises when read
+MALFORMED = (AttributeError, TypeError, ValueError, LookupError)
+
+
+def tolerant(normalize: Callable[[], T], logger: Any, event: str, **ids: object) -> T | None:
+    """``normalize()``, or None when the SDK object it reads is malformed (an SDK does not check
+    the payload's field types or presence): logged as ``event`` with ``ids``, never raised, so
+    one odd payload cannot stop intake (fuzzing)."""
+    try:
+        return normalize()
+    except MALFORMED as exc:
+        logger.warning(event, error=repr(exc)[:200], **ids)
+        return None
 
 
 # per_user (`runner.group_sessions_per_user`, read at each message) -> the message, or None

@@ -7,9 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
 from hermes_gateway.config import Config
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
+from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake, tolerant
 from hermes_gateway.seam.platform import SubmitOutcome
 from tests.harness import make_config
 
@@ -93,3 +97,19 @@ def test_the_bot_knows_itself_by_id_in_any_form() -> None:
     assert Inbound(event(), from_self=True, from_bot=True).sender == "self"
     assert Inbound(event(), from_bot=True).sender == "bot"
     assert Inbound(event()).sender == "user"
+
+
+def test_a_malformed_sdk_object_is_logged_and_ignored_other_bugs_are_not() -> None:
+    def missing() -> Inbound:
+        raise AttributeError("'Message' object has no attribute 'mentions'")
+
+    def bug() -> Inbound:
+        raise RuntimeError("a bug")
+
+    log = structlog.get_logger("test")
+    with capture_logs() as logs:
+        assert tolerant(missing, log, "toy.malformed", message_id="m1") is None
+    assert [(e["event"], e["message_id"]) for e in logs] == [("toy.malformed", "m1")]
+    assert "mentions" in logs[0]["error"]
+    with pytest.raises(RuntimeError):
+        tolerant(bug, log, "toy.malformed")
