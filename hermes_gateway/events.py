@@ -1,5 +1,5 @@
-"""The normalized shapes that cross every seam: inbound `MessageEvent`, `OutboundMessage`, and
-the one function that builds a `session_key`."""
+"""The normalized shapes that cross every seam: inbound `MessageEvent`, `OutboundMessage` (built
+only through `OutboundMessage.to`), and the one function that builds a `session_key`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 ChatType = Literal["dm", "group", "channel", "thread"]
 # who wrote an inbound message, as its adapter saw it: the bot's own messages and other bots'
@@ -165,21 +165,41 @@ class OutboundMessage:
     @classmethod
     def to(
         cls,
-        event: MessageEvent,
+        where: MessageEvent | Chat,
         text: str,
         kind: OutboundKind = "reply",
+        *,
+        answers: tuple[str, ...] | None = None,
         run_id: str = "",
         outcome: str = "",
+        skip_parts: int = 0,
+        error: str = "",
+        usage: Mapping[str, int] | None = None,
     ) -> OutboundMessage:
-        """A message back to where `event` came from, settling it."""
+        """The one way to build a message to send: to where ``where`` came from (its chat,
+        thread and session), settling ``answers``: by default that message; ``()`` for an
+        acknowledgement or a question that settles nothing. A `Chat` is a chat with no message
+        to answer."""
+        if isinstance(where, Chat):
+            return cls(where.platform, where.chat_id, text, "", answers=answers or (), kind=kind)
         return cls(
-            platform=event.platform,
-            chat_id=event.chat_id,
-            thread_id=event.thread_id,
+            platform=where.platform,
+            chat_id=where.chat_id,
+            thread_id=where.thread_id,
             text=text,
-            session_key=event.session_key,
-            answers=(event.message_id,),
+            session_key=where.session_key,
+            answers=(where.message_id,) if answers is None else answers,
             kind=kind,
             run_id=run_id,
+            skip_parts=skip_parts,
             outcome=outcome,
+            error=error,
+            usage=usage if usage is not None else {},
         )
+
+
+class Chat(NamedTuple):
+    """A chat to write to with no message to answer in it (the welcome after pairing)."""
+
+    platform: str
+    chat_id: str

@@ -23,10 +23,11 @@ from adapters.discord.inbound import command_event, looks_content_less, message_
 from adapters.discord.interactions import reply_context
 from adapters.discord.outbound import DiscordOutbox, snowflake
 from adapters.discord.settings import DiscordConfig
-from adapters.downloader import Downloader, origins
 from hermes_gateway.core.indicator import TypingIndicator
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.downloader import Downloader, origins
+from hermes_gateway.seam.intake import Inbound, Intake
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
 
 log = structlog.get_logger("hermes.adapters.discord")
@@ -49,6 +50,7 @@ class DiscordAdapter:
 
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
+        self.intake = Intake(host, self.name)
         self.outbox = DiscordOutbox(self._rest_client, host.remember_preview)
         self.downloader = Downloader(
             self.name,
@@ -280,21 +282,21 @@ class DiscordAdapter:
             log.exception("discord.message_failed", message_id=message.id)
 
     async def _take(self, message: discord.Message, bot_id: int) -> None:
-        per_user = self.host.config.runner.group_sessions_per_user
-        inbound = message_event(message, bot_id, per_user)
-        if inbound is None:
-            return
-        if looks_content_less(message):
-            self._warn_content_less()
-        key = inbound.event.message_id
-        self.outbox.hold(key)  # a refusal is posted to the channel, as no reply
+        def read(per_user: bool) -> Inbound | None:
+            inbound = message_event(message, bot_id, per_user)
+            if inbound is not None and looks_content_less(message):
+                self._warn_content_less()
+            return inbound
+
+        key = str(message.id)  # the event's message_id
 
         async def admitted(event: MessageEvent) -> MessageEvent:
             self.outbox.release(key)
             return event
 
+        self.outbox.hold(key)  # a refusal is posted to the channel, as no reply
         try:
-            await self.host.submit(inbound.event, sender=inbound.sender, admitted=admitted)
+            await self.intake.take(read, admitted=admitted)
         finally:
             self.outbox.release(key)
 
@@ -314,25 +316,25 @@ class DiscordAdapter:
     async def _take_command(
         self, interaction: discord.Interaction[Any], name: str, args: str
     ) -> None:
-        per_user = self.host.config.runner.group_sessions_per_user
-        event = command_event(interaction, name, args, per_user)
-        if event is None:
-            return
+        key = str(interaction.id)  # the event's message_id
 
         async def admitted(event: MessageEvent) -> MessageEvent:
-            self.outbox.release(event.message_id)
+            self.outbox.release(key)
             if await self.outbox.defer(interaction, event.session_key):
                 return replace(event, reply_context=reply_context(interaction))  # for a replay
             return event
 
-        self.outbox.hold(event.message_id, interaction)  # a refusal answers it privately
+        self.outbox.hold(key, interaction)  # a refusal answers it privately
         try:
-            outcome = await self.host.submit(event, admitted=admitted)
+            taken = await self.intake.take(
+                lambda per_user: command_event(interaction, name, args, per_user),
+                admitted=admitted,
+            )
         finally:
-            self.outbox.release(event.message_id)
-        if outcome == "closed":
+            self.outbox.release(key)
+        if taken.outcome == "closed" and taken.event is not None:
             text = "The gateway is restarting; please try again in a moment."
-            await self.send(OutboundMessage.to(event, text, "notice"))
+            await self.send(OutboundMessage.to(taken.event, text, "notice"))
 
     # -- delivery -----------------------------------------------------------------------------
 

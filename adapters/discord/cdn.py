@@ -16,9 +16,9 @@ import structlog
 import yarl
 
 import discord
-from adapters.downloader import Downloader, LinkRefusedError, allowed_url
 from hermes_gateway.errors import PermanentAdapterError, TransientAdapterError
 from hermes_gateway.events import Attachment
+from hermes_gateway.seam.downloader import Downloader, LinkRefusedError, allowed_url
 
 log = structlog.get_logger("hermes.adapters.discord")
 # a link this close to its expiry may die mid-download: renew it first

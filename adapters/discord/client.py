@@ -19,20 +19,10 @@ from adapters.shims.discordpy import gateway_parsers
 from adapters.shims.discordpy import point_at as point_at
 from adapters.shims.discordpy import restore as restore
 from discord import app_commands
-from hermes_gateway.core.commands import Commands
+from hermes_gateway.core.commands import CommandInfo, menu
 
 log = structlog.get_logger("hermes.adapters.discord")
 
-DESCRIPTIONS = {
-    "stop": "Stop what I'm doing now",
-    "new": "Start a new conversation (forget this one's history)",
-    "status": "What this session is doing",
-    "help": "List the commands",
-    "model": "Which model answers",
-    "queue": "Answer a message after the current work, as its own turn",
-    "steer": "Add guidance to the work in progress",
-}
-TAKES_TEXT = frozenset({"queue", "steer"})
 _VITAL = frozenset({"READY", "RESUMED"})  # without these the session is broken anyway
 
 OnCommand = Callable[["discord.Interaction[Any]", str, str], Awaitable[None]]
@@ -81,8 +71,8 @@ class HermesClient(discord.Client):
         self.events = events
         self.identify_delay = config.identify_delay_s
         self.tree: app_commands.CommandTree[HermesClient] = _Tree(self)
-        for name in sorted(Commands.NAMES):
-            self.tree.add_command(_command(name, events.on_command))
+        for info in menu():
+            self.tree.add_command(_command(info, events.on_command))
         _guard_parsers(gateway_parsers(self))
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
@@ -128,11 +118,11 @@ class _Tree(app_commands.CommandTree[HermesClient]):
         log.error("discord.command_failed", error=repr(error), interaction_id=interaction.id)
 
 
-def _command(name: str, on_command: OnCommand) -> app_commands.Command[Any, Any, None]:
-    description = DESCRIPTIONS.get(name, f"The /{name} command")
-    if name in TAKES_TEXT:
+def _command(info: CommandInfo, on_command: OnCommand) -> app_commands.Command[Any, Any, None]:
+    name, description = info.name, info.description
+    if info.argument:
 
-        @app_commands.describe(message="Your message")
+        @app_commands.describe(message=f"Your {info.argument}")
         async def with_text(interaction: discord.Interaction[Any], message: str) -> None:
             await on_command(interaction, name, message)
 

@@ -4,14 +4,15 @@ channel, thread), whether the bot was addressed, the text without the bot's ment
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
 
 import discord
 from hermes_gateway.core.commands import parse_command
-from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
+from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.seam.intake import Inbound, tolerant
 
 log = structlog.get_logger("hermes.adapters.discord")
 PLATFORM = "discord"
@@ -21,19 +22,6 @@ _USER_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply}
 Where = tuple[ChatType, str, str | None]  # chat_type, chat_id, thread_id
 
 
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A normalized message plus who wrote it, for the access policy."""
-
-    event: MessageEvent
-    from_self: bool
-    from_bot: bool
-
-    @property
-    def sender(self) -> Sender:
-        return "self" if self.from_self else "bot" if self.from_bot else "user"
-
-
 def message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbound | None:
     """The event for a user's message, or None for what is not a conversation message (system
     messages such as pins and joins, group DMs).
@@ -41,12 +29,8 @@ def message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbo
     Never raises: discord.py builds a `Message` from a payload missing fields Discord always
     sends (``mentions``...) without those attributes; such a message is logged and ignored
     (fuzzing)."""
-    try:
-        return _message_event(message, bot_id, per_user)
-    except (AttributeError, TypeError, ValueError, LookupError) as exc:
-        message_id = getattr(message, "id", None)
-        log.warning("discord.message_malformed", message_id=message_id, error=repr(exc)[:200])
-        return None
+    read = partial(_message_event, message, bot_id, per_user)
+    return tolerant(read, log, "discord.message_malformed", message_id=getattr(message, "id", None))
 
 
 def _message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inbound | None:
@@ -80,7 +64,7 @@ def _message_event(message: discord.Message, bot_id: int, per_user: bool) -> Inb
 
 def command_event(
     interaction: discord.Interaction[Any], name: str, args: str, per_user: bool
-) -> MessageEvent | None:
+) -> Inbound | None:
     """A slash command as the same text a user would type (``/queue do this``)."""
     channel_id = interaction.channel_id
     if channel_id is None:
@@ -89,7 +73,7 @@ def command_event(
     if where is None:
         return None
     chat_type, chat_id, thread_id = where
-    return MessageEvent.create(
+    event = MessageEvent.create(
         platform=PLATFORM,
         chat_type=chat_type,
         chat_id=chat_id,
@@ -101,6 +85,7 @@ def command_event(
         user_name=interaction.user.name,
         mentioned=True,
     )
+    return Inbound(event)  # only a person can run a slash command
 
 
 def _where(channel: Any, channel_id: int, in_guild: bool) -> Where | None:

@@ -20,7 +20,7 @@ from slack_bolt.app.async_app import AsyncApp
 
 from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack.api import SlackWeb, file_downloader
-from adapters.slack.events import BotIdentity, Recent, normalize
+from adapters.slack.events import Recent, normalize
 from adapters.slack.http import serve_event
 from adapters.slack.progress import Previews, Progress
 from adapters.slack.settings import SlackConfig
@@ -37,6 +37,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
 from hermes_gateway.text.markup import split_rendered_slack
 
@@ -52,11 +53,12 @@ class SlackAdapter:
 
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
+        self.intake = Intake(host, self.name)
         self.web: SlackWeb | None = None
         self.app: AsyncApp | None = None
         self.socket: AsyncSocketModeHandler | None = None
         self._hello_on: object | None = None  # the socket session that said hello
-        self._me = BotIdentity("", "")  # from auth.test, before any event can arrive
+        self._me = BotIdentity("")  # from auth.test, before any event can arrive
         self._accepting = False
         self._stopped = False
         self._auth_failed = False
@@ -98,7 +100,7 @@ class SlackAdapter:
     async def _bring_up(self) -> None:
         assert self.web is not None
         auth = await self.web.auth_test()
-        self._me = BotIdentity(str(auth.get("user_id") or ""), str(auth.get("bot_id") or ""))
+        self._me = BotIdentity(str(auth.get("user_id") or ""), bot_id=str(auth.get("bot_id") or ""))
         app = self._build_app(auth)
         if self.config.mode == "socket":
             handler = AckingSocketHandler(
@@ -224,27 +226,34 @@ class SlackAdapter:
 
     async def _intake(self, raw: Any) -> bool:
         """False when the store could not take the event (it is then not acked)."""
-        per_user = self.host.config.runner.group_sessions_per_user
-        inbound = normalize(raw, self._me, per_user=per_user)
-        if inbound is None:
-            log.debug("slack.ignored", type=_field(raw, "type"), subtype=_field(raw, "subtype"))
+
+        def read(per_user: bool) -> Inbound | None:
+            inbound = normalize(raw, self._me, per_user=per_user)
+            if inbound is None:
+                log.debug("slack.ignored", type=_field(raw, "type"), subtype=_field(raw, "subtype"))
+            return inbound
+
+        durable = self.config.mode == "socket"
+        taken = await self.intake.take(read, durable=durable, screen=self._screen)
+        event = taken.event
+        if event is None:
             return True
-        event = inbound.event
+        if taken.keep:
+            self._seen.discard((event.chat_id, event.message_id))  # its redelivery is new
+            return False
+        if taken.outcome == "accepted" and event.chat_type == "thread":
+            self._threads.add((event.chat_id, event.thread_id))
+        return True
+
+    async def _screen(self, event: MessageEvent) -> MessageEvent | None:
         # the app_mention + message pair and retried deliveries share the ts; the inbox folds
         # them durably, this spares the second one an access check and a pairing reply
         if not self._seen.add((event.chat_id, event.message_id)):
             log.debug("slack.duplicate", channel=event.chat_id, ts=event.message_id)
-            return True
+            return None
         if not event.mentioned and await self._follows_thread(event):
-            event = replace(event, mentioned=True)
-        durable = self.config.mode == "socket"
-        outcome = await self.host.submit(event, durable=durable, sender=inbound.sender)
-        if outcome == "unavailable":
-            self._seen.discard((event.chat_id, event.message_id))  # its redelivery is new
-            return False
-        if outcome == "accepted" and event.chat_type == "thread":
-            self._threads.add((event.chat_id, event.thread_id))
-        return True
+            return replace(event, mentioned=True)
+        return event
 
     async def _follows_thread(self, event: MessageEvent) -> bool:
         """A reply in a thread the bot already answers in needs no mention: known from this

@@ -13,7 +13,6 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.downloader import Downloader, origins
 from adapters.slack.settings import SlackConfig
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -22,6 +21,7 @@ from hermes_gateway.errors import (
     RateLimitedError,
     TransientAdapterError,
 )
+from hermes_gateway.seam.downloader import Downloader, origins
 from hermes_gateway.seam.retry import with_retry
 
 T = TypeVar("T")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
+from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.seam.intake import BotIdentity, Inbound
 
 # plain messages, messages with files, thread replies also sent to the channel; every other
 # subtype (message_changed, message_deleted, channel_join, bot_message, ...) is ignored
@@ -17,27 +17,6 @@ HANDLED_SUBTYPES = frozenset({"", "file_share", "thread_broadcast"})
 _DM_CHANNEL_TYPES = frozenset({"im"})
 _LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
 _ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
-
-
-@dataclass(frozen=True, slots=True)
-class BotIdentity:
-    """Who the app is, from `auth.test`."""
-
-    user_id: str
-    bot_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A normalized message and who sent it, for the access policy."""
-
-    event: MessageEvent
-    from_self: bool
-    from_bot: bool
-
-    @property
-    def sender(self) -> Sender:
-        return "self" if self.from_self else "bot" if self.from_bot else "user"
 
 
 def normalize(raw: Any, me: BotIdentity, *, per_user: bool = True) -> Inbound | None:
@@ -75,7 +54,7 @@ def normalize(raw: Any, me: BotIdentity, *, per_user: bool = True) -> Inbound | 
         reply_to=thread_ts if thread_ts and thread_ts != ts else None,
         mentioned=dm or raw.get("type") == "app_mention" or mentions(text, me.user_id),
     )
-    from_self = user == me.user_id or (bool(bot_id) and bot_id == me.bot_id)
+    from_self = me.is_me(user) or (bool(bot_id) and bot_id == me.bot_id)
     return Inbound(event, from_self=from_self, from_bot=bool(bot_id))
 
 

@@ -18,16 +18,12 @@ from aiohttp import web
 
 from adapters.telegram.delivery import Outbox, Sender, call, chat_ref
 from adapters.telegram.http import AiohttpRequest
-from adapters.telegram.normalize import BotIdentity, normalize
+from adapters.telegram.media import file_downloader, locator
+from adapters.telegram.normalize import normalize
 from adapters.telegram.poller import Poller
 from adapters.telegram.settings import TelegramConfig
-from adapters.telegram.transport import (
-    PollMonitor,
-    PollRequest,
-    TokenLock,
-    bounded,
-    download_media,
-)
+from adapters.telegram.transport import PollMonitor, PollRequest, TokenLock, bounded
+from hermes_gateway.core.commands import menu
 from hermes_gateway.core.indicator import TypingIndicator
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -36,6 +32,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.intake import BotIdentity, Intake
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
 from telegram import BotCommand, Update
 from telegram.constants import ChatAction
@@ -46,15 +43,11 @@ log = structlog.get_logger("hermes.adapters.telegram")
 App = Application[Any, Any, Any, Any, Any, Any]
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ["message"]  # ask only for what we handle; the rest is ignored anyway
-COMMANDS = [
-    ("stop", "Stop what I'm doing now"),
-    ("new", "Start a new conversation"),
-    ("status", "What this session is doing"),
-    ("help", "List the commands"),
-    ("queue", "Answer this after the current work"),
-    ("steer", "Add guidance to the work in progress"),
-    ("model", "Which model answers"),
-]
+
+
+def bot_commands() -> list[BotCommand]:
+    """The gateway's commands as Telegram's command menu (`setMyCommands`) lists them."""
+    return [BotCommand(c.name, c.description) for c in menu()]
 
 
 class TelegramAdapter:
@@ -74,6 +67,7 @@ class TelegramAdapter:
 
     def __init__(self, host: AdapterHost) -> None:
         self.host = host
+        self.intake = Intake(host, self.name)
         self.monitor = PollMonitor()
         self.lock = TokenLock(host.config.home_path, self.config.token)
         t = self.request_timeout
@@ -88,6 +82,8 @@ class TelegramAdapter:
             self.poller = self._build_poller()
         sender = Sender(self.app.bot, self.transport)
         self.outbox = Outbox(sender, self.edit_interval, host.remember_preview)
+        media, section = host.config.home_path / "media", self.config
+        self.files = file_downloader(media, section.media_max_bytes, section.base_file_url)
         self.me: BotIdentity | None = None
         self._state = "not started"
         self._attempts = 0
@@ -178,6 +174,7 @@ class TelegramAdapter:
         if self.typing is not None:
             self.typing.stop_all()
         await self.outbox.close()
+        await self.files.aclose()
         if self.app.running:
             await self.stop()
         await bounded(self.app.shutdown(), 5, "telegram.shutdown")
@@ -235,7 +232,7 @@ class TelegramAdapter:
         self._state = "connecting to Telegram"
         try:
             await self.app.initialize()  # getMe
-            self.me = BotIdentity(self.app.bot.id, self.app.bot.username)
+            self.me = BotIdentity(str(self.app.bot.id), self.app.bot.username)
             await self._register_commands()
             if not self.app.running:
                 await self.app.start()
@@ -277,7 +274,7 @@ class TelegramAdapter:
             log.error("telegram.token_rejected", error=str(exc))
 
     async def _register_commands(self) -> None:
-        commands = [BotCommand(name, text) for name, text in COMMANDS]
+        commands = bot_commands()
         try:
             await call(lambda: self.app.bot.set_my_commands(commands))
         except AdapterError as exc:  # the commands still work, they are just not suggested
@@ -340,16 +337,13 @@ class TelegramAdapter:
             return True
 
     async def _handle(self, update: Update) -> bool:
-        if self.me is None:
+        me = self.me
+        if me is None:
             return True
-        per_user = self.host.config.runner.group_sessions_per_user
-        inbound = normalize(update, self.me, per_user=per_user)
-        if inbound is None:
-            return True
-        event = inbound.event
-        outcome = await self.host.submit(event, durable=True, sender=inbound.sender)
-        log.debug("telegram.submitted", outcome=outcome, message_id=event.message_id)
-        return outcome != "unavailable"
+        taken = await self.intake.take(
+            lambda per_user: normalize(update, me, per_user=per_user), durable=True
+        )
+        return not taken.keep
 
     # -- delivery ----------------------------------------------------------------------
 
@@ -389,7 +383,8 @@ class TelegramAdapter:
         )
 
     async def download(self, attachment: Attachment) -> Path:
-        """Fetch an attachment into ``<home>/media`` (never at intake); files over
-        `media_max_bytes` raise `PermanentAdapterError`."""
-        media = self.host.config.home_path / "media"
-        return await download_media(self.app.bot, attachment, self.config.media_max_bytes, media)
+        """Fetch an attachment into ``<home>/media`` (never at intake), streamed; a file over
+        `media_max_bytes` (as announced, as getFile says, or as it arrives) raises
+        `PermanentAdapterError`."""
+        self.files.cap = self.config.media_max_bytes  # the cap in force: a reload may change it
+        return await self.files.fetch(attachment, locate=locator(self.app.bot))

@@ -3,12 +3,13 @@ whether the bot was addressed (@username, a reply to it, `/cmd@botname`), mentio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
 
-from hermes_gateway.events import Attachment, ChatType, MessageEvent, Sender
+from hermes_gateway.events import Attachment, ChatType, MessageEvent
+from hermes_gateway.seam.intake import BotIdentity, Inbound, tolerant
 from telegram import Message, MessageEntity, Update
 
 log = structlog.get_logger("hermes.adapters.telegram")
@@ -19,25 +20,6 @@ CHAT_TYPES: dict[str, ChatType] = {
     "supergroup": "group",
     "channel": "channel",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class BotIdentity:
-    id: int
-    username: str
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A normalized message and what access control needs to know about its sender."""
-
-    event: MessageEvent
-    from_self: bool
-    from_bot: bool
-
-    @property
-    def sender(self) -> Sender:
-        return "self" if self.from_self else "bot" if self.from_bot else "user"
 
 
 def update_kind(update: Update) -> str:
@@ -56,18 +38,20 @@ def normalize(update: Update, me: BotIdentity, *, per_user: bool = True) -> Inbo
 
     Never raises: PTB does not check field types, so a shape Telegram does not send (a list
     for a text, a message without a chat) is logged and ignored too (fuzzing)."""
-    try:
-        return _normalize(update, me, per_user)
-    except (AttributeError, TypeError, ValueError, LookupError) as exc:
-        update_id = getattr(update, "update_id", None)
-        log.warning("telegram.update_malformed", update_id=update_id, error=repr(exc)[:200])
-        return None
+    read = partial(_normalize, update, me, per_user)
+    return tolerant(
+        read, log, "telegram.update_malformed", update_id=getattr(update, "update_id", None)
+    )
 
 
 def _normalize(update: Update, me: BotIdentity, per_user: bool) -> Inbound | None:
     msg = update.message
     if msg is None:
-        log.debug("telegram.update_ignored", kind=update_kind(update), update_id=update.update_id)
+        log.debug(
+            "telegram.update_ignored",
+            kind=update_kind(update),
+            update_id=getattr(update, "update_id", None),
+        )
         return None
     user = msg.from_user
     chat_type = CHAT_TYPES.get(msg.chat.type)
@@ -104,7 +88,7 @@ def _normalize(update: Update, me: BotIdentity, per_user: bool) -> Inbound | Non
         reply_to=_reply_to(msg),
         mentioned=mentioned,
     )
-    return Inbound(event, from_self=user.id == me.id, from_bot=bool(user.is_bot))
+    return Inbound(event, from_self=me.is_me(user.id), from_bot=bool(user.is_bot))
 
 
 def _addressing(
@@ -119,7 +103,7 @@ def _addressing(
         piece = units[start * 2 : end * 2].decode("utf-16-le", "replace")
         named = entity.type == MessageEntity.MENTION and piece[1:].lower() == me.username.lower()
         linked = entity.type == MessageEntity.TEXT_MENTION and entity.user is not None
-        if named or (linked and entity.user is not None and entity.user.id == me.id):
+        if named or (linked and entity.user is not None and me.is_me(entity.user.id)):
             mentioned = True
             cuts.append((start, end))
         elif entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
@@ -156,7 +140,7 @@ def _replies_to_bot(msg: Message, me: BotIdentity) -> bool:
     reply = msg.reply_to_message
     if reply is None or _reply_to(msg) is None:
         return False
-    return reply.from_user is not None and reply.from_user.id == me.id
+    return reply.from_user is not None and me.is_me(reply.from_user.id)
 
 
 def _reply_to(msg: Message) -> str | None:

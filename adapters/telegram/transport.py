@@ -1,6 +1,5 @@
 """Telegram transport pieces: the watched getUpdates transport (what `/readyz` reports about
-polling), the per-token lock file that keeps two gateways on one host apart, and media
-downloads."""
+polling) and the per-token lock file that keeps two gateways on one host apart."""
 
 from __future__ import annotations
 
@@ -10,19 +9,13 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from adapters.telegram.delivery import call
 from adapters.telegram.http import AiohttpRequest
-from hermes_gateway.errors import PermanentAdapterError
-from hermes_gateway.events import Attachment
-from hermes_gateway.seam.retry import with_retry
-from telegram import Bot
 from telegram.request import RequestData
 
 log = structlog.get_logger("hermes.adapters.telegram")
@@ -166,32 +159,6 @@ class TokenLock:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-
-
-async def download_media(bot: Bot, attachment: Attachment, cap: int, folder: Path) -> Path:
-    """Fetch ``attachment`` into ``folder`` through getFile; bigger than ``cap`` bytes (as
-    announced, as getFile says, or as downloaded) raises `PermanentAdapterError`."""
-
-    def check(size: int | None) -> None:
-        if (size or 0) > cap:
-            raise PermanentAdapterError(f"{attachment.name} is {size} bytes (the cap is {cap})")
-
-    check(attachment.size)
-    file = await with_retry(
-        lambda: call(lambda: bot.get_file(attachment.file_id)), what="telegram.getFile"
-    )
-    check(file.file_size)
-    data = await with_retry(lambda: call(file.download_as_bytearray), what="telegram.download")
-    check(len(data))
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", attachment.name).lstrip(".") or "file"
-    path = folder / f"{file.file_unique_id}-{name}"
-    await asyncio.to_thread(_write, path, bytes(data))
-    return path
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
 
 
 async def bounded(coro: Any, seconds: float, what: str) -> None:

@@ -169,9 +169,7 @@ class GatewayToolHost:
             reason=plain(request.reason),
             timeout=self.approval_timeout_s,
         )
-        out = OutboundMessage(
-            event.platform, event.chat_id, text, event.session_key, event.thread_id, (), "notice"
-        )
+        out = OutboundMessage.to(event, text, "notice", answers=())  # a question: settles nothing
         log.info("approval.asked", session_key=request.session_key, reason=request.reason)
         if not await self.delivery.send(out, [], outcome="approval", event=event):
             self.pending.pop(request.session_key, None)

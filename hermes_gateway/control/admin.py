@@ -11,7 +11,7 @@ from aiohttp import web
 
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.errors import RequestError
-from hermes_gateway.events import OutboundMessage
+from hermes_gateway.events import Chat, OutboundMessage
 from hermes_gateway.seam.pairing import Approved, PairingBook, PairingError
 from hermes_gateway.seam.platform import Adapter
 
@@ -69,13 +69,7 @@ class AdminRoutes:
     async def _welcome(self, approved: Approved) -> None:
         if approved.platform not in self.adapters or not approved.chat_id:
             return
-        out = OutboundMessage(
-            platform=approved.platform,
-            chat_id=approved.chat_id,
-            text=WELCOME,
-            session_key="",
-            kind="notice",
-        )
+        out = OutboundMessage.to(Chat(approved.platform, approved.chat_id), WELCOME, "notice")
         await self.delivery.send(out, outcome="pairing")
 
 

@@ -7,6 +7,7 @@ They bypass the session guard: a command is answered at once, whatever the agent
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
@@ -30,17 +31,48 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("hermes.commands")
 
-HELP = """Commands:
-/stop - stop what I'm doing now (the session takes new messages at once)
-/new - start a new conversation (forget this one's history)
-/status - what this session is doing
-/queue <message> - answer this after the current work, as its own turn
-/steer <message> - add guidance to the work in progress
-/model - which model answers
-/approve, /deny - answer my request to run a command
-/compact - summarize the older part of this conversation now
-/help - this list"""
 
+@dataclass(frozen=True, slots=True)
+class CommandInfo:
+    """One gateway command as `/help` and the platforms' command menus show it."""
+
+    name: str
+    summary: str  # what it does, as a `/help` line says it
+    argument: str = ""  # the text it takes after its name ("message"), if any
+    approvals: bool = False  # only where the platform can ask the user for an approval
+
+    @property
+    def description(self) -> str:
+        """The summary as a menu entry shows it (capitalized)."""
+        return self.summary[:1].upper() + self.summary[1:]
+
+
+# the one list of commands: `/help`, the parser, and every platform's menu come from it
+MENU: tuple[CommandInfo, ...] = (
+    CommandInfo("stop", "stop what I'm doing now (the session takes new messages at once)"),
+    CommandInfo("new", "start a new conversation (forget this one's history)"),
+    CommandInfo("status", "what this session is doing"),
+    CommandInfo("queue", "answer this after the current work, as its own turn", "message"),
+    CommandInfo("steer", "add guidance to the work in progress", "message"),
+    CommandInfo("model", "which model answers"),
+    CommandInfo("approve", "let me run the command I asked about", approvals=True),
+    CommandInfo("deny", "refuse the command I asked to run", approvals=True),
+    CommandInfo("compact", "summarize the older part of this conversation now"),
+    CommandInfo("help", "list the commands"),
+)
+
+
+def menu(*, approvals: bool = True) -> tuple[CommandInfo, ...]:
+    """The commands a platform's menu lists; ``approvals``: it can ask approval questions."""
+    return tuple(c for c in MENU if approvals or not c.approvals)
+
+
+def _help_line(c: CommandInfo) -> str:
+    argument = f" <{c.argument}>" if c.argument else ""
+    return f"/{c.name}{argument} - {c.summary}"
+
+
+HELP = "\n".join(["Commands:", *map(_help_line, MENU)])
 ALIASES = {"reset": "new", "cancel": "stop", "q": "queue"}
 
 
@@ -58,9 +90,7 @@ def parse_command(text: str) -> tuple[str, str] | None:
 
 
 class Commands:
-    NAMES = frozenset(
-        {"stop", "new", "status", "help", "model", "queue", "steer", "approve", "deny", "compact"}
-    )
+    NAMES = frozenset(c.name for c in MENU)
 
     def __init__(
         self,
@@ -110,17 +140,7 @@ class Commands:
         text: str,
         extra: tuple[str, ...] = (),
     ) -> None:
-        out = OutboundMessage.to(event, text, kind="notice")
-        if extra:
-            out = OutboundMessage(
-                out.platform,
-                out.chat_id,
-                text,
-                out.session_key,
-                out.thread_id,
-                (event.message_id, *extra),
-                "notice",
-            )
+        out = OutboundMessage.to(event, text, "notice", answers=(event.message_id, *extra))
         await self.delivery.send(out, inbox_ids, outcome="command", event=event)
 
     async def _stop(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
@@ -276,7 +296,5 @@ class Commands:
 
     async def _ack(self, event: MessageEvent, text: str) -> None:
         # an acknowledgement settles nothing: the real answer comes with the run
-        out = OutboundMessage(
-            event.platform, event.chat_id, text, event.session_key, event.thread_id, (), "notice"
-        )
+        out = OutboundMessage.to(event, text, "notice", answers=())
         await self.delivery.send(out, [], outcome="ack", event=event)

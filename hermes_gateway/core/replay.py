@@ -169,12 +169,9 @@ class Replayer:
         sent = min(u.parts_sent for u in group)
         if sent == 0:  # else the preview, if any, is already the reply's first part
             self._adopt(event, [previews.get(u.inbox_id) for u in group])
-        out = OutboundMessage(
-            platform=event.platform,
-            chat_id=event.chat_id,
-            thread_id=event.thread_id,
-            text=newest[0].reply,
-            session_key=event.session_key,
+        out = OutboundMessage.to(
+            event,
+            newest[0].reply,
             answers=tuple(u.event.message_id for u in newest),
             run_id=newest[0].run_id,
             skip_parts=sent,

@@ -89,14 +89,11 @@ class Settler:
         # the newest message is the one a platform quotes; the rest are settled with it
         ordered = sorted(items, key=lambda p: p.event.received_at, reverse=True)
         event = run.primary
-        out = OutboundMessage(
-            platform=event.platform,
-            chat_id=event.chat_id,
-            thread_id=event.thread_id,
-            text=text,
-            session_key=run.key,
+        out = OutboundMessage.to(
+            event,  # every message of a run is of its session (`run.key`)
+            text,
+            kind,  # type: ignore[arg-type]
             answers=tuple(p.event.message_id for p in ordered),
-            kind=kind,  # type: ignore[arg-type]
             run_id=run.run_id,
             outcome=outcome,
             **extra,

@@ -1,3 +1,3 @@
 """The adapter seam: what a platform adapter implements and what the core offers it (the
-adapter import through a platform's spec, access and pairing on intake, the retry helper for
-platform calls)."""
+adapter import through a platform's spec, the intake every message takes, access and pairing
+on intake, the one attachment downloader, the retry helper for platform calls)."""

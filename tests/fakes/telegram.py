@@ -62,6 +62,7 @@ QUERY_TOO_OLD = "query is too old and response timeout expired or query ID is in
 COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]{3,32})?")
 MENTION_RE = re.compile(r"(?<![\w@/])@[A-Za-z0-9_]{5,32}\b")
 COMMAND_NAME_RE = re.compile(r"[a-z0-9_]{1,32}")
+DOWNLOAD_CHUNK = 64 * 1024  # file downloads are streamed in pieces this size
 
 
 class ApiError(Exception):
@@ -308,6 +309,10 @@ class FakeTelegram(FakeServer):
         self.chat_actions: list[tuple[int | str, str]] = []
         self.callback_answers: list[JSON] = []
         self.commands: list[JSON] = []
+        # file downloads: bytes written to the client, by file_path (a client that hangs up
+        # early leaves a smaller count); `download_length` False sends no Content-Length
+        self.downloaded: Counter[str] = Counter()
+        self.download_length = True
         self.webhook: JSON | None = None
         self.webhook_deliveries: list[JSON] = []
         # Everything below belongs to the fake's loop.
@@ -463,10 +468,11 @@ class FakeTelegram(FakeServer):
         caption: str | None = None,
         mime_type: str = "text/plain",
         message_id: int | None = None,
+        announced_size: int | None = None,
         **kw: Any,
     ) -> JSON:
         def run() -> JSON:
-            file = self._register_file(file_bytes, file_name, "documents")
+            file = self._register_file(file_bytes, file_name, "documents", announced_size)
             doc = {**_file_object(file), "file_name": file_name, "mime_type": mime_type}
             return self._user_message(chat_id, message_id, kw, document=doc, **_caption(caption))
 
@@ -649,10 +655,12 @@ class FakeTelegram(FakeServer):
                 self._new_message_id(chat["id"], mid)
                 self._messages[(chat["id"], mid)] = payload
 
-    def _register_file(self, data: bytes, name: str, folder: str) -> JSON:
+    def _register_file(self, data: bytes, name: str, folder: str, size: int | None = None) -> JSON:
+        """``size``: the file_size announced (in the message and by getFile), if not the real."""
         n = len(self._files) + 1
         suffix = name[name.rfind(".") :] if "." in name else ""
-        file: JSON = {"file_id": f"{folder}-{n}", "file_unique_id": f"u{n}", "file_size": len(data)}
+        announced = len(data) if size is None else size
+        file: JSON = {"file_id": f"{folder}-{n}", "file_unique_id": f"u{n}", "file_size": announced}
         file.update(file_path=f"{folder}/file_{n}{suffix}", data=data)
         self._files[file["file_id"]] = file
         return file
@@ -832,7 +840,19 @@ class FakeTelegram(FakeServer):
         file = next((f for f in self._files.values() if f["file_path"] == path), None)
         if file is None:
             return ApiError(404, "Not Found").response()
-        return web.Response(body=file["data"], content_type="application/octet-stream")
+        data = memoryview(file["data"])
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        if self.download_length:
+            resp.content_length = len(data)
+        await resp.prepare(request)
+        try:
+            for start in range(0, len(data), DOWNLOAD_CHUNK):
+                await resp.write(data[start : start + DOWNLOAD_CHUNK])
+                self.downloaded[path] += len(data[start : start + DOWNLOAD_CHUNK])
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):  # the client hung up: count what it was sent
+            pass
+        return resp
 
     async def _send_upload(self, p: JSON, kind: str) -> JSON:
         chat_id = _chat_id(p)

@@ -19,12 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from adapters.slack.events import BotIdentity as SlackBot
 from adapters.slack.events import normalize as slack_normalize
-from adapters.telegram.normalize import BotIdentity as TelegramBot
 from adapters.telegram.normalize import normalize as telegram_normalize
 from adapters.telegram.poller import parse_updates
 from hermes_gateway.events import CHAT_TYPES, MessageEvent
+from hermes_gateway.seam.intake import BotIdentity
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import make_attachment, make_message, make_user, snowflake
 from tests.fakes.openai import FakeOpenAI
@@ -83,7 +82,7 @@ TELEGRAM_BASES: list[dict[str, Any]] = [
     ),
     make_update(5, "edited_message", tg_message(11, make_chat(555), ALICE, "edited", edit_date=1)),
 ]
-ME = TelegramBot(123, "hermes_bot")
+ME = BotIdentity("123", "hermes_bot")
 
 
 @FUZZ
@@ -129,7 +128,7 @@ SLACK_BASES: list[dict[str, Any]] = [
     ),
     {"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1.5", "text": "<@U0BOT> hey"},
 ]
-SLACK_ME = SlackBot("U0BOT", "B0BOT")
+SLACK_ME = BotIdentity("U0BOT", bot_id="B0BOT")
 
 
 @FUZZ

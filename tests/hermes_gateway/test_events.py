@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage, build_session_key
+from hermes_gateway.events import (
+    Attachment,
+    Chat,
+    MessageEvent,
+    OutboundMessage,
+    build_session_key,
+)
 from hermes_gateway.store.store import event_from_json
 
 
@@ -153,6 +161,38 @@ class TestOutboundMessage:
         assert (out.text, out.kind, out.run_id) == ("answer", "notice", "r1")
 
     def test_reply_to_is_the_first_answer(self) -> None:
-        out = OutboundMessage("slack", "C1", "merged", "k", answers=("a", "b"))
+        event = _event(chat_type="thread", chat_id="C1", thread_id="171.5", message_id="m42")
+        out = OutboundMessage.to(event, "merged", answers=("a", "b"))
         assert out.reply_to == "a"
-        assert OutboundMessage("slack", "C1", "notice", "k").reply_to is None
+        assert OutboundMessage.to(event, "notice", "notice", answers=()).reply_to is None
+
+    def test_a_chat_with_no_message_gets_a_message_that_settles_nothing(self) -> None:
+        out = OutboundMessage.to(Chat("telegram", "555"), "welcome", "notice")
+        assert (out.platform, out.chat_id, out.thread_id, out.session_key) == (
+            "telegram",
+            "555",
+            None,
+            "",
+        )
+        assert (out.answers, out.kind, out.text) == ((), "notice", "welcome")
+
+    def test_the_local_api_fields_pass_through(self) -> None:
+        out = OutboundMessage.to(
+            _event(), "x", "error", outcome="failed", error="boom", usage={"total_tokens": 3}
+        )
+        assert (out.outcome, out.error, dict(out.usage)) == ("failed", "boom", {"total_tokens": 3})
+        assert OutboundMessage.to(_event(), "x", skip_parts=2).skip_parts == 2
+
+    def test_product_code_builds_outbound_messages_only_through_to(self) -> None:
+        """One constructor: a message built field by field elsewhere is how fields drifted."""
+        root = Path(__file__).resolve().parents[2]
+        offenders = []
+        for package in ("hermes_gateway", "adapters"):
+            for path in sorted((root / package).rglob("*.py")):
+                for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                    if not isinstance(node, ast.Call):
+                        continue
+                    name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                    if name == "OutboundMessage":
+                        offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+        assert offenders == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_gateway.core.commands import HELP, Commands
+from hermes_gateway.core.commands import HELP, Commands, menu
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import make_member, make_message, make_user, snowflake
 from tests.fakes.openai import FakeOpenAI, text
@@ -183,7 +183,9 @@ async def test_slash_commands_are_synced_and_answered_through_the_interaction(
         await eventually(lambda: len(fake.interaction_responses) == 4)
         fake.send_interaction("help", user_id=ALICE, guild=False)
         await eventually(lambda: len(fake.interaction_responses) == 6)
-    assert {c["name"] for c in fake.commands} == set(Commands.NAMES)
+    assert {c["name"]: c["description"] for c in fake.commands} == {
+        c.name: c.description for c in menu()
+    }
     options = {c["name"]: [o["name"] for o in c.get("options", [])] for c in fake.commands}
     assert options["queue"] == options["steer"] == ["message"]
     defer, status, defer2, queued, _defer3, help_reply = fake.interaction_responses

@@ -12,10 +12,12 @@ import pytest
 from telegram import Update
 
 from adapters.telegram.adapter import TelegramAdapter
-from adapters.telegram.normalize import BotIdentity, normalize
+from adapters.telegram.normalize import normalize
 from hermes_gateway.config import Config
+from hermes_gateway.core.commands import Commands, menu
 from hermes_gateway.errors import PermanentAdapterError
 from hermes_gateway.events import MessageEvent
+from hermes_gateway.seam.intake import BotIdentity
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram, make_chat, make_message, make_user
 from tests.harness import eventually, make_config, running_gateway
@@ -84,8 +86,10 @@ async def test_dm_message_is_answered_as_a_reply(
     assert reply["reply_parameters"]["message_id"] == update["message"]["message_id"]
     assert reply["reply_parameters"]["allow_sending_without_reply"] is True
     assert status == 200 and ready["ready"] is True
-    names = [c["command"] for c in tg.commands]
-    assert names == ["stop", "new", "status", "help", "queue", "steer", "model"]
+    # the menu is the core's whole command list, approvals and /compact included
+    listed = [(c["command"], c["description"]) for c in tg.commands]
+    assert listed == [(c.name, c.description) for c in menu()]
+    assert {c["command"] for c in tg.commands} == Commands.NAMES
     assert ("getUpdates", {"allowed_updates": ["message"]}) in [
         (n, {"allowed_updates": p.get("allowed_updates")}) for n, p in tg.calls
     ]
@@ -264,7 +268,7 @@ async def test_attachments_are_described_and_downloaded_on_demand(
     ]
 
 
-ME = BotIdentity(123, "hermes_bot")
+ME = BotIdentity("123", "hermes_bot")
 GROUP = make_chat(-100, "supergroup")
 BOB = make_user(7, "bob")
 

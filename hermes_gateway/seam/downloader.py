@@ -1,6 +1,7 @@
-"""Attachment downloads from the platforms that hand out file URLs (Discord's CDN, Slack's
-``url_private``): only from the platform's own hosts, size-capped while streaming, written off
-the loop into ``<home>/media`` under a safe name, and only when a tool asks for the file."""
+"""The one attachment downloader, for every platform: only from the platform's own file hosts,
+size-capped while streaming, written off the loop into ``<home>/media`` under a safe name, and
+only when a tool asks for the file. A platform gives only its wire primitive: the file's URL
+(Discord's CDN, Slack's ``url_private``) or how to get one (Telegram's getFile)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +28,9 @@ from hermes_gateway.seam.retry import with_retry
 
 log = structlog.get_logger("hermes.adapters.media")
 T = TypeVar("T")
+# the platform's own step that gives an attachment its download URL (and the size the platform
+# reports now), for a platform whose messages carry only a file id
+Locate = Callable[[Attachment], Awaitable[Attachment]]
 # per request: bytes must keep coming; the whole download (retries included) has `deadline_s`
 TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=20)
 MAX_RETRY_AFTER_S = 10.0  # a tool is waiting: a longer 429 fails the call instead
@@ -120,13 +124,21 @@ class Downloader:
         self._session: aiohttp.ClientSession | None = None
         self._closed = asyncio.Event()
 
-    async def fetch(self, attachment: Attachment, headers: Mapping[str, str] | None = None) -> Path:
+    async def fetch(
+        self,
+        attachment: Attachment,
+        headers: Mapping[str, str] | None = None,
+        *,
+        locate: Locate | None = None,
+    ) -> Path:
         """The attachment's file under `folder`; `PermanentAdapterError` for a foreign host or a
         file over `cap`, `TransientAdapterError` when the network fails after the retries.
-        ``headers`` (a bearer token) go only to an allowed host, never into a log line."""
+        ``headers`` (a bearer token) go only to an allowed host, never into a log line.
+        ``locate`` gives the attachment its URL first (within the same deadline), for a
+        platform whose messages carry only a file id."""
         label = attachment.name or attachment.file_id or "the file"
         try:
-            path = await self._fetch(attachment, label, headers or {})
+            path = await self._fetch(attachment, label, headers or {}, locate)
         except Exception as exc:
             log.warning("media.download_failed", platform=self.platform, file=label, error=str(exc))
             raise
@@ -137,26 +149,42 @@ class Downloader:
         final = self.folder / safe_name(attachment.file_id, attachment.name)
         return final if await asyncio.to_thread(final.is_file) else None
 
-    async def _fetch(self, attachment: Attachment, label: str, headers: Mapping[str, str]) -> Path:
-        url = allowed_url(attachment.url, self.allowed)
-        self._check_size(label, attachment.size)
-        final = self.folder / safe_name(attachment.file_id, attachment.name)
-        if await self.cached(attachment):
-            return final
+    async def _fetch(
+        self,
+        attachment: Attachment,
+        label: str,
+        headers: Mapping[str, str],
+        locate: Locate | None,
+    ) -> Path:
+        if locate is None:
+            allowed_url(attachment.url, self.allowed)  # a foreign host: refused before all else
+        self._check_size(label, attachment.size)  # as announced: refused before any request
         try:
             async with asyncio.timeout(self.deadline_s):
-                path = await with_retry(
-                    lambda: self._fetch_once(url, final, attachment, label, headers),
-                    what=f"{self.platform}.download",
-                    attempts=self.attempts,
-                    base_delay=self.base_delay,
-                    max_retry_after=MAX_RETRY_AFTER_S,
-                    stop=self._closed,
-                )
+                if locate is not None:
+                    attachment = await locate(attachment)
+                    self._check_size(label, attachment.size)
+                return await self._download(attachment, label, headers)
         except TimeoutError:
             raise TransientAdapterError(
                 f"{self.platform}: downloading {label} took longer than {self.deadline_s:g} s"
             ) from None
+
+    async def _download(
+        self, attachment: Attachment, label: str, headers: Mapping[str, str]
+    ) -> Path:
+        url = allowed_url(attachment.url, self.allowed)
+        final = self.folder / safe_name(attachment.file_id, attachment.name)
+        if await self.cached(attachment):
+            return final
+        path = await with_retry(
+            lambda: self._fetch_once(url, final, attachment, label, headers),
+            what=f"{self.platform}.download",
+            attempts=self.attempts,
+            base_delay=self.base_delay,
+            max_retry_after=MAX_RETRY_AFTER_S,
+            stop=self._closed,
+        )
         log.info("media.downloaded", platform=self.platform, file=label, host=url.host)
         return path
 
@@ -183,7 +211,7 @@ class Downloader:
             return await spool.commit()
         except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError
             await spool.discard()
-            reason = str(exc) or type(exc).__name__
+            reason = _without_path(str(exc) or type(exc).__name__, url)
             raise TransientAdapterError(
                 f"{self.platform}: downloading {label} failed: {reason}"
             ) from exc
@@ -236,6 +264,15 @@ class Downloader:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _without_path(reason: str, url: yarl.URL) -> str:
+    """An error's text without the URL's path, which may hold a credential (Telegram puts the
+    bot token there) and must not reach a log line or the model."""
+    for secret in (str(url), url.raw_path, url.path):
+        if len(secret) > 1:
+            reason = reason.replace(secret, "/...")
+    return reason
 
 
 def _retry_after(value: str | None) -> float:

@@ -1,6 +1,6 @@
-"""`adapters.downloader`: the host check, safe names, the size cap (announced, Content-Length,
-streamed), error classes and retries, against the fake Discord CDN and the fake Slack files;
-the expiry of Discord's signed links."""
+"""`hermes_gateway.seam.downloader`: the host check, safe names, the size cap (announced,
+Content-Length, streamed), error classes and retries, against the fake Discord CDN and the
+fake Slack files; the expiry of Discord's signed links."""
 
 from __future__ import annotations
 
@@ -9,14 +9,22 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import yarl
 
 from adapters.discord.adapter import CDN_HOSTS
 from adapters.discord.cdn import EXPIRY_MARGIN_S, expired, expires_at
-from adapters.downloader import Downloader, _Spool, allowed_url, origins, safe_name
 from adapters.slack.api import file_downloader
 from adapters.slack.settings import SlackConfig
 from hermes_gateway.errors import PermanentAdapterError, TransientAdapterError
 from hermes_gateway.events import Attachment
+from hermes_gateway.seam.downloader import (
+    Downloader,
+    _Spool,
+    _without_path,
+    allowed_url,
+    origins,
+    safe_name,
+)
 from tests.e2e.daemon import free_port
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack
@@ -189,6 +197,14 @@ async def test_a_refused_connection_is_transient_after_the_retries(tmp_path: Pat
         await dl.aclose()
     with pytest.raises(TransientAdapterError, match="shutting down"):
         await dl.fetch(Attachment("image", "1", "dot.png", "image/png", 4, f"{dead}/dot.png"))
+
+
+def test_an_error_text_never_carries_the_urls_path() -> None:
+    """Telegram's file URLs hold the bot token in their path."""
+    url = yarl.URL("https://api.telegram.org/file/bot123:SECRET/documents/file_1.txt")
+    text = f"Invalid URL {url}; path {url.path}"
+    assert "SECRET" not in _without_path(text, url)
+    assert _without_path("Cannot connect to host api.telegram.org:443", url).endswith(":443")
 
 
 async def test_a_stalled_download_ends_at_the_deadline_without_leftovers(
