@@ -1,8 +1,6 @@
-"""The Discord platform: a discord.py client on the gateway's loop, kept alive by a watched task.
-
-Messages and slash commands come in as `MessageEvent`s (`discord_inbound`); replies, previews and
-interaction answers go out through `discord_outbound`. `/readyz` follows READY/RESUMED/disconnect.
-"""
+"""The Discord platform: a discord.py client on the gateway's loop, kept connected by the core's
+`Supervisor`. Messages and slash commands come in through `inbound`, replies, previews and
+interaction answers go out through `outbound`; `/readyz` follows READY/RESUMED/disconnect."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import logging
 import re
 from collections.abc import Coroutine
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack.api import SlackWeb, file_downloader
 from adapters.slack.events import BotIdentity, Recent, normalize
 from adapters.slack.http import serve_event
-from adapters.slack.progress import Previews, Progress
+from adapters.slack.progress import Progress, slack_preview
 from adapters.slack.socket import AckingSocketHandler
 from adapters.slack.socket import close_socket as _close_socket
 from adapters.slack.socket import frame_type as _frame_type
@@ -32,12 +33,12 @@ from hermes_gateway.core.parts import send_parts
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
-    PermanentAdapterError,
     StoreError,
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.seam.preview import PreviewBook
 from hermes_gateway.text.markup import split_rendered_slack
 
 log = structlog.get_logger("hermes.adapters.slack")
@@ -64,7 +65,7 @@ class SlackAdapter:
         self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
         self._unstored: set[str] = set()  # event ids left with Slack: not acked
-        self._previews = Previews(host.remember_preview)
+        self._previews: PreviewBook[str, str] = PreviewBook("slack", host.remember_preview)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.files = file_downloader(self.config, host.config.home_path / "media")
         mode = self.config.progress if self.config.typing else "none"
@@ -276,18 +277,16 @@ class SlackAdapter:
         web = self.web
         if web is None:
             raise TransientAdapterError("slack: not started")
-        preview_ts = await self._previews.take(message.answers)
+        preview_ts = None
+        for answered in message.answers:
+            if (preview_ts := await self._previews.take(answered)) is not None:
+                break
 
         async def one(index: int, part: str) -> None:
             if index == 0 and preview_ts:
-                try:
-                    await web.update(message.chat_id, preview_ts, part)
+                edit = partial(web.update, message.chat_id, preview_ts, part)
+                if await self._previews.into(message.answers[0], preview_ts, edit):
                     return
-                except PermanentAdapterError as exc:  # the preview is gone: post the answer anew
-                    log.info("slack.preview_lost", error=str(exc))
-                except AdapterError:  # the redelivery edits it, rather than leave it half-written
-                    self._previews.adopt_ts(message.answers[0], preview_ts)
-                    raise
             await web.post(message.chat_id, part, message.thread_id)
 
         parts = split_rendered_slack(message.text, self.config.message_limit)
@@ -302,12 +301,11 @@ class SlackAdapter:
     def stream(self, event: MessageEvent) -> StreamSink | None:
         if not self.config.streaming or self.web is None:
             return None
-        return self._previews.open(
-            self.web, event, self.config.message_limit, self.preview_interval
-        )
+        wire = slack_preview(self.web, event, self.config.message_limit, self.preview_interval)
+        return self._previews.open(event.message_id, event, wire)
 
     def adopt_preview(self, event: MessageEvent, ref: str) -> None:
-        self._previews.adopt_ts(event.message_id, ref)
+        self._previews.adopt(event.message_id, ref)
 
     async def _on_lifecycle(self, ev: LifecycleEvent) -> None:
         message, web = ev.message, self.web
