@@ -4,8 +4,6 @@ the book that hands previews over to the final reply. Time is a manual clock."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from hermes_gateway.errors import (
@@ -15,34 +13,7 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.seam.preview import LivePreview, PreviewBook, PreviewWire
-
-
-class ManualTime:
-    """`sleep` waits until the test moves the clock past its end."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self.now + seconds, done))
-        await done
-
-    async def advance(self, seconds: float) -> None:
-        self.now += seconds
-        for end, done in list(self._sleepers):
-            if end <= self.now and not done.done():
-                done.set_result(None)
-        await settle()
-
-
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
+from tests.hermes_gateway.seam.manual_time import ManualTime, settle
 
 
 class Wire:
