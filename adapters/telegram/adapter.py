@@ -36,7 +36,14 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
-from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor, hold
+from hermes_gateway.seam.supervisor import (
+    Backoff,
+    GiveUp,
+    RetryLater,
+    StallWatch,
+    Supervisor,
+    hold,
+)
 from telegram import BotCommand, Update
 from telegram.constants import ChatAction
 from telegram.error import Conflict, InvalidToken, TelegramError
@@ -98,10 +105,13 @@ class TelegramAdapter:
             self._connect_once,
             backoff=Backoff(self.retry_first, self.retry_max),
             describe=_describe,
-            stall_after=self._stall_after + Poller.backoff_max,
-            idle=self.monitor.idle,
-            watch_interval=self.watch_interval,
-            stall_event="telegram.polling_restart",
+            # no getUpdates started for this long: polling is stuck outside a request
+            stall=StallWatch(
+                self._stall_after + Poller.backoff_max,
+                self.monitor.idle,
+                self.watch_interval,
+                "telegram.polling_restart",
+            ),
         )
         self.typing = (
             TypingIndicator(host.bus, self.name, self.send_typing, interval=self.typing_interval)

@@ -17,11 +17,11 @@ import structlog
 
 from hermes_gateway.errors import AdapterError, PermanentAdapterError, RateLimitedError
 from hermes_gateway.events import MessageEvent
+from hermes_gateway.seam.retry import Sleep, sleep_unless
 
 log = structlog.get_logger("hermes.preview")
 R = TypeVar("R")  # a platform's message reference: a Telegram or Discord id, a Slack ts
 K = TypeVar("K", bound=Hashable)  # what a preview answers: the user's message, by platform
-Sleep = Callable[[float], Awaitable[None]]
 Remember = Callable[[MessageEvent, str], Awaitable[None]]  # where a preview is, for a replay
 
 
@@ -104,17 +104,7 @@ class LivePreview(Generic[R]):
                 return
             self._wake.clear()
             pause = await self._show()
-            await self._rest(max(pause, self.wire.interval))
-
-    async def _rest(self, seconds: float) -> None:
-        """Sleep between edits; `close` ends it early."""
-        sleeper = asyncio.ensure_future(self._sleep(seconds))
-        closer = asyncio.ensure_future(self._closed.wait())
-        try:
-            await asyncio.wait({sleeper, closer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            closer.cancel()
+            await sleep_unless(self._closed, max(pause, self.wire.interval), self._sleep)
 
     async def _show(self) -> float:
         """Show the text so far (best effort, one attempt: the final reply is what must

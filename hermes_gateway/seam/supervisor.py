@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import structlog
 
 from hermes_gateway.seam.platform import Health
+from hermes_gateway.seam.retry import Sleep, sleep_unless
 
 log = structlog.get_logger("hermes.supervisor")
-Sleep = Callable[[float], Awaitable[None]]
 # (failures in a row, the last error, seconds until the next attempt) -> the health detail
 Describe = Callable[[int, BaseException, float], str]
 
@@ -64,6 +64,18 @@ class Backoff:
         self._base = self.first
 
 
+@dataclass(frozen=True, slots=True)
+class StallWatch:
+    """Restart a ready connection that made no progress for ``after`` seconds, checked every
+    ``interval``: ``idle`` says for how long (by default, since `Supervisor.progress`), and the
+    restart is logged as ``event`` (by default ``<platform>.stalled``)."""
+
+    after: float
+    idle: Callable[[], float] | None = None
+    interval: float = 1.0
+    event: str = ""
+
+
 def _describe(failures: int, exc: BaseException, wait: float) -> str:
     return f"not connected ({failures}x: {type(exc).__name__}: {exc}); next try in {wait:.1f} s"
 
@@ -76,8 +88,8 @@ async def hold() -> None:
 
 class Supervisor:
     """Keeps one platform connected. ``connect_once`` connects and returns when the connection
-    ends (a crash raises); the platform reports `ready` and `down` as it sees them and, with
-    ``stall_after``, progress through ``idle`` (seconds without any) or `progress`."""
+    ends (a crash raises); the platform reports `ready` and `down` as it sees them, and with a
+    `StallWatch` its progress."""
 
     def __init__(
         self,
@@ -87,10 +99,7 @@ class Supervisor:
         backoff: Backoff,
         describe: Describe = _describe,
         healthy_after: float = 0.0,
-        stall_after: float | None = None,
-        idle: Callable[[], float] | None = None,
-        watch_interval: float = 1.0,
-        stall_event: str = "",
+        stall: StallWatch | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -99,10 +108,7 @@ class Supervisor:
         self.backoff = backoff
         self.describe = describe
         self.healthy_after = healthy_after  # ready this long: the next failure starts afresh
-        self.stall_after = stall_after
-        self.idle = idle
-        self.watch_interval = watch_interval
-        self.stall_event = stall_event or f"{name}.stalled"
+        self.stall = stall
         self.health = Health(False, "not started")
         self.failures = 0  # in a row
         self.fatal: BaseException | None = None  # why it gave up
@@ -149,18 +155,14 @@ class Supervisor:
     def progress(self) -> None:
         self._progress_at = self._clock()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
     # -- the loop ---------------------------------------------------------------------------
 
     async def _loop(self, first_delay: float) -> None:
-        if first_delay and await self._pause(first_delay):
+        if first_delay and await sleep_unless(self._stopping, first_delay, self._sleep):
             return
         while not self._stopping.is_set():
             wait = await self._once()
-            if wait is None or await self._pause(wait):
+            if wait is None or await sleep_unless(self._stopping, wait, self._sleep):
                 return
 
     async def _once(self) -> float | None:
@@ -225,29 +227,19 @@ class Supervisor:
         conn.result()
 
     async def _watch(self) -> Exception | None:
-        """Returns an error once a ready connection made no progress for ``stall_after``."""
-        if self.stall_after is None:
+        """Returns an error once a ready connection made no progress for too long."""
+        stall = self.stall
+        if stall is None:
             await hold()
             return None  # pragma: no cover - hold() ends only by cancellation
         while True:
-            await self._sleep(self.watch_interval)
+            await self._sleep(stall.interval)
             if self._ready_at is None:
                 continue  # only a live connection can stall
-            idle = self.idle() if self.idle is not None else self._clock() - self._progress_at
-            if idle >= self.stall_after:
-                log.error(self.stall_event, idle_s=round(idle, 1))
+            idle = stall.idle() if stall.idle is not None else self._clock() - self._progress_at
+            if idle >= stall.after:
+                log.error(stall.event or f"{self.name}.stalled", idle_s=round(idle, 1))
                 return TimeoutError(f"no progress for {idle:.0f} s")
-
-    async def _pause(self, seconds: float) -> bool:
-        """Sleep unless stopped first; True if stopped."""
-        sleeper = asyncio.ensure_future(self._sleep(seconds))
-        stopper = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            stopper.cancel()
-        return self._stopping.is_set()
 
     def _set(self, ready: bool, detail: str) -> None:
         if ready != self.health.ready:  # each change once; details alone change quietly

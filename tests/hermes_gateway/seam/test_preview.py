@@ -4,6 +4,8 @@ the book that hands previews over to the final reply. Time is a manual clock."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 
 from hermes_gateway.errors import (
@@ -43,9 +45,16 @@ class Wire:
         if self.fail:
             raise self.fail.pop(0)
 
-    def preview(self, time: ManualTime, adopted: int | None = None) -> LivePreview[int]:
+    def preview(
+        self,
+        time: ManualTime,
+        adopted: int | None = None,
+        on_posted: Callable[[str], Awaitable[None]] | None = None,
+    ) -> LivePreview[int]:
         wire = PreviewWire("test", self.post, self.edit, self.render, interval=1.0)
-        return LivePreview(wire, adopted=adopted, sleep=time.sleep, clock=time.clock)
+        return LivePreview(
+            wire, adopted=adopted, on_posted=on_posted, sleep=time.sleep, clock=time.clock
+        )
 
 
 async def test_edits_are_throttled_to_one_per_interval() -> None:
@@ -109,12 +118,7 @@ async def test_a_preview_left_by_a_crash_that_is_gone_is_posted_anew() -> None:
         posted.append(ref)
 
     wire.fail.append(PermanentAdapterError("message to edit not found"))
-    preview = LivePreview(
-        PreviewWire("test", wire.post, wire.edit, wire.render),
-        adopted=7,
-        on_posted=remember,
-        sleep=time.sleep,
-    )
+    preview = wire.preview(time, adopted=7, on_posted=remember)
     preview.push("again")
     await settle()
     assert wire.calls == []  # the edit failed

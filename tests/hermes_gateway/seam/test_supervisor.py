@@ -11,7 +11,7 @@ from collections.abc import Callable
 from structlog.testing import capture_logs
 
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
-from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor
+from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, StallWatch, Supervisor
 from tests.hermes_gateway.seam.manual_time import ManualTime, settle
 
 
@@ -152,9 +152,7 @@ async def test_a_connection_without_progress_is_restarted() -> None:
         await asyncio.Event().wait()
 
     platform = Platform(up_and_stuck, up_and_stuck)
-    sup = platform.supervise(
-        time_, stall_after=10, idle=lambda: idle["s"], watch_interval=1, stall_event="test.stuck"
-    )
+    sup = platform.supervise(time_, stall=StallWatch(10, lambda: idle["s"], 1, "test.stuck"))
     with capture_logs() as logs:
         sup.start()
         await settle()
@@ -182,7 +180,7 @@ async def test_progress_reported_by_the_platform_keeps_a_connection_alive() -> N
         await asyncio.Event().wait()
 
     platform = Platform(up_and_talking)
-    sup = platform.supervise(time_, stall_after=5, watch_interval=1)
+    sup = platform.supervise(time_, stall=StallWatch(5))
     sup.start()
     await settle()
     for _ in range(15):
