@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from functools import partial
 from typing import Generic, TypeVar
@@ -216,6 +216,3 @@ class PreviewBook(Generic[K, R]):
         for preview in self._live.values():
             preview.cancel()
         self._live.clear()
-
-    def keys(self) -> Iterable[K]:
-        return list(self._live)
