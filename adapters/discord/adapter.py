@@ -1,8 +1,6 @@
-"""The Discord platform: a discord.py client on the gateway's loop, kept alive by a watched task.
-
-Messages and slash commands come in as `MessageEvent`s (`discord_inbound`); replies, previews and
-interaction answers go out through `discord_outbound`. `/readyz` follows READY/RESUMED/disconnect.
-"""
+"""The Discord platform: a discord.py client on the gateway's loop, kept connected by the core's
+`Supervisor`. Messages and slash commands come in through `inbound`, replies, previews and
+interaction answers go out through `outbound`; `/readyz` follows READY/RESUMED/disconnect."""
 
 from __future__ import annotations
 
@@ -29,6 +27,7 @@ from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.downloader import Downloader, origins
 from hermes_gateway.seam.intake import Inbound, Intake
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor
 
 log = structlog.get_logger("hermes.adapters.discord")
 
@@ -66,16 +65,18 @@ class DiscordAdapter:
         self.catchup = CatchUp()
         self.disconnects = 0
         self.sessions = 0  # READYs seen: after the first, missed messages are fetched
-        self._health = Health(False, "not started")
         self._logged_in = False
         self._intake = False
         self._stopping = False
-        self._stopped = asyncio.Event()  # ends the watcher's backoff pauses at close
         self._message_content = True
-        self._ready_since_crash = False
         self._warned_content = False
         self._synced = False
-        self._task: asyncio.Task[None] | None = None
+        self.supervisor = Supervisor(
+            self.name,
+            self._connect_once,
+            backoff=Backoff(self.restart_delay_s, self.restart_delay_max_s),
+            describe=lambda _n, exc, _wait: f"not connected ({exc!r}); retrying",
+        )
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._saved_endpoints: Endpoints | None = None
 
@@ -92,8 +93,7 @@ class DiscordAdapter:
         background; network failures are retried there while the gateway serves /healthz."""
         self._saved_endpoints = point_at(self.config.api_base, self.config.gateway_url)
         self._stopping, self._intake = False, True
-        self._stopped.clear()
-        self._health = Health(False, "logging in")
+        self.supervisor.down("logging in")
         first_delay = 0.0
         try:
             await self._login(self._new_client())
@@ -102,82 +102,46 @@ class DiscordAdapter:
             raise AdapterAuthError(TOKEN_REJECTED) from exc
         except _NETWORK as exc:
             log.warning("discord.login_failed", error=repr(exc), retrying=True)
-            self._health = Health(False, f"login failed ({exc!r}); retrying")
+            self.supervisor.down(f"login failed ({exc!r}); retrying")
             await self._discard_client()
             first_delay = self.restart_delay_s
-        self._watch(first_delay)
+        self.supervisor.start(first_delay)
 
     async def stop(self) -> None:
         """Stop intake; replies still in flight during the drain can go out until `close`."""
         self._intake = False
-        self._health = Health(False, "stopped")
+        self.supervisor.down("stopped")
         if self.indicator is not None:
             self.indicator.stop_all()
 
     async def close(self) -> None:
         self._stopping, self._intake = True, False
-        self._stopped.set()
         await self.outbox.close()
         await self.downloader.aclose()
         if self.client is not None:
             await self.client.close()
-        if self._task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 5)
+        await self.supervisor.stop()
         for task in list(self._side_tasks):
             task.cancel()
         if self._saved_endpoints is not None:
             restore(self._saved_endpoints)
             self._saved_endpoints = None
-        self._health = Health(False, "stopped")
 
     def health(self) -> Health:
-        return self._health
+        return self.supervisor.health
 
-    # -- the watched client task --------------------------------------------------------------
+    # -- one connection, kept up by the supervisor --------------------------------------------
 
-    def _watch(self, first_delay: float = 0.0) -> None:
-        self._task = asyncio.create_task(
-            self._supervise(first_delay), name="adapter:discord:client"
-        )
-        self._task.add_done_callback(self._supervisor_done)
-
-    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
-        if self._stopping or task.cancelled() or task.exception() is None:
-            return  # stopped, or gave up on purpose (a rejected token): health says why
-        log.error("discord.supervisor_died", error=repr(task.exception()))
-        self._health = Health(False, "client task died; restarting")
-        loop = asyncio.get_running_loop()
-        loop.call_later(self.restart_delay_s, self._rewatch)
-
-    def _rewatch(self) -> None:
-        if not self._stopping:
-            self._watch()
-
-    async def _supervise(self, first_delay: float) -> None:
-        delay = self.restart_delay_s
-        if first_delay and await self._pause(first_delay):
+    async def _connect_once(self) -> None:
+        client = self.client or self._new_client()
+        outcome = await self._run_client(client)
+        if self._stopping:
             return
-        while not self._stopping:
-            client = self.client or self._new_client()
-            outcome = await self._run_client(client)
-            if self._stopping or outcome == "fatal":
-                return
-            if self._ready_since_crash:
-                delay, self._ready_since_crash = self.restart_delay_s, False
-            await self._discard_client()
-            if outcome == "retry_now":
-                continue
-            log.info("discord.restarting", in_s=round(delay, 2))
-            if await self._pause(delay):
-                return
-            delay = min(delay * 2, self.restart_delay_max_s)
-
-    async def _pause(self, seconds: float) -> bool:
-        """Sleep unless the adapter closes first; True if it did."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopped.wait(), seconds)
-        return self._stopped.is_set()
+        if outcome == "fatal":
+            raise GiveUp(self.supervisor.health.detail)
+        await self._discard_client()
+        if outcome == "retry_now":
+            raise RetryLater(0)
 
     async def _run_client(self, client: HermesClient) -> str:
         """Log in if needed and run the gateway connection until it ends; how it ended."""
@@ -190,33 +154,33 @@ class DiscordAdapter:
                 log.warning("discord.client_exited")
         except discord.LoginFailure:
             log.error("discord.token_rejected", hint=TOKEN_REJECTED)
-            self._health = Health(False, "the bot token was rejected")
+            self.supervisor.down("the bot token was rejected")
             return "fatal"
         except discord.PrivilegedIntentsRequired:
             log.error("discord.intent_disallowed", hint=CONTENT_HINT)
             if not self._message_content:
-                self._health = Health(False, "gateway refused the intents")
+                self.supervisor.down("gateway refused the intents")
                 return "fatal"
             self._message_content = False  # connect without it: DMs and mentions still work
             return "retry_now"
         except discord.ConnectionClosed as exc:
             log.warning("discord.connection_closed", code=exc.code, reason=exc.reason)
             if exc.code == 4004:
-                self._health = Health(False, "the bot token was rejected")
+                self.supervisor.down("the bot token was rejected")
                 return "fatal"
-            self._health = Health(False, f"closed by Discord ({exc.code}); restarting")
+            self.supervisor.down(f"closed by Discord ({exc.code}); restarting")
             return "restart"
         except Exception as exc:
             log.warning("discord.client_failed", error=repr(exc))
-            self._health = Health(False, f"not connected ({exc!r}); retrying")
+            self.supervisor.down(f"not connected ({exc!r}); retrying")
             return "restart"
-        self._health = Health(False, "client stopped; restarting")
+        self.supervisor.down("client stopped; restarting")
         return "restart"
 
     async def _login(self, client: HermesClient) -> None:
         await asyncio.wait_for(client.login(self.config.token), self.login_timeout_s)
         self._logged_in = True
-        self._health = Health(False, "connecting to the gateway")
+        self.supervisor.down("connecting to the gateway")
         if client.user is not None:
             log.info("discord.logged_in", user=client.user.name, user_id=client.user.id)
 
@@ -250,23 +214,22 @@ class DiscordAdapter:
     # -- client events ------------------------------------------------------------------------
 
     async def on_ready(self) -> None:
-        self._ready_since_crash = True
         client = self.client
         user = client.user if client is not None else None
-        self._health = Health(True, f"connected as {user}" if user else "connected")
+        self.supervisor.ready(f"connected as {user}" if user else "connected")
         log.info("discord.ready", user=str(user), message_content=self._message_content)
         self.sessions += 1
         if self.sessions > 1 and client is not None:  # a new session: nothing was replayed
             self._spawn(self.catchup.run(client, self.on_message), "adapter:discord:catch-up")
 
     async def on_resumed(self) -> None:
-        self._health = Health(True, "resumed")
+        self.supervisor.ready("resumed")
         log.info("discord.resumed")
 
     async def on_disconnect(self) -> None:
         if not self._stopping:
             self.disconnects += 1
-            self._health = Health(False, "disconnected; reconnecting")
+            self.supervisor.down("disconnected; reconnecting")
             log.info("discord.disconnected")
 
     async def on_message(self, message: discord.Message) -> None:

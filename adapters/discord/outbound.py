@@ -16,7 +16,6 @@ import structlog
 
 import discord
 from adapters.discord.interactions import INTERACTION_TTL_S, StoredInteraction
-from adapters.discord.preview import Preview
 from hermes_gateway.core.parts import send_parts
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -26,16 +25,23 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.seam.preview import LivePreview, PreviewBook, PreviewWire, Remember
 from hermes_gateway.seam.retry import with_retry
 from hermes_gateway.text.markup import split_rendered_discord
 
 log = structlog.get_logger("hermes.adapters.discord")
 T = TypeVar("T")
-Remember = Callable[[MessageEvent, str], Awaitable[None]]  # where a preview is, for a replay
 
 LIMIT = 2000
+PREVIEW_LIMIT = 1990
+INTERRUPTED = "\n\n*(interrupted)*"  # ends a preview no answer will replace
 _REMEMBERED = 1024  # interaction id -> the message that answered it, for later references
-_MAX_PREVIEWS = 256
+
+
+def preview_text(text: str) -> str:
+    """What a live preview shows: the text so far, cut to fit one message."""
+    text = text.strip()
+    return text if len(text) <= PREVIEW_LIMIT else text[: PREVIEW_LIMIT - 1] + "…"
 
 
 def translate(exc: BaseException, what: str) -> AdapterError | None:
@@ -107,8 +113,7 @@ class DiscordOutbox:
         self.remember = remember
         self._deferred: dict[str, _Deferred] = {}
         self._answered: OrderedDict[str, int] = OrderedDict()
-        self._previews: OrderedDict[str, Preview] = OrderedDict()
-        self._orphans: dict[str, int] = {}  # previews a crash left, by the message they answer
+        self.previews: PreviewBook[str, int] = PreviewBook("discord", remember)
         # messages being admitted: a refusal answers a message plainly in its channel and a
         # slash command privately (its interaction), as neither was acknowledged yet
         self._held: dict[str, discord.Interaction[Any] | None] = {}
@@ -276,64 +281,57 @@ class DiscordOutbox:
         channel_id = snowflake(out.thread_id or out.chat_id, "channel")
         if await self._refuse(out, channel_id):
             return
-        previews = [p for m in out.answers if (p := self._previews.pop(m, None)) is not None]
-        orphans = [o for m in out.answers if (o := self._orphans.pop(m, None)) is not None]
+        popped = [(m, p) for m in out.answers if (p := self.previews.pop(m)) is not None]
+        orphans = [o for m in out.answers if (o := self.previews.pop_orphan(m)) is not None]
         deferred = self._take_deferred(out)
         if deferred is not None:
-            await _close_all(previews, interrupted=True)
+            await _interrupt([p for _, p in popped])
             if await self._via_interaction(*deferred, out, parts):
                 return
-            previews = []
-        primary = previews[0] if previews and previews[0].key == out.reply_to else None
-        await _close_all([p for p in previews if p is not primary], interrupted=True)
-        shown = await primary.close() if primary is not None else None
+            popped = []
+        primary = popped[0][1] if popped and popped[0][0] == out.reply_to else None
+        await _interrupt([p for _, p in popped if p is not primary])
+        shown = await primary.finish() if primary is not None else None
         if shown is None and orphans and deferred is None:
             shown = orphans[0]  # a replay finishes the preview its crashed run left
 
         async def one(index: int, part: str) -> None:
             if index == 0 and shown is not None:
-                try:
-                    await self.edit(channel_id, shown, part)
+                edit = partial(self.edit, channel_id, shown, part)
+                if await self.previews.into(out.answers[0], shown, edit):
                     return
-                except PermanentAdapterError as exc:  # the preview was deleted: send afresh
-                    log.info("discord.preview_lost", error=str(exc))
-                except AdapterError:  # the redelivery edits it, rather than leave it half-written
-                    self._orphans[out.answers[0]] = shown
-                    raise
             await self.post(channel_id, part, self.reference(out.reply_to) if index == 0 else None)
 
         await send_parts(out, parts, one)
 
     def adopt(self, event: MessageEvent, ref: str) -> None:
         if ref.isdigit():
-            self._orphans[event.message_id] = int(ref)
+            self.previews.adopt(event.message_id, int(ref))
 
-    def preview(self, event: MessageEvent) -> Preview | None:
+    def preview(self, event: MessageEvent) -> LivePreview[int] | None:
         """A live preview for the run answering ``event`` (not for slash commands, whose
         "thinking..." message is the preview); it continues a preview a crash cut short."""
         if event.message_id in self._deferred:
             return None
-        while len(self._previews) >= _MAX_PREVIEWS:
-            _key, old = self._previews.popitem(last=False)
-            old.abandon()
-        preview = Preview(
-            self,
-            event,
-            self.edit_interval,
-            adopted=self._orphans.pop(event.message_id, None),
-            on_posted=partial(self.remember, event) if self.remember is not None else None,
-        )
-        self._previews[event.message_id] = preview
-        return preview
+        channel_id = int(event.thread_id or event.chat_id)
+
+        async def post(text: str) -> int:
+            reply_to = self.reference(event.message_id)
+            return (await self.post(channel_id, text, reply_to, retry=False)).id
+
+        async def edit(message_id: int, text: str) -> None:
+            await self.edit(channel_id, message_id, text, retry=False)
+
+        wire = PreviewWire("discord", post, edit, preview_text, self.edit_interval)
+        return self.previews.open(event.message_id, event, wire)
 
     async def close(self) -> None:
         """Mark unfinished previews as interrupted; forget open interactions."""
-        previews = list(self._previews.values())
-        self._previews.clear()
         self._deferred.clear()
-        await _close_all(previews, interrupted=True)
+        await self.previews.finish_all(INTERRUPTED)
 
 
-async def _close_all(previews: list[Preview], *, interrupted: bool) -> None:
+async def _interrupt(previews: list[LivePreview[int]]) -> None:
+    """Finish previews no answer will replace, marked as interrupted."""
     for preview in previews:
-        await preview.close(interrupted=interrupted)
+        await preview.finish(INTERRUPTED)

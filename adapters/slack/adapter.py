@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Coroutine
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack.api import SlackWeb, file_downloader
 from adapters.slack.events import Recent, normalize
 from adapters.slack.http import serve_event
-from adapters.slack.progress import Previews, Progress
+from adapters.slack.progress import Progress, slack_preview
 from adapters.slack.settings import SlackConfig
 from adapters.slack.socket import AckingSocketHandler
 from adapters.slack.socket import close_socket as _close_socket
@@ -32,13 +32,14 @@ from hermes_gateway.core.parts import send_parts
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
-    PermanentAdapterError,
     StoreError,
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.seam.preview import PreviewBook
+from hermes_gateway.seam.supervisor import Backoff, GiveUp, Supervisor, hold
 from hermes_gateway.text.markup import split_rendered_slack
 
 log = structlog.get_logger("hermes.adapters.slack")
@@ -61,13 +62,18 @@ class SlackAdapter:
         self._me = BotIdentity("")  # from auth.test, before any event can arrive
         self._accepting = False
         self._stopped = False
-        self._auth_failed = False
-        self._error = ""
+        self.supervisor = Supervisor(
+            self.name,
+            self._connect_once,
+            backoff=Backoff(RETRY_FIRST_S, RETRY_MAX_S, factor=1.5),
+            describe=lambda _n, exc, _wait: (
+                f"connecting (last error: {str(exc) or type(exc).__name__})"
+            ),
+        )
         self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
         self._unstored: set[str] = set()  # event ids left with Slack: not acked
-        self._previews = Previews(host.remember_preview)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._previews: PreviewBook[str, str] = PreviewBook("slack", host.remember_preview)
         self.files = file_downloader(self.config, host.config.home_path / "media")
         mode = self.config.progress if self.config.typing else "none"
         self._progress = Progress(mode, self.config.progress_reaction)
@@ -88,14 +94,21 @@ class SlackAdapter:
         network trouble is retried in the background while the gateway serves."""
         self.web = SlackWeb(self.config.bot_token, self.config.api_base)
         self._accepting = True
+        self.supervisor.down("connecting")
+        self.supervisor.start()
+        await self.supervisor.settled(START_TIMEOUT_S + 1)
+        if self.supervisor.fatal is not None:
+            raise self.supervisor.fatal
+
+    async def _connect_once(self) -> None:
+        """Connect, then keep the connection: over a socket the SDK reconnects by itself."""
         try:
             await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
         except AdapterAuthError as exc:
-            self._auth_failed, self._error = True, str(exc)
-            raise
-        except (AdapterError, TimeoutError) as exc:
-            self._note_error(exc, retrying=True)
-            self._spawn(self._keep_trying(), "adapter:slack:connect")
+            log.error("slack.auth_failed", error=str(exc))
+            raise GiveUp(str(exc)) from exc
+        self.supervisor.ready("connected")
+        await hold()
 
     async def _bring_up(self) -> None:
         assert self.web is not None
@@ -122,23 +135,7 @@ class SlackAdapter:
                 await _close_socket(handler)
                 raise
         self.app = app
-        self._error = ""
         log.info("slack.started", mode=self.config.mode, bot_user_id=auth.get("user_id"))
-
-    async def _keep_trying(self) -> None:
-        delay = RETRY_FIRST_S
-        while self._accepting:
-            await asyncio.sleep(delay)
-            delay = min(RETRY_MAX_S, delay * 1.5)
-            try:
-                await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
-                return
-            except AdapterAuthError as exc:
-                self._auth_failed, self._error = True, str(exc)
-                log.error("slack.auth_failed", error=str(exc))
-                return
-            except (AdapterError, TimeoutError) as exc:
-                self._note_error(exc, retrying=True)
 
     def _build_app(self, auth: Any) -> AsyncApp:
         assert self.web is not None
@@ -163,14 +160,14 @@ class SlackAdapter:
     async def stop(self) -> None:
         """Stop intake: close the socket, so Slack keeps new events for the next connection."""
         self._accepting = False
+        await self.supervisor.stop()
         if self.socket is not None:
             await _close_socket(self.socket)
 
     async def close(self) -> None:
         self._stopped = True
         self._accepting = False
-        for task in list(self._tasks):
-            task.cancel()
+        await self.supervisor.stop()
         self._previews.cancel_all()
         await self.files.aclose()
         if self.socket is not None:
@@ -187,12 +184,8 @@ class SlackAdapter:
     def health(self) -> Health:
         if self._stopped or (self.web is not None and not self._accepting):
             return Health(False, "stopped")
-        if self._auth_failed:
-            return Health(False, self._error)
-        if self.app is None:
-            return Health(
-                False, f"connecting (last error: {self._error})" if self._error else "connecting"
-            )
+        if not self.supervisor.health.ready:
+            return self.supervisor.health
         if self.config.mode == "http":
             return Health(True, "events api")
         client = self.socket.client if self.socket is not None else None
@@ -285,18 +278,16 @@ class SlackAdapter:
         web = self.web
         if web is None:
             raise TransientAdapterError("slack: not started")
-        preview_ts = await self._previews.take(message.answers)
+        preview_ts = None
+        for answered in message.answers:
+            if (preview_ts := await self._previews.take(answered)) is not None:
+                break
 
         async def one(index: int, part: str) -> None:
             if index == 0 and preview_ts:
-                try:
-                    await web.update(message.chat_id, preview_ts, part)
+                edit = partial(web.update, message.chat_id, preview_ts, part)
+                if await self._previews.into(message.answers[0], preview_ts, edit):
                     return
-                except PermanentAdapterError as exc:  # the preview is gone: post the answer anew
-                    log.info("slack.preview_lost", error=str(exc))
-                except AdapterError:  # the redelivery edits it, rather than leave it half-written
-                    self._previews.adopt_ts(message.answers[0], preview_ts)
-                    raise
             await web.post(message.chat_id, part, message.thread_id)
 
         parts = split_rendered_slack(message.text, self.config.message_limit)
@@ -311,12 +302,11 @@ class SlackAdapter:
     def stream(self, event: MessageEvent) -> StreamSink | None:
         if not self.config.streaming or self.web is None:
             return None
-        return self._previews.open(
-            self.web, event, self.config.message_limit, self.preview_interval
-        )
+        wire = slack_preview(self.web, event, self.config.message_limit, self.preview_interval)
+        return self._previews.open(event.message_id, event, wire)
 
     def adopt_preview(self, event: MessageEvent, ref: str) -> None:
-        self._previews.adopt_ts(event.message_id, ref)
+        self._previews.adopt(event.message_id, ref)
 
     async def _on_lifecycle(self, ev: LifecycleEvent) -> None:
         message, web = ev.message, self.web
@@ -335,17 +325,6 @@ class SlackAdapter:
                     await web.delete(message.chat_id, ts)
                 except AdapterError as exc:
                     log.info("slack.preview_delete_failed", error=str(exc))
-
-    # -- helpers ------------------------------------------------------------------------
-
-    def _note_error(self, exc: BaseException, *, retrying: bool) -> None:
-        self._error = str(exc) or type(exc).__name__
-        log.warning("slack.connect_failed", error=self._error, retrying=retrying)
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 async def _ack_only() -> None:

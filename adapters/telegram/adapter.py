@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,14 @@ from hermes_gateway.errors import (
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.intake import BotIdentity, Intake
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.seam.supervisor import (
+    Backoff,
+    GiveUp,
+    RetryLater,
+    StallWatch,
+    Supervisor,
+    hold,
+)
 from telegram import BotCommand, Update
 from telegram.constants import ChatAction
 from telegram.error import Conflict, InvalidToken, TelegramError
@@ -85,13 +92,23 @@ class TelegramAdapter:
         media, section = host.config.home_path / "media", self.config
         self.files = file_downloader(media, section.media_max_bytes, section.base_file_url)
         self.me: BotIdentity | None = None
-        self._state = "not started"
-        self._attempts = 0
         self._live = False  # polling started or webhook set
         self._accepting = False
-        self._first_attempt = asyncio.Event()
         self._lock_warned = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._commands_set = False
+        self.supervisor = Supervisor(
+            self.name,
+            self._connect_once,
+            backoff=Backoff(self.retry_first, self.retry_max),
+            describe=_describe,
+            # no getUpdates started for this long: polling is stuck outside a request
+            stall=StallWatch(
+                self._stall_after + Poller.backoff_max,
+                self.monitor.idle,
+                self.watch_interval,
+                "telegram.polling_restart",
+            ),
+        )
         self.typing = (
             TypingIndicator(host.bus, self.name, self.send_typing, interval=self.typing_interval)
             if self.config.typing
@@ -147,28 +164,20 @@ class TelegramAdapter:
         """Connect in the background; wait up to `startup_wait` for the first attempt so a
         rejected token fails the start (exit 78) while a network problem does not."""
         self._accepting = True
-        task = self._spawn(self._connect(), "connect")
-        waiter = asyncio.create_task(self._first_attempt.wait())
-        await asyncio.wait(
-            {task, waiter}, timeout=self.startup_wait, return_when=asyncio.FIRST_COMPLETED
-        )
-        waiter.cancel()
-        if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
-            raise exc
+        self.supervisor.start()
+        await self.supervisor.settled(self.startup_wait)
+        if self.supervisor.fatal is not None:
+            raise self.supervisor.fatal
 
     async def stop(self) -> None:
         """Stop intake: no more polling or webhook updates; sending still works."""
         self._accepting = False
-        tasks = list(self._tasks)  # polling and its watchdog among them
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.supervisor.stop()  # polling among it
         if self.poller is not None and self._live:
             await self.poller.confirm()
         if self.app.running:
             await bounded(self.app.stop(), 5, "telegram.app_stop")
         self._live = False
-        self._state = "stopped"
 
     async def close(self) -> None:
         if self.typing is not None:
@@ -183,13 +192,12 @@ class TelegramAdapter:
         await asyncio.to_thread(self.lock.release)
 
     def health(self) -> Health:
-        if not self._live:
-            return Health(False, self._state)
-        if self.poller is not None:
+        health = self.supervisor.health
+        if health.ready and self.poller is not None:
             problem = self.monitor.problem(self._stall_after)
             if problem is not None:
                 return Health(False, problem)
-        return Health(True, self._state)
+        return health
 
     @property
     def _stall_after(self) -> float:
@@ -197,56 +205,42 @@ class TelegramAdapter:
         # request timeout to it)
         return self.poll_timeout + self.request_timeout + self.stall_grace
 
-    async def _connect(self) -> None:
-        delay = self.retry_first
-        while True:
-            try:
-                if await self._connect_once():
-                    self._first_attempt.set()
-                    return
-                wait = self.lock_retry
-            except AdapterAuthError as exc:
-                self._state = f"token rejected: {exc}"
-                log.error("telegram.token_rejected", error=str(exc))
-                self._first_attempt.set()
-                raise
-            except Exception as exc:  # network trouble, 5xx, timeouts: retried
-                self._attempts += 1
-                wait, delay = delay, min(delay * 2, self.retry_max)
-                self._state = (
-                    f"connecting to Telegram (attempt {self._attempts} failed: "
-                    f"{type(exc).__name__}: {exc}; next in {wait:.1f} s)"
-                )
-                log.warning("telegram.connect_failed", attempt=self._attempts, error=str(exc))
-            self._first_attempt.set()
-            await asyncio.sleep(wait)
-
-    async def _connect_once(self) -> bool:
+    async def _connect_once(self) -> None:
+        """Connect and take updates until polling ends (a webhook: until stopped)."""
         if not await asyncio.to_thread(self.lock.acquire):
-            self._state = f"another gateway on this host uses this bot token ({self.lock.path})"
             (log.debug if self._lock_warned else log.error)(
                 "telegram.token_in_use", lock=str(self.lock.path)
             )
             self._lock_warned = True
-            return False
-        self._state = "connecting to Telegram"
+            in_use = f"another gateway on this host uses this bot token ({self.lock.path})"
+            raise RetryLater(self.lock_retry, in_use)
+        if not self.supervisor.failures:  # else the last failure stays in /readyz meanwhile
+            self.supervisor.down("connecting to Telegram")
+        try:
+            me = await self._bring_up()
+        except AdapterAuthError as exc:
+            raise self._rejected(exc) from exc
+        self._live = True
+        self.supervisor.ready(f"@{me.username} {self.config.mode} live")
+        log.info("telegram.connected", bot=me.username, mode=self.config.mode)
+        if self.poller is None:
+            await hold()
+        else:
+            await self._poll(self.poller)
+
+    async def _bring_up(self) -> BotIdentity:
         try:
             await self.app.initialize()  # getMe
-            self.me = BotIdentity(str(self.app.bot.id), self.app.bot.username)
+            self.me = me = BotIdentity(str(self.app.bot.id), self.app.bot.username)
             await self._register_commands()
             if not self.app.running:
                 await self.app.start()
             await self._go_live()
+            return me
         except InvalidToken as exc:  # its text quotes the token: keep that out of logs
             raise AdapterAuthError(
                 "platforms.telegram.token: Telegram rejected the bot token (401 Unauthorized)"
             ) from exc
-        self._live = True
-        self._state = f"@{self.me.username} {self.config.mode} live"
-        log.info("telegram.connected", bot=self.me.username, mode=self.config.mode)
-        if self.poller is not None:
-            self._spawn(self._watch(), "watch")
-        return True
 
     async def _go_live(self) -> None:
         if self.poller is None:
@@ -263,38 +257,35 @@ class TelegramAdapter:
         # a webhook left set (by an earlier deployment) makes every getUpdates a 409
         await call(lambda: self.app.bot.delete_webhook())
         self.monitor.reset()
-        self._polling = self._spawn(self._poll(self.poller), "polling")
 
     async def _poll(self, poller: Poller) -> None:
+        """Run the polling loop until it ends; its end (a bug, a cancel) is a failure."""
+        polling = self._polling = asyncio.create_task(poller.run(), name="adapter:telegram:polling")
         try:
-            await poller.run()
-        except AdapterAuthError as exc:  # revoked while running: nothing to retry
+            await asyncio.wait({polling})
+        finally:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+        error = None if polling.cancelled() else polling.exception()
+        if isinstance(error, AdapterAuthError):  # revoked while running: nothing to retry
             self._live = False
-            self._state = f"token rejected: {exc}"
-            log.error("telegram.token_rejected", error=str(exc))
+            raise self._rejected(error) from error
+        log.error("telegram.polling_restart", died=True, error=repr(error))
+        raise TransientAdapterError(f"polling ended ({error!r})")
+
+    def _rejected(self, exc: AdapterAuthError) -> GiveUp:
+        log.error("telegram.token_rejected", error=str(exc))
+        return GiveUp(f"token rejected: {exc}")
 
     async def _register_commands(self) -> None:
+        if self._commands_set:
+            return
         commands = bot_commands()
         try:
             await call(lambda: self.app.bot.set_my_commands(commands))
+            self._commands_set = True
         except AdapterError as exc:  # the commands still work, they are just not suggested
             log.warning("telegram.set_commands_failed", error=str(exc))
-
-    async def _watch(self) -> None:
-        """Polling's watchdog: restarts a polling loop that died (a bug) or hangs; stalls and
-        errors show in `health()` meanwhile."""
-        while True:
-            await asyncio.sleep(self.watch_interval)
-            task = self._polling
-            died = task is not None and task.done() and self._live
-            idle = self.monitor.idle()
-            if not died and idle < self._stall_after + Poller.backoff_max:
-                continue
-            log.error("telegram.polling_restart", idle_s=round(idle), died=died)
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-            await bounded(self._go_live(), self.request_timeout * 2, "telegram.polling_restart")
 
     def _on_poll_error(self, exc: TelegramError) -> None:
         failures = self.monitor.failures
@@ -349,7 +340,9 @@ class TelegramAdapter:
 
     async def send(self, message: OutboundMessage) -> None:
         if self.me is None:
-            raise TransientAdapterError(f"Telegram is not connected yet ({self._state})")
+            raise TransientAdapterError(
+                f"Telegram is not connected yet ({self.supervisor.health.detail})"
+            )
         if self.typing is not None and message.run_id:
             self.typing.stop(message.run_id)  # no "typing..." after the answer
         await self.outbox.send(message)
@@ -361,18 +354,6 @@ class TelegramAdapter:
 
     def adopt_preview(self, event: MessageEvent, ref: str) -> None:
         self.outbox.adopt(event, ref)
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro, name=f"adapter:telegram:{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._reap)
-        return task
-
-    def _reap(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        exc = None if task.cancelled() else task.exception()
-        if exc is not None and not isinstance(exc, AdapterAuthError):  # start() reports that
-            log.error("telegram.task_failed", task=task.get_name(), error=repr(exc))
 
     async def send_typing(self, event: MessageEvent) -> None:
         thread = int(event.thread_id) if event.thread_id and event.thread_id.isdigit() else None
@@ -388,3 +369,10 @@ class TelegramAdapter:
         `PermanentAdapterError`."""
         self.files.cap = self.config.media_max_bytes  # the cap in force: a reload may change it
         return await self.files.fetch(attachment, locate=locator(self.app.bot))
+
+
+def _describe(failures: int, exc: BaseException, wait: float) -> str:
+    return (
+        f"connecting to Telegram (attempt {failures} failed: "
+        f"{type(exc).__name__}: {exc}; next in {wait:.1f} s)"
+    )

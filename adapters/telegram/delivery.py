@@ -4,9 +4,6 @@ when Telegram cannot parse the HTML, bounded retries per part, and the live prev
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -24,6 +21,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.seam.preview import LivePreview, PreviewBook, PreviewWire, Remember
 from hermes_gateway.seam.retry import with_retry
 from hermes_gateway.text.markup import split_rendered_telegram, telegram_html_to_plain
 from telegram import Bot
@@ -42,7 +40,6 @@ from telegram.error import (
 log = structlog.get_logger("hermes.adapters.telegram")
 T = TypeVar("T")
 Op = Callable[[str, str | None], Awaitable[T]]  # (text, parse_mode) -> result
-Remember = Callable[[MessageEvent, str], Awaitable[None]]  # where a preview is, for a replay
 
 LIMIT = 4096  # UTF-16 units per message, as Telegram counts them
 PARSE_ERROR = "can't parse entities"  # PTB capitalizes Telegram's text: compare lower-cased
@@ -77,6 +74,12 @@ def chat_ref(chat_id: str) -> int | str:
 def render(markdown: str) -> list[str]:
     """The reply as HTML parts, each within the limit, code fences closed and reopened."""
     return split_rendered_telegram(markdown, LIMIT) or ["(empty reply)"]
+
+
+def first_part(markdown: str) -> str:
+    """What a live preview shows: the first part of the text so far, as HTML."""
+    parts = split_rendered_telegram(markdown, LIMIT)
+    return parts[0] if parts else ""
 
 
 class Sender:
@@ -170,98 +173,6 @@ class Sender:
         return await with_retry(attempt, what=what, attempts=attempts)
 
 
-class PreviewSink:
-    """The answer shown while the model writes it: one message, edited at most once per
-    ``interval``; `finish` hands its id to `send`, which turns it into the final first part.
-    ``adopted``: the message a run cut short by a crash left, continued instead of a new one."""
-
-    def __init__(
-        self,
-        sender: Sender,
-        chat_id: str,
-        thread_id: str | None,
-        reply_to: str,
-        interval: float = 1.0,
-        *,
-        adopted: int | None = None,
-        on_posted: Callable[[str], Awaitable[None]] | None = None,
-    ) -> None:
-        self.sender = sender
-        self.chat_id, self.thread_id, self.reply_to = chat_id, thread_id, reply_to
-        self.interval = interval
-        self.created = time.monotonic()
-        self.message_id: int | None = adopted
-        self.adopted = adopted is not None
-        self.on_posted = on_posted
-        self._text = ""
-        self._shown = ""
-        self._wake = asyncio.Event()
-        self._closed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def push(self, text: str) -> None:
-        if self._closed.is_set() or not text:
-            return
-        self._text += text
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"adapter:telegram:preview:{self.chat_id}"
-            )
-
-    def close(self) -> None:
-        """No more edits (one in flight completes); the preview keeps what it shows."""
-        self._closed.set()
-        self._wake.set()
-
-    async def finish(self) -> int | None:
-        """`close`, then wait for an edit in flight; the preview's message id, if any."""
-        self.close()
-        if self._task is not None:
-            await asyncio.shield(self._task)
-        return self.message_id
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            if self._closed.is_set():
-                return
-            self._wake.clear()
-            pause = await self._show()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), max(pause, self.interval))
-
-    async def _show(self) -> float:
-        """Show the text so far; returns how long to wait before the next edit."""
-        parts = split_rendered_telegram(self._text, LIMIT)
-        html = parts[0] if parts else ""
-        if not html or html == self._shown:
-            return 0.0
-        try:
-            if self.message_id is None:
-                self.message_id = await self.sender.send(
-                    self.chat_id, html, thread_id=self.thread_id, reply_to=self.reply_to, attempts=1
-                )
-                if self.on_posted is not None:
-                    await self.on_posted(str(self.message_id))
-            else:
-                await self.sender.edit(self.chat_id, self.message_id, html, attempts=1)
-            self._shown = html
-        except RateLimitedError as exc:  # a preview is never worth a flood ban: skip edits
-            log.info("telegram.preview_throttled", retry_after=exc.retry_after)
-            return exc.retry_after
-        except PermanentAdapterError as exc:  # blocked, or the user deleted the preview
-            if self.adopted:  # the preview from before the crash is gone: post a new one
-                self.adopted, self.message_id = False, None
-                self._wake.set()
-                return 0.0
-            log.info("telegram.preview_stopped", error=str(exc))
-            self._closed.set()
-        except AdapterError as exc:
-            log.debug("telegram.preview_failed", error=str(exc))
-        return 0.0
-
-
 class Outbox:
     """Replies through one bot: live previews registered by `preview`, settled by `send`."""
 
@@ -270,31 +181,27 @@ class Outbox:
     ) -> None:
         self.sender = sender
         self.edit_interval = edit_interval
-        self.remember = remember
-        self._previews: dict[tuple[str, str], PreviewSink] = {}
-        self._orphans: dict[tuple[str, str], int] = {}  # previews a crash left, by answer
+        self.previews: PreviewBook[tuple[str, str], int] = PreviewBook("telegram", remember)
 
     def adopt(self, event: MessageEvent, ref: str) -> None:
         if ref.isdigit():
-            self._orphans[(event.chat_id, event.message_id)] = int(ref)
+            self.previews.adopt((event.chat_id, event.message_id), int(ref))
 
-    def preview(self, event: MessageEvent, max_age: float = 900.0) -> PreviewSink:
-        key = (event.chat_id, event.message_id)
-        for old_key, old in list(self._previews.items()):
-            if old_key == key or old.created < time.monotonic() - max_age:  # never answered
-                del self._previews[old_key]
-                old.close()
-        sink = PreviewSink(
-            self.sender,
-            event.chat_id,
-            event.thread_id,
-            event.message_id,
-            self.edit_interval,
-            adopted=self._orphans.pop(key, None),
-            on_posted=partial(self.remember, event) if self.remember is not None else None,
-        )
-        self._previews[key] = sink
-        return sink
+    def preview(self, event: MessageEvent) -> LivePreview[int]:
+        async def post(html: str) -> int:
+            return await self.sender.send(
+                event.chat_id,
+                html,
+                thread_id=event.thread_id,
+                reply_to=event.message_id,
+                attempts=1,
+            )
+
+        async def edit(message_id: int, html: str) -> None:
+            await self.sender.edit(event.chat_id, message_id, html, attempts=1)
+
+        wire = PreviewWire("telegram", post, edit, first_part, self.edit_interval)
+        return self.previews.open((event.chat_id, event.message_id), event, wire)
 
     async def send(self, message: OutboundMessage) -> None:
         """Each part once, the first replying to ``answers[0]`` in the same topic. A reply
@@ -304,14 +211,10 @@ class Outbox:
 
         async def one(index: int, html: str) -> None:
             if index == 0 and preview is not None:
-                try:
-                    await self.sender.edit(message.chat_id, preview, html)
+                key = (message.chat_id, message.answers[0])
+                edit = partial(self.sender.edit, message.chat_id, preview, html)
+                if await self.previews.into(key, preview, edit):
                     return
-                except PermanentAdapterError as exc:  # the preview is gone: send it anew
-                    log.info("telegram.preview_lost", error=str(exc))
-                except AdapterError:  # the redelivery edits it, rather than leave it half-written
-                    self._orphans[(message.chat_id, message.answers[0])] = preview
-                    raise
             await self.sender.send(
                 message.chat_id,
                 html,
@@ -325,12 +228,7 @@ class Outbox:
         """The id of the preview a reply takes over; the other previews it settles go."""
         found: int | None = None
         for answered in message.answers:
-            key = (message.chat_id, answered)
-            preview = self._previews.pop(key, None)
-            if preview is not None:
-                message_id = await preview.finish()
-            else:
-                message_id = self._orphans.pop(key, None)
+            message_id = await self.previews.take((message.chat_id, answered))
             if message_id is None or message.kind != "reply":
                 continue
             if found is None:
@@ -340,5 +238,4 @@ class Outbox:
         return found
 
     async def close(self) -> None:
-        previews, self._previews = list(self._previews.values()), {}
-        await asyncio.gather(*(p.finish() for p in previews))
+        await self.previews.finish_all()

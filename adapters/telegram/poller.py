@@ -13,6 +13,7 @@ import structlog
 from adapters.shims.ptb import retry_after_s
 from adapters.telegram.http import AiohttpRequest
 from hermes_gateway.errors import AdapterAuthError
+from hermes_gateway.seam.supervisor import Backoff
 from telegram import Bot, Update
 from telegram.error import InvalidToken, RetryAfter, TelegramError, TimedOut
 
@@ -75,8 +76,9 @@ class Poller:
         """Poll until cancelled. A rejected token ends it with `AdapterAuthError`; every other
         failure is reported to ``on_error`` and retried with a growing pause."""
         await self.request.initialize()  # its own connections (idempotent)
-        pause = 0.0
+        backoff = Backoff(self.backoff_first, self.backoff_max, factor=1.5, jitter=0)
         while True:
+            pause = 0.0
             try:
                 items = await self._fetch(self.timeout)
             except InvalidToken as exc:  # its text may quote the token
@@ -84,21 +86,20 @@ class Poller:
             except RetryAfter as exc:
                 pause = 0.5 + retry_after_s(exc)
             except TimedOut:
-                pause = 0.0  # a long poll Telegram did not answer in time: ask again at once
+                backoff.reset()  # a long poll Telegram did not answer in time: ask again at once
             except TelegramError as exc:
                 self.on_error(exc)
-                pause = self.backoff_first if pause == 0 else min(self.backoff_max, pause * 1.5)
+                pause = backoff.next()
             else:
+                backoff.reset()
                 taken, refused = await self._take_all(items)
                 if refused:
                     await self._wait_for_store()
                     continue
-                if taken or not items:
-                    pause = 0.0
-                    continue
-                # nothing in the answer had an id, so nothing can be confirmed: asking again at
-                # once would get the same answer, in a tight loop
-                pause = self.backoff_max
+                if items and not taken:
+                    # nothing in the answer had an id, so nothing can be confirmed: asking again
+                    # at once would get the same answer, in a tight loop
+                    pause = self.backoff_max
             if pause:
                 await asyncio.sleep(pause)
 

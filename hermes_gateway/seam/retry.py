@@ -1,5 +1,6 @@
 """The one retry helper for platform calls: honour `retry_after`, back off x1.5 (with jitter)
-up to a cap on transient failures, give up at once on permanent ones, race a stop event."""
+up to a cap on transient failures, give up at once on permanent ones, race a stop event (the
+sleep that does is shared with the live preview and the connection supervisor)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hermes_gateway.errors import RateLimitedError, TransientAdapterError
 
 log = structlog.get_logger("hermes.retry")
 T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
 
 
 async def with_retry(
@@ -41,7 +43,7 @@ async def with_retry(
                 raise
             wait = exc.retry_after + random.uniform(0, 0.1)
             log.warning("retry.rate_limited", what=what, retry_after=exc.retry_after)
-            if await _sleep(wait, stop):
+            if await sleep_unless(stop, wait):
                 raise
         except TransientAdapterError as exc:
             if attempt == attempts:
@@ -49,18 +51,24 @@ async def with_retry(
             wait = min(max_delay, delay) * random.uniform(0.8, 1.2)
             delay *= 1.5
             log.warning("retry.transient", what=what, attempt=attempt, error=str(exc))
-            if await _sleep(wait, stop):
+            if await sleep_unless(stop, wait):
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _sleep(seconds: float, stop: asyncio.Event | None) -> bool:
-    """Sleep; True if ``stop`` was set meanwhile."""
+async def sleep_unless(
+    stop: asyncio.Event | None, seconds: float, sleep: Sleep = asyncio.sleep
+) -> bool:
+    """Sleep ``seconds`` (with ``sleep``: tests pass a manual clock's) unless ``stop`` is set
+    first; True if it was."""
     if stop is None:
-        await asyncio.sleep(seconds)
+        await sleep(seconds)
         return False
+    sleeper = asyncio.ensure_future(sleep(seconds))
+    stopper = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait_for(stop.wait(), seconds)
-        return True
-    except TimeoutError:
-        return False
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        stopper.cancel()
+    return stop.is_set()
