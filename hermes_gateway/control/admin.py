@@ -36,7 +36,7 @@ class AdminRoutes:
         return web.json_response({"entries": await self.pairing.entries()})
 
     async def approve(self, request: web.Request) -> web.Response:
-        body = await _body(request, "platform", "code")
+        body = await json_fields(request, "platform", "code")
         approved = await self.approve_code(body["platform"], body["code"])
         return web.json_response(
             {
@@ -49,7 +49,7 @@ class AdminRoutes:
         )
 
     async def revoke(self, request: web.Request) -> web.Response:
-        body = await _body(request, "platform", "user_id")
+        body = await json_fields(request, "platform", "user_id")
         await self.revoke_user(body["platform"], body["user_id"])
         return web.json_response({"revoked": True})
 
@@ -73,7 +73,9 @@ class AdminRoutes:
         await self.delivery.send(out, outcome="pairing")
 
 
-async def _body(request: web.Request, *keys: str) -> dict[str, str]:
+async def json_fields(request: web.Request, *keys: str) -> dict[str, str]:
+    """The named fields of a JSON object body, each a non-empty string (or a number, as ids
+    often are), or a `RequestError` naming the first one missing."""
     try:
         data = await request.json()
     except ValueError:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from hermes_gateway.control.admin import json_fields
 from hermes_gateway.dashboard import chat, logtail, views
 from hermes_gateway.dashboard.jobs import ACTIONS
 from hermes_gateway.dashboard.streams import pause, polled
@@ -40,22 +41,6 @@ def add_routes(d: Dashboard) -> None:
     r.add_post("/api/pairing/revoke", h.revoke)
     r.add_post("/api/chat", h.chat)
     r.add_post("/api/jobs/{job_id}/{action}", h.job_action)
-
-
-async def _fields(request: web.Request, *keys: str) -> dict[str, str]:
-    try:
-        data = await request.json()
-    except ValueError:
-        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
-    if not isinstance(data, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    out = {}
-    for key in keys:
-        value = data.get(key)
-        if not isinstance(value, str) or not value.strip():
-            raise RequestError(400, f"'{key}' is required")
-        out[key] = value.strip()
-    return out
 
 
 class _Handlers:
@@ -179,7 +164,7 @@ class _Handlers:
 
     async def stop(self, request: web.Request) -> web.Response:
         """The Stop button: `/stop` as if the session's user had sent it (they are told)."""
-        key = (await _fields(request, "key"))["key"]
+        key = (await json_fields(request, "key"))["key"]
         event = self.g.runner.current_event(key)
         if event is None:
             raise RequestError(404, "nothing is running in that session", "not_running")
@@ -195,12 +180,12 @@ class _Handlers:
         return web.json_response({"dropped": inbox_id})
 
     async def approve(self, request: web.Request) -> web.Response:
-        body = await _fields(request, "platform", "code")
+        body = await json_fields(request, "platform", "code")
         approved = await self.g.admin.approve_code(body["platform"], body["code"])
         return web.json_response({"approved": approved.user_id, "platform": approved.platform})
 
     async def revoke(self, request: web.Request) -> web.Response:
-        body = await _fields(request, "platform", "user_id")
+        body = await json_fields(request, "platform", "user_id")
         await self.g.admin.revoke_user(body["platform"], body["user_id"])
         return web.json_response({"revoked": body["user_id"]})
 
