@@ -1,0 +1,320 @@
+"""The store side of scheduled jobs: definitions in `cron_jobs`, one `cron_runs` row per slot.
+
+A slot is claimed in one transaction that moves the job's `next_run_at` on (compare-and-set on
+its old value) and inserts the run row (unique per job and slot), so of several schedulers on
+one database exactly one claims it. A claim is a lease the claimer's heartbeat renews; a run
+whose lease ran out is `abandoned`, never left `running`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hermes_gateway.models import CronJobRow, CronRunRow
+from hermes_gateway.scheduler.jobs import LIVE, Job, Plan, RunRecord, job_from_row
+from hermes_gateway.store import Store
+
+_JOBS = cast(Table, CronJobRow.__table__)
+_RUNS = cast(Table, CronRunRow.__table__)
+_RECORD_COLUMNS = (
+    "id job_id scheduled_for kind status delivery claimed_at started_at finished_at "
+    "missed parts_sent output error"
+)
+_RECORD = [_RUNS.c[n] for n in _RECORD_COLUMNS.split()]
+
+
+class Ledger:
+    """Jobs and runs of one store; ``owner`` names this process on the leases it takes."""
+
+    def __init__(self, store: Store, owner: str, lease_s: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_s = lease_s
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    async def add(self, job: Job, now: float) -> None:
+        s, o = job.schedule, job.origin
+        row = {
+            "id": job.id,
+            "name": job.name,
+            "prompt": job.prompt,
+            "schedule": s.text,
+            "kind": s.kind,
+            "timezone": s.zone,
+            "anchor": s.anchor,
+            "every_s": s.every_s,
+            "deliver": job.deliver,
+            "origin_platform": o.platform,
+            "origin_chat_type": o.chat_type,
+            "origin_chat_id": o.chat_id,
+            "origin_thread_id": o.thread_id,
+            "origin_user_id": o.user_id,
+            "created_by": job.created_by,
+            "state": job.state,
+            "next_run_at": job.next_run_at,
+            "repeat": job.repeat,
+            "runs": 0,
+            "catch_up": job.catch_up,
+            "grace_s": job.grace_s,
+            "timeout_s": job.timeout_s,
+            "created_at": now,
+            "updated_at": now,
+        }
+        await self.store.write(lambda db: db.execute(insert(_JOBS).values(**row)))
+
+    async def get(self, job_id: str) -> Job | None:
+        async def run(db: AsyncSession) -> Job | None:
+            row = await db.get(CronJobRow, job_id)
+            return None if row is None else job_from_row(row)
+
+        return await self.store.read(run)
+
+    async def jobs(self, platform: str | None = None, chat_id: str | None = None) -> list[Job]:
+        """Every job, or those made in one chat, oldest first."""
+        stmt = select(CronJobRow).order_by(CronJobRow.created_at)
+        if platform is not None:
+            stmt = stmt.where(CronJobRow.origin_platform == platform)
+        if chat_id is not None:
+            stmt = stmt.where(CronJobRow.origin_chat_id == chat_id)
+
+        async def run(db: AsyncSession) -> list[Job]:
+            return [job_from_row(r) for r in (await db.scalars(stmt)).all()]
+
+        return await self.store.read(run)
+
+    async def change(self, job_id: str, now: float, **values: Any) -> bool:
+        """Set columns of a job (state, next_run_at, prompt, ...); False if it is gone."""
+        stmt = update(_JOBS).where(_JOBS.c.id == job_id).values(updated_at=now, **values)
+        return await self._count(stmt) == 1
+
+    async def remove(self, job_id: str) -> bool:
+        async def run(db: AsyncSession) -> int:
+            await db.execute(delete(_RUNS).where(_RUNS.c.job_id == job_id))
+            gone = await db.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
+            return int(gone.rowcount or 0)  # type: ignore[attr-defined]
+
+        return await self.store.write(run) == 1
+
+    async def due(self, now: float, limit: int = 500) -> list[Job]:
+        stmt = (
+            select(CronJobRow)
+            .where(CronJobRow.state == "active", CronJobRow.next_run_at <= now)
+            .order_by(CronJobRow.next_run_at)
+            .limit(limit)
+        )
+
+        async def run(db: AsyncSession) -> list[Job]:
+            return [job_from_row(r) for r in (await db.scalars(stmt)).all()]
+
+        return await self.store.read(run)
+
+    # -- claiming slots -----------------------------------------------------------------
+
+    async def claim(self, job: Job, plan: Plan, now: float) -> int | None:
+        """Claim ``plan.slot`` (a run), or record it skipped or missed; moves the job to its
+        next slot. None when another scheduler was first, or the job's previous run is still
+        live (a job never overlaps itself: the slot stays due)."""
+        live = plan.action == "run"
+
+        async def run(db: AsyncSession) -> int | None:
+            if live and await self._busy(db, job.id, now):
+                return None
+            state = "active" if plan.next_run_at is not None else "done"
+            if plan.action == "missed":
+                state = "missed"
+            moved = await db.execute(
+                update(_JOBS)
+                .where(
+                    _JOBS.c.id == job.id,
+                    _JOBS.c.next_run_at == job.next_run_at,
+                    _JOBS.c.state == "active",
+                )
+                .values(
+                    next_run_at=plan.next_run_at,
+                    state=state,
+                    runs=_JOBS.c.runs + (1 if live else 0),
+                    updated_at=now,
+                )
+            )
+            if moved.rowcount != 1:  # type: ignore[attr-defined]
+                return None
+            status = "claimed" if live else plan.kind
+            return await self._insert(db, job.id, plan.slot, plan.kind, status, plan.missed, now)
+
+        try:
+            return await self.store.write(run)
+        except IntegrityError:
+            return None
+
+    async def claim_now(self, job: Job, now: float) -> int | None:
+        """ "Run now": a slot of its own at this second, the schedule untouched; None when the
+        job's previous run is still live (or another "run now" took this second)."""
+
+        async def run(db: AsyncSession) -> int | None:
+            if await self._busy(db, job.id, now):
+                return None
+            return await self._insert(db, job.id, int(now), "manual", "claimed", 0, now)
+
+        try:
+            return await self.store.write(run)
+        except IntegrityError:
+            return None
+
+    async def _busy(self, db: AsyncSession, job_id: str, now: float) -> bool:
+        stmt = select(func.count()).where(
+            _RUNS.c.job_id == job_id, _RUNS.c.status.in_(LIVE), _RUNS.c.lease_until >= now
+        )
+        return bool(await db.scalar(stmt))
+
+    async def _insert(
+        self,
+        db: AsyncSession,
+        job_id: str,
+        slot: int,
+        kind: str,
+        status: str,
+        missed: int,
+        now: float,
+    ) -> int:
+        live = status in LIVE
+        values = {
+            "job_id": job_id,
+            "scheduled_for": slot,
+            "kind": kind,
+            "status": status,
+            "owner": self.owner,
+            "lease_until": now + self.lease_s if live else now,
+            "claimed_at": now,
+            "finished_at": None if live else now,
+            "missed": missed,
+            "delivery": "pending" if live else "skipped",
+            "parts_sent": 0,
+        }
+        result = await db.execute(insert(_RUNS).values(**values))
+        return int(result.inserted_primary_key[0])  # type: ignore[attr-defined]
+
+    # -- a run's life -------------------------------------------------------------------
+
+    async def start(self, run_id: int, now: float) -> bool:
+        """claimed -> running; False if it is no longer ours (reaped meanwhile)."""
+        return await self._mine(run_id, "claimed", now, status="running", started_at=now) == 1
+
+    async def heartbeat(self, run_ids: list[int], now: float) -> int:
+        """Renew the leases of our live runs (and of answers we are still delivering)."""
+        if not run_ids:
+            return 0
+        stmt = (
+            update(_RUNS)
+            .where(_RUNS.c.id.in_(run_ids), _RUNS.c.owner == self.owner)
+            .where(_RUNS.c.status.in_(LIVE) | (_RUNS.c.delivery == "pending"))
+            .values(lease_until=now + self.lease_s)
+        )
+        return await self._count(stmt)
+
+    async def finish(
+        self,
+        run_id: int,
+        status: str,
+        now: float,
+        output: str | None,
+        error: str | None,
+        delivery: str,
+    ) -> bool:
+        """running -> its outcome, with the answer to deliver (``delivery`` pending) or not."""
+        values = {
+            "status": status,
+            "finished_at": now,
+            "output": output,
+            "error": error,
+            "delivery": delivery,
+            "lease_until": now + self.lease_s,  # the delivery holds it on
+        }
+        return await self._mine(run_id, "running", now, **values) == 1
+
+    async def delivered(self, run_id: int, delivery: str, parts_sent: int | None = None) -> None:
+        values: dict[str, Any] = {"delivery": delivery}
+        if parts_sent is not None:
+            values["parts_sent"] = parts_sent
+        await self._count(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
+
+    async def _mine(self, run_id: int, was: str, now: float, **values: Any) -> int:
+        stmt = update(_RUNS).where(
+            _RUNS.c.id == run_id, _RUNS.c.owner == self.owner, _RUNS.c.status == was
+        )
+        return await self._count(stmt.values(**values))
+
+    async def reap(self, now: float) -> list[RunRecord]:
+        """Mark `abandoned` every live run whose lease expired (its process died)."""
+
+        async def run(db: AsyncSession) -> list[RunRecord]:
+            cond = (_RUNS.c.status.in_(LIVE), _RUNS.c.lease_until < now)
+            rows = [_record(r) for r in await db.execute(select(*_RECORD).where(*cond))]
+            if rows:
+                ids = [r.id for r in rows]
+                await db.execute(
+                    update(_RUNS)
+                    .where(_RUNS.c.id.in_(ids), *cond)
+                    .values(status="abandoned", finished_at=now, delivery="skipped")
+                )
+            return rows
+
+        return await self.store.write(run)
+
+    async def adopt_undelivered(self, now: float) -> list[RunRecord]:
+        """Answers computed but not delivered whose deliverer's lease expired: now ours."""
+        cond = (
+            _RUNS.c.status == "succeeded",
+            _RUNS.c.delivery == "pending",
+            _RUNS.c.lease_until < now,
+        )
+
+        async def run(db: AsyncSession) -> list[RunRecord]:
+            rows = [_record(r) for r in await db.execute(select(*_RECORD).where(*cond))]
+            if rows:
+                await db.execute(
+                    update(_RUNS)
+                    .where(_RUNS.c.id.in_([r.id for r in rows]), *cond)
+                    .values(owner=self.owner, lease_until=now + self.lease_s)
+                )
+            return rows
+
+        return await self.store.write(run)
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def runs(self, job_id: str | None = None, limit: int = 20) -> list[RunRecord]:
+        """The newest runs (of one job), newest first."""
+        stmt = select(*_RECORD).order_by(_RUNS.c.id.desc()).limit(limit)
+        if job_id is not None:
+            stmt = stmt.where(_RUNS.c.job_id == job_id)
+
+        async def run(db: AsyncSession) -> list[RunRecord]:
+            return [_record(r) for r in await db.execute(stmt)]
+
+        return await self.store.read(run)
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs by state and runs by status, for /status and /metrics."""
+
+        async def run(db: AsyncSession) -> dict[str, dict[str, int]]:
+            jobs = await db.execute(select(_JOBS.c.state, func.count()).group_by(_JOBS.c.state))
+            runs = await db.execute(select(_RUNS.c.status, func.count()).group_by(_RUNS.c.status))
+            return {"jobs": dict(jobs.tuples().all()), "runs": dict(runs.tuples().all())}
+
+        return await self.store.read(run)
+
+    async def _count(self, stmt: Any) -> int:
+        async def run(db: AsyncSession) -> int:
+            result: Any = await db.execute(stmt)
+            return int(result.rowcount or 0)
+
+        return await self.store.write(run)
+
+
+def _record(r: Any) -> RunRecord:
+    return RunRecord(*r)
