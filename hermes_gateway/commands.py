@@ -26,6 +26,7 @@ from hermes_gateway.store import Store
 from hermes_gateway.tool_host import REFUSED, who
 
 if TYPE_CHECKING:
+    from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.tool_host import GatewayToolHost
 
 log = structlog.get_logger("hermes.commands")
@@ -39,6 +40,7 @@ HELP = """Commands:
 /model - which model answers
 /approve, /deny - answer my request to run a command
 /compact - summarize the older part of this conversation now
+/cron - this chat's scheduled jobs (/cron pause|resume|run|rm|runs ID)
 /help - this list"""
 
 ALIASES = {"reset": "new", "cancel": "stop", "q": "queue"}
@@ -59,7 +61,19 @@ def parse_command(text: str) -> tuple[str, str] | None:
 
 class Commands:
     NAMES = frozenset(
-        {"stop", "new", "status", "help", "model", "queue", "steer", "approve", "deny", "compact"}
+        {
+            "stop",
+            "new",
+            "status",
+            "help",
+            "model",
+            "queue",
+            "steer",
+            "approve",
+            "deny",
+            "compact",
+            "cron",
+        }
     )
 
     def __init__(
@@ -82,6 +96,7 @@ class Commands:
         self.bus = bus
         self.agents = agents
         self.pool = pool
+        self.jobs: JobDesk | None = None  # the scheduler's, when scheduler.enabled
         self._handlers: dict[str, Callable[[MessageEvent, int | None, str], Awaitable[None]]] = {
             "stop": self._stop,
             "new": self._new,
@@ -93,6 +108,7 @@ class Commands:
             "approve": self._approve,
             "deny": self._deny,
             "compact": self._compact,
+            "cron": self._cron,
         }
 
     @property
@@ -272,6 +288,17 @@ class Commands:
                 )
         finally:
             self.agents.release(key, ctx)
+        await self._answer(event, [inbox_id], text)
+
+    async def _cron(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        if self.jobs is None:
+            text = "Scheduled jobs are off on this gateway."
+        else:
+            try:
+                text = await self.jobs.command(event, args)
+            except StoreError as exc:
+                log.error("cron.command_failed", error=str(exc))
+                text = "I could not reach my database; please try again shortly."
         await self._answer(event, [inbox_id], text)
 
     async def _ack(self, event: MessageEvent, text: str) -> None:

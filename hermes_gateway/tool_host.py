@@ -15,7 +15,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from hermes_gateway.delivery import Delivery
     from hermes_gateway.platform import Adapter
     from hermes_gateway.runner import GatewayRunner
+    from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.store import Store
 
 log = structlog.get_logger("hermes.tools")
@@ -105,12 +106,14 @@ class GatewayToolHost:
         self.vision = vision
         self.approval_timeout_s = approval_timeout_s
         self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
+        self.jobs: JobDesk | None = None  # the scheduler's, when scheduler.enabled
         self._loop: asyncio.AbstractEventLoop | None = None
         self.host = ToolHost(
             ask_approval=self.ask_approval,
             search_history=self.search_history,
             fetch_attachment=self.fetch_attachment,
             describe_image=self.describe_image,
+            manage_jobs=self.manage_jobs,
         )
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -215,6 +218,24 @@ class GatewayToolHost:
             seconds=round(time.monotonic() - ticket.asked_at, 2),
         )
         return "answered", ticket
+
+    # -- scheduled jobs -------------------------------------------------------------------
+
+    def manage_jobs(self, session_key: str, request: Mapping[str, Any]) -> str:
+        if self.jobs is None:
+            raise ToolError("scheduled jobs are off (scheduler.enabled in the config)")
+        text: str = self._hop(self._manage_jobs(self.jobs, session_key, dict(request)))
+        return text
+
+    async def _manage_jobs(self, jobs: JobDesk, session_key: str, request: dict[str, Any]) -> str:
+        from hermes_gateway.scheduler.desk import DeskError
+
+        try:  # the chat and user come from the run, never from the model's arguments
+            return await jobs.from_tool(
+                session_key, self.runner.current_event(session_key), request
+            )
+        except DeskError as exc:
+            raise ToolError(str(exc)) from None
 
     # -- search, attachments, vision ------------------------------------------------------
 

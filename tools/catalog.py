@@ -32,6 +32,8 @@ BUILTINS: dict[str, str] = {
     "skill_view": "tools.skills:make_skill_view",
     "skill_manage": "tools.skills:make_skill_manage",
     "delegate_task": "tools.delegate:make_delegate",
+    "cronjob": "tools.cronjob:make_cronjob",
+    "cronjob_manage": "tools.cronjob:make_cronjob_manage",  # the reference's name for it
 }
 BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTINS)
 

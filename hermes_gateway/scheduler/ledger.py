@@ -248,6 +248,25 @@ class Ledger:
         )
         return await self._count(stmt.values(**values))
 
+    async def let_go(self, run_ids: list[int], now: float) -> None:
+        """A clean stop: our runs still running are abandoned at once, and the answers we are
+        still delivering are left for the next start (their lease ends now)."""
+        if not run_ids:
+            return
+        mine = (_RUNS.c.id.in_(run_ids), _RUNS.c.owner == self.owner)
+
+        async def run(db: AsyncSession) -> None:
+            await db.execute(
+                update(_RUNS)
+                .where(*mine, _RUNS.c.status.in_(LIVE))
+                .values(status="abandoned", finished_at=now, delivery="skipped", error="stopped")
+            )
+            await db.execute(
+                update(_RUNS).where(*mine, _RUNS.c.delivery == "pending").values(lease_until=now)
+            )
+
+        await self.store.write(run)
+
     async def reap(self, now: float) -> list[RunRecord]:
         """Mark `abandoned` every live run whose lease expired (its process died)."""
 
@@ -304,7 +323,14 @@ class Ledger:
         async def run(db: AsyncSession) -> dict[str, dict[str, int]]:
             jobs = await db.execute(select(_JOBS.c.state, func.count()).group_by(_JOBS.c.state))
             runs = await db.execute(select(_RUNS.c.status, func.count()).group_by(_RUNS.c.status))
-            return {"jobs": dict(jobs.tuples().all()), "runs": dict(runs.tuples().all())}
+            due = await db.scalar(
+                select(func.min(_JOBS.c.next_run_at)).where(_JOBS.c.state == "active")
+            )
+            return {
+                "jobs": dict(jobs.tuples().all()),
+                "runs": dict(runs.tuples().all()),
+                "next_due": {"at": int(due)} if due is not None else {},
+            }
 
         return await self.store.read(run)
 
