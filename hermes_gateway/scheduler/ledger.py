@@ -327,8 +327,8 @@ class Ledger:
                 select(func.min(_JOBS.c.next_run_at)).where(_JOBS.c.state == "active")
             )
             return {
-                "jobs": dict(jobs.tuples().all()),
-                "runs": dict(runs.tuples().all()),
+                "jobs": {str(k): int(n) for k, n in jobs},
+                "runs": {str(k): int(n) for k, n in runs},
                 "next_due": {"at": int(due)} if due is not None else {},
             }
 
