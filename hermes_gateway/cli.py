@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("retry", "process a quarantined message again"), ("drop", "discard it")):
         isub.add_parser(name, help=text).add_argument("inbox_id", type=int)
 
+    from hermes_gateway.scheduler.cli import add_parser as cron_parser
+
+    cron_parser(sub)
     _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
     db = _with_config(sub.add_parser("db", help="the store's schema revision"))
     dsub = db.add_subparsers(dest="action", required=True)
@@ -154,6 +157,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from hermes_gateway.inbox_cli import run_inbox
 
         return run_inbox(args, url, config.control.token, config.store_url)
+    if args.command == "cron":
+        from hermes_gateway.scheduler.cli import run_cron
+
+        return run_cron(args, url, config.control.token)
     if args.command == "doctor":
         return run_doctor(config)
     if args.command == "db":

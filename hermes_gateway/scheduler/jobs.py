@@ -83,6 +83,8 @@ class Job:
             "schedule": s.text,
             "kind": s.kind,
             "timezone": s.zone,
+            "anchor": s.anchor,
+            "every_s": s.every_s,
             "deliver": self.deliver,
             "origin": f"{self.origin.platform}:{self.origin.chat_id}",
             "state": self.state,
