@@ -141,3 +141,28 @@ def test_a_silent_answer_delivers_nothing(
         assert only.startswith("Done. Created job")
     finally:
         gateway.kill()
+
+
+def test_a_busy_chat_neither_delays_a_jobs_answer_nor_is_interrupted_by_it(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    def slow_chat(body: dict[str, Any]) -> Response:
+        said = str(body["messages"][-1].get("content") or "")
+        return text("Time to stretch!") if STRETCH in said else text("slow answer", delay=8)
+
+    fake_llm.responder = slow_chat
+    gateway = scheduling_gateway(tmp_path / "home", fake_llm, tg)
+    try:
+        gateway.start()
+        wait_until(lambda: httpx.get(f"{gateway.url}/readyz", timeout=2).status_code == 200)
+        tg.send_text(555, "take your time")
+        wait_until(lambda: fake_llm.in_flight, timeout=10)  # the chat's turn is running
+        job = {"schedule": "in 1s", "prompt": STRETCH, "deliver": "telegram:555"}
+        created = httpx.post(f"{gateway.url}/v1/cron/jobs", json=job, timeout=5)
+        assert created.status_code == 200, created.text
+        wait_until(lambda: "Time to stretch!" in texts(tg), timeout=15)
+        assert "slow answer" not in texts(tg)  # delivered while the chat's turn still runs
+        wait_until(lambda: "slow answer" in texts(tg), timeout=20)
+        assert texts(tg) == ["Time to stretch!", "slow answer"]  # not interrupted
+    finally:
+        gateway.kill()
