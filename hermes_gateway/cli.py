@@ -160,7 +160,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "cron":
         from hermes_gateway.scheduler.cli import run_cron
 
-        return run_cron(args, url, config.control.token)
+        return run_cron(args, url, config.control.token, config)
     if args.command == "doctor":
         return run_doctor(config)
     if args.command == "db":

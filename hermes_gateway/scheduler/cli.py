@@ -4,6 +4,7 @@ scheduled jobs, through the running gateway's control API (`/v1/cron/jobs`)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import httpx
+
+    from hermes_gateway.config import Config
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -43,7 +46,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     export.add_argument("--dir", help="write the two files here (default: print them)")
 
 
-def run_cron(args: argparse.Namespace, url: str, token: str | None) -> int:
+def run_cron(
+    args: argparse.Namespace, url: str, token: str | None, config: Config | None = None
+) -> int:
     import httpx  # here, not at import: `hermes --help` stays light
 
     from hermes_gateway.control_client import refused, unreachable
@@ -52,6 +57,13 @@ def run_cron(args: argparse.Namespace, url: str, token: str | None) -> int:
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
             response = _call(client, args)
+    except httpx.ConnectError as exc:
+        if args.action != "run" or config is None:
+            return unreachable(url, exc)
+        # nothing listens: an exported timer fired while the gateway is down; run it here
+        from hermes_gateway.scheduler.offline import run_offline
+
+        return asyncio.run(run_offline(config, args.config, args.job_id))
     except httpx.HTTPError as exc:
         return unreachable(url, exc)
     data: dict[str, Any] = response.json()

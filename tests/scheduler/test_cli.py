@@ -6,15 +6,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from hermes_gateway.cli import build_parser
 from hermes_gateway.scheduler.cli import run_cron
-from hermes_gateway.scheduler.schedule import ScheduleError
+from hermes_gateway.scheduler.jobs import Origin, new_job
+from hermes_gateway.scheduler.ledger import Ledger
+from hermes_gateway.scheduler.schedule import ScheduleError, parse
 from hermes_gateway.scheduler.timer import on_calendar
-from tests.fakes.openai import FakeOpenAI
+from hermes_gateway.store import Store
+from tests.e2e.daemon import free_port
+from tests.fakes.openai import FakeOpenAI, text
 from tests.harness import make_config, running_gateway
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[")  # the gateway's own, on stdout
@@ -83,3 +90,52 @@ async def test_hermes_cron_through_the_control_api(
         assert "no scheduled jobs" in (await hermes("list"))[1]
         code, _ = await hermes("rm", job_id)
         assert code == 1 and "no job" in errors[-1]
+
+
+async def test_hermes_cron_run_with_the_gateway_down_runs_the_turn_and_leaves_the_delivery(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """What an exported timer does when the gateway is down: the turn runs in the CLI, and its
+    answer waits, pending and unowned, for the gateway to deliver it."""
+    fake_llm.responder = lambda body: text("backup ok")
+    config = make_config(
+        tmp_path, fake_llm.base_url, control={"port": free_port()}, scheduler={"enabled": True}
+    )
+    store = Store(config.store_url)
+    await store.open()
+    ledger = Ledger(store, "test", 60)
+    origin = Origin("telegram", "dm", "555", None, "555")
+    now = time.time()
+    job = new_job(
+        name="b",
+        prompt="Check the backup.",
+        schedule=parse("every 1h", "UTC", now),
+        origin=origin,
+        now=now,
+    )
+    await ledger.add(job, now)
+    command = [
+        sys.executable,
+        "-m",
+        "hermes_gateway",
+        "cron",
+        "--config",
+        str(tmp_path / "config.yaml"),
+    ]
+    done = await asyncio.to_thread(
+        subprocess.run, [*command, "run", job.id], capture_output=True, text=True, timeout=120
+    )
+    try:
+        assert done.returncode == 0, done.stderr
+        assert "succeeded; delivery pending" in done.stdout
+        [run] = await ledger.runs(job.id)
+        assert (run.kind, run.status, run.delivery, run.output) == (
+            "manual",
+            "succeeded",
+            "pending",
+            "backup ok",
+        )
+        [adopted] = await Ledger(store, "gateway", 60).adopt_undelivered(time.time())
+        assert adopted.id == run.id  # its lease was let go: a gateway takes it at once
+    finally:
+        await store.close()
