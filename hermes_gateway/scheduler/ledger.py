@@ -8,6 +8,7 @@ whose lease ran out is `abandoned`, never left `running`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from sqlalchemy import Table, delete, func, insert, select, update
@@ -267,6 +268,24 @@ class Ledger:
 
         await self.store.write(run)
 
+    async def take_back(self, host: str, alive: Callable[[int], bool], now: float) -> int:
+        """At start: what a process of this host that is gone held (a live run, an answer
+        being delivered) is freed now rather than when its lease lapses; the next tick
+        reaps or delivers it. Owners are ``host:pid:...``."""
+        held = (_RUNS.c.status.in_(LIVE)) | (_RUNS.c.delivery == "pending")
+        mine = _RUNS.c.owner.like(f"{host}:%")
+
+        async def run(db: AsyncSession) -> int:
+            rows = await db.execute(select(_RUNS.c.id, _RUNS.c.owner).where(held, mine))
+            dead = [i for i, owner in rows if not _owner_alive(owner, alive)]
+            if dead:
+                await db.execute(
+                    update(_RUNS).where(_RUNS.c.id.in_(dead), held).values(lease_until=now - 1)
+                )
+            return len(dead)
+
+        return await self.store.write(run)
+
     async def reap(self, now: float) -> list[RunRecord]:
         """Mark `abandoned` every live run whose lease expired (its process died)."""
 
@@ -340,6 +359,11 @@ class Ledger:
             return int(result.rowcount or 0)
 
         return await self.store.write(run)
+
+
+def _owner_alive(owner: str, alive: Callable[[int], bool]) -> bool:
+    parts = owner.split(":")
+    return not (len(parts) >= 2 and parts[1].isdigit()) or alive(int(parts[1]))
 
 
 def _record(r: Any) -> RunRecord:

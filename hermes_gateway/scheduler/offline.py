@@ -34,7 +34,7 @@ async def run_offline(config: Config, config_path: str | None, job_id: str) -> i
     factory = AgentFactory(config, config_path)
     try:
         await asyncio.to_thread(confine_tools, config, config_path)
-        owner = f"cli:{socket.gethostname()[:64]}:{os.getpid()}"
+        owner = f"{socket.gethostname()[:64]}:{os.getpid()}:cli"
         ledger = Ledger(store, owner, config.scheduler.lease_s)
         return await _run(config, ledger, store, factory, pool, job_id)
     except StoreError as exc:

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import structlog
 from prometheus_client import Counter
 
 from hermes_gateway.config_schema import SchedulerConfig
@@ -27,6 +28,19 @@ if TYPE_CHECKING:
     from hermes_gateway.server import Gateway
 
 
+log = structlog.get_logger("hermes.scheduler")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid != os.getpid()  # our own pid, reused after a crash: not the owner
+
+
 class SchedulerService:
     def __init__(self, gateway: Gateway) -> None:
         config = gateway.config
@@ -34,7 +48,8 @@ class SchedulerService:
         def section() -> SchedulerConfig:
             return gateway.config.scheduler
 
-        owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.host = socket.gethostname()[:64]
+        owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.ledger = Ledger(gateway.store, owner, config.scheduler.lease_s)
         runner = JobRunner(gateway.store, gateway.agents, gateway.pool, config.runner.stop_grace_s)
         self.outbox = JobOutbox(gateway.delivery, gateway.adapters, self.ledger)
@@ -67,6 +82,10 @@ class SchedulerService:
         if not self.desk.default_zone or self.desk.default_zone == "UTC":
             self.desk.default_zone = self.desk.config.timezone or await asyncio.to_thread(host_zone)
         self.scheduler.on_outcome = self._count
+        # what a crashed process of this host left behind is freed now, not a lease later
+        freed = await self.ledger.take_back(self.host, pid_alive, time.time())
+        if freed:
+            log.info("scheduler.took_back", runs=freed)
         spawn(self.scheduler.run(), "scheduler")
         spawn(self.scheduler.heartbeat(), "scheduler-heartbeat")
 

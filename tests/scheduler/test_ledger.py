@@ -188,3 +188,25 @@ async def test_two_schedulers_on_one_database_claim_each_slot_exactly_once(
         if r.status != "skipped"
     )
     assert len(slots) == 8 * 4 and set(slots.values()) == {1}
+
+
+async def test_what_a_dead_process_of_this_host_held_is_freed_at_start(
+    stores: list[Store],
+) -> None:
+    dead = Ledger(stores[0], "box:4242:aa", 600)
+    other_host = Ledger(stores[0], "elsewhere:4242:bb", 600)
+    fresh = Ledger(stores[1], "box:7:cc", 600)
+    ids = []
+    for ledger in (dead, other_host):
+        job = hourly()
+        await ledger.add(job, T0)
+        [due] = [j for j in await ledger.due(T0 + 3600) if j.id == job.id]
+        p = plan(due, T0 + 3600, 3600)
+        assert p is not None
+        run_id = await ledger.claim(due, p, T0 + 3600)
+        assert run_id is not None and await ledger.start(run_id, T0 + 3600)
+        ids.append(run_id)
+    now = T0 + 3601  # long before the 600 s leases lapse
+    assert await fresh.take_back("box", lambda pid: pid != 4242, now) == 1
+    [gone] = await fresh.reap(now)
+    assert gone.id == ids[0]  # the other host's run keeps its lease: its process may live
