@@ -8,10 +8,26 @@ whose lease ran out is `abandoned`, never left `running`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, cast
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    Table,
+    and_,
+    case,
+    delete,
+    false,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,6 +35,7 @@ from hermes_gateway.models import CronJobRow, CronRunRow
 from hermes_gateway.scheduler.jobs import LIVE, Job, Plan, RunRecord, job_from_row
 from hermes_gateway.store import Store
 
+T = TypeVar("T")
 _JOBS = cast(Table, CronJobRow.__table__)
 _RUNS = cast(Table, CronRunRow.__table__)
 _RECORD_COLUMNS = (
@@ -35,6 +52,13 @@ class Ledger:
         self.store = store
         self.owner = owner
         self.lease_s = lease_s
+        # the store serializes writes in arrival order: one job write waiting at a time
+        # keeps a burst of jobs from queueing ahead of a chat message's writes
+        self._writing = asyncio.Semaphore(1)
+
+    async def _write(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        async with self._writing:
+            return await self.store.write(fn)
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -66,7 +90,7 @@ class Ledger:
             "created_at": now,
             "updated_at": now,
         }
-        await self.store.write(lambda db: db.execute(insert(_JOBS).values(**row)))
+        await self._write(lambda db: db.execute(insert(_JOBS).values(**row)))
 
     async def get(self, job_id: str) -> Job | None:
         async def run(db: AsyncSession) -> Job | None:
@@ -99,7 +123,7 @@ class Ledger:
             gone = await db.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
             return int(gone.rowcount or 0)  # type: ignore[attr-defined]
 
-        return await self.store.write(run) == 1
+        return await self._write(run) == 1
 
     async def due(self, now: float, limit: int = 500) -> list[Job]:
         stmt = (
@@ -120,49 +144,70 @@ class Ledger:
         """Claim ``plan.slot`` (a run), or record it skipped or missed; moves the job to its
         next slot. None when another scheduler was first, or the job's previous run is still
         live (a job never overlaps itself: the slot stays due)."""
-        live = plan.action == "run"
+        return (await self.claim_batch([(job, plan)], now))[0]
 
-        async def run(db: AsyncSession) -> int | None:
-            if live and await self._busy(db, job.id, now):
-                return None
-            state = "active" if plan.next_run_at is not None else "done"
-            if plan.action == "missed":
-                state = "missed"
-            moved = await db.execute(
-                update(_JOBS)
-                .where(
-                    _JOBS.c.id == job.id,
-                    _JOBS.c.next_run_at == job.next_run_at,
-                    _JOBS.c.state == "active",
-                )
-                .values(
-                    next_run_at=plan.next_run_at,
-                    state=state,
-                    runs=_JOBS.c.runs + (1 if live else 0),
-                    updated_at=now,
-                )
+    async def claim_batch(self, items: list[tuple[Job, Plan]], now: float) -> list[int | None]:
+        """`claim` for several jobs in one transaction (a burst of due jobs costs one commit
+        per batch, not per job); each job's claim stands or fails alone. A slot taken
+        meanwhile by a "run now" of the same second fails the batch: then one by one, and that
+        slot is passed over (the manual run served it)."""
+        if len(items) > 1:
+            try:
+                return await self._write(lambda db: self._claim_all(db, items, now))
+            except IntegrityError:
+                pass
+        out: list[int | None] = []
+        for item in items:
+
+            async def one(db: AsyncSession, item: tuple[Job, Plan] = item) -> list[int | None]:
+                return await self._claim_all(db, [item], now)
+
+            try:
+                out += await self._write(one)
+            except IntegrityError:  # a "run now" took this very second: that run serves it
+                await self._count(_advance_all([item], now))
+                out.append(None)
+        return out
+
+    async def _claim_all(
+        self, db: AsyncSession, items: list[tuple[Job, Plan]], now: float
+    ) -> list[int | None]:
+        """Three statements for the whole batch: which jobs have a live run, the
+        compare-and-set of every job's next slot (RETURNING the ones that moved), the run
+        rows (RETURNING their ids)."""
+        await _write_first(db)
+        wanted = [job.id for job, plan in items if plan.action == "run"]
+        busy: set[str] = set()
+        if wanted:
+            live = (_RUNS.c.status.in_(LIVE), _RUNS.c.lease_until >= now)
+            found = await db.scalars(
+                select(_RUNS.c.job_id).where(_RUNS.c.job_id.in_(wanted), *live)
             )
-            if moved.rowcount != 1:  # type: ignore[attr-defined]
-                return None
-            status = "claimed" if live else plan.kind
-            return await self._insert(db, job.id, plan.slot, plan.kind, status, plan.missed, now)
-
-        try:
-            return await self.store.write(run)
-        except IntegrityError:
-            return None
+            busy = set(found)
+        # a job never overlaps itself: while a run of it is live, its slot stays due
+        todo = [(j, p) for j, p in items if not (p.action == "run" and j.id in busy)]
+        moved: set[str] = set()
+        if todo:
+            moved = set(await db.scalars(_advance_all(todo, now)))
+        rows = [_run_row(self.owner, j.id, p, now, self.lease_s) for j, p in todo if j.id in moved]
+        made: dict[str, int] = {}
+        if rows:
+            result = await db.execute(insert(_RUNS).returning(_RUNS.c.id, _RUNS.c.job_id), rows)
+            made = {str(job_id): int(run_id) for run_id, job_id in result}
+        return [made.get(job.id) for job, _ in items]
 
     async def claim_now(self, job: Job, now: float) -> int | None:
         """ "Run now": a slot of its own at this second, the schedule untouched; None when the
         job's previous run is still live (or another "run now" took this second)."""
 
         async def run(db: AsyncSession) -> int | None:
+            await _write_first(db)
             if await self._busy(db, job.id, now):
                 return None
             return await self._insert(db, job.id, int(now), "manual", "claimed", 0, now)
 
         try:
-            return await self.store.write(run)
+            return await self._write(run)
         except IntegrityError:
             return None
 
@@ -266,7 +311,7 @@ class Ledger:
                 update(_RUNS).where(*mine, _RUNS.c.delivery == "pending").values(lease_until=now)
             )
 
-        await self.store.write(run)
+        await self._write(run)
 
     async def take_back(self, host: str, alive: Callable[[int], bool], now: float) -> int:
         """At start: what a process of this host that is gone held (a live run, an answer
@@ -284,7 +329,7 @@ class Ledger:
                 )
             return len(dead)
 
-        return await self.store.write(run)
+        return await self._write(run)
 
     async def reap(self, now: float) -> list[RunRecord]:
         """Mark `abandoned` every live run whose lease expired (its process died)."""
@@ -301,7 +346,7 @@ class Ledger:
                 )
             return rows
 
-        return await self.store.write(run)
+        return await self._write(run)
 
     async def adopt_undelivered(self, now: float) -> list[RunRecord]:
         """Answers computed but not delivered whose deliverer's lease expired: now ours."""
@@ -321,7 +366,7 @@ class Ledger:
                 )
             return rows
 
-        return await self.store.write(run)
+        return await self._write(run)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -358,7 +403,60 @@ class Ledger:
             result: Any = await db.execute(stmt)
             return int(result.rowcount or 0)
 
-        return await self.store.write(run)
+        return await self._write(run)
+
+
+def _advance_all(items: list[tuple[Job, Plan]], now: float) -> Any:
+    """One UPDATE moving each job past its planned slot if it is still where it was read."""
+    by_id = _JOBS.c.id
+    # typed literals: PostgreSQL would read an untyped CASE branch as text
+    slots = {j.id: literal(p.next_run_at, BigInteger()) for j, p in items}
+    states = {j.id: literal(_next_state(p), String()) for j, p in items}
+    counted = {j.id: literal(int(p.action == "run"), Integer()) for j, p in items}
+    return (
+        update(_JOBS)
+        .where(
+            _JOBS.c.state == "active",
+            or_(*(and_(by_id == j.id, _JOBS.c.next_run_at == j.next_run_at) for j, _ in items)),
+        )
+        .values(
+            next_run_at=case(slots, value=by_id),
+            state=case(states, value=by_id),
+            runs=_JOBS.c.runs + case(counted, value=by_id),
+            updated_at=now,
+        )
+        .returning(by_id)
+    )
+
+
+def _next_state(plan: Plan) -> str:
+    if plan.action == "missed":
+        return "missed"
+    return "active" if plan.next_run_at is not None else "done"
+
+
+def _run_row(owner: str, job_id: str, plan: Plan, now: float, lease_s: float) -> dict[str, Any]:
+    live = plan.action == "run"
+    return {
+        "job_id": job_id,
+        "scheduled_for": plan.slot,
+        "kind": plan.kind,
+        "status": "claimed" if live else plan.kind,
+        "owner": owner,
+        "lease_until": now + lease_s if live else now,
+        "claimed_at": now,
+        "finished_at": None if live else now,
+        "missed": plan.missed,
+        "delivery": "pending" if live else "skipped",
+        "parts_sent": 0,
+    }
+
+
+async def _write_first(db: AsyncSession) -> None:
+    """Take the write lock before any read. On SQLite a transaction that read first cannot
+    upgrade once another process wrote (it fails at once, the busy timeout unused); one that
+    writes first waits for the other writer like any write."""
+    await db.execute(update(_JOBS).where(false()).values(updated_at=0))
 
 
 def _owner_alive(owner: str, alive: Callable[[int], bool]) -> bool:

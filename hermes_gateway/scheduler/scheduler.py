@@ -27,7 +27,9 @@ MISSED = (
     "than its grace late: it did not run. Create it again if it still matters."
 )
 FAILED = "Scheduled job {name!r} ({id}) did not complete: {error}"
-LATE_AFTER_S = 60.0  # a start later than this after its slot counts as a late start
+LATE_AFTER_S = 60.0
+DUE_BATCH = 500
+CLAIM_CHUNK = 25  # a start later than this after its slot counts as a late start
 
 
 class Scheduler:
@@ -98,7 +100,7 @@ class Scheduler:
         self._wake.set()
 
     async def tick(self) -> None:
-        now = self.clock()
+        now, grace = self.clock(), self.config.grace_max_s
         for gone in await self.ledger.reap(now):
             self._count("abandoned")
             log.warning(
@@ -106,19 +108,28 @@ class Scheduler:
             )
         for left in await self.ledger.adopt_undelivered(now):
             self._adopt(left)
-        for job in await self.ledger.due(now):
-            p = plan(job, now, self.config.grace_max_s, LATE_AFTER_S)
-            if p is not None:
-                await self._claim(job, p, now)
+        while True:  # a burst of due jobs is claimed in one tick, a batch at a time
+            due = await self.ledger.due(now, DUE_BATCH)
+            claimed = 0
+            for start in range(0, len(due), CLAIM_CHUNK):  # chats' writes and turns fit between
+                chunk = [
+                    (j, p)
+                    for j in due[start : start + CLAIM_CHUNK]
+                    if (p := plan(j, now, grace, LATE_AFTER_S)) is not None
+                ]
+                run_ids = await self.ledger.claim_batch(chunk, now) if chunk else []
+                for (job, p), run_id in zip(chunk, run_ids, strict=True):
+                    if run_id is not None:
+                        claimed += 1
+                        self._claimed(job, p, run_id)
+            if len(due) < DUE_BATCH or not claimed:  # the rest wait for their runs to end
+                break
         self.last_tick = time.monotonic()
         if time.monotonic() - self._counted_at > 10:
             self._counted_at = time.monotonic()
             self.counts = await self.ledger.counts()
 
-    async def _claim(self, job: Job, p: Plan, now: float) -> None:
-        run_id = await self.ledger.claim(job, p, now)
-        if run_id is None:
-            return  # another scheduler was first, or its previous run is still going
+    def _claimed(self, job: Job, p: Plan, run_id: int) -> None:
         why = {"job_id": job.id, "run_id": run_id, "slot": p.slot, "kind": p.kind}
         if p.action == "skip":
             self._count("skipped")

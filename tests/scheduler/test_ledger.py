@@ -210,3 +210,21 @@ async def test_what_a_dead_process_of_this_host_held_is_freed_at_start(
     assert await fresh.take_back("box", lambda pid: pid != 4242, now) == 1
     [gone] = await fresh.reap(now)
     assert gone.id == ids[0]  # the other host's run keeps its lease: its process may live
+
+
+async def test_a_slot_a_run_now_already_took_is_passed_over_not_stuck(
+    stores: list[Store],
+) -> None:
+    ledger = Ledger(stores[0], "a", 60)
+    first, second = hourly(), hourly()
+    for job in (first, second):
+        await ledger.add(job, T0)
+    slot = T0 + 3600
+    manual = await ledger.claim_now(first, slot)  # "run now" at the very second of the slot
+    assert manual is not None and await ledger.start(manual, slot)
+    assert await ledger.finish(manual, "succeeded", slot, "ok", None, "delivered")
+    due = await ledger.due(slot)
+    plans = [(j, p) for j in due if (p := plan(j, slot, 3600)) is not None]
+    got = dict(zip([j.id for j, _ in plans], await ledger.claim_batch(plans, slot), strict=True))
+    assert got[first.id] is None and got[second.id] is not None
+    assert await ledger.due(slot) == []  # the first job moved on too: not stuck at that slot
