@@ -186,6 +186,8 @@ class JobDesk:
         for key in ("prompt", "name", "repeat"):
             if request.get(key) is not None:
                 values[key] = request[key]
+        if request.get("deliver") in ("origin", "none"):
+            values["deliver"] = request["deliver"]
         if request.get("schedule") or request.get("timezone"):
             zone = str(request.get("timezone") or job.schedule.zone)
             try:
@@ -203,7 +205,9 @@ class JobDesk:
             values["next_run_at"] = s.next_after(now)
             job = replace(job, schedule=s, next_run_at=values["next_run_at"])
         if not values:
-            raise DeskError("nothing to update: give prompt, name, schedule, timezone or repeat")
+            raise DeskError(
+                "nothing to update: give prompt, name, schedule, timezone, deliver or repeat"
+            )
         await self.ledger.change(job.id, now, **values)
         self.scheduler.wake()
         return f"Updated {job.id}; next run {when(job.next_run_at, job.schedule.zone)}."

@@ -93,6 +93,10 @@ async def test_a_chat_sees_and_changes_only_its_own_jobs(
         assert job_id in await d.from_tool(mine, None, {"action": "list"})
         with pytest.raises(DeskError, match="cannot create"):
             await d.from_tool(mine, None, {"action": "create", "prompt": "p", "schedule": "in 5m"})
+        change = {"action": "update", "job_id": job_id, "schedule": "every 2h", "deliver": "none"}
+        assert (await d.from_tool(alice.session_key, alice, change)).startswith("Updated")
+        updated = await d.ledger.get(job_id)
+        assert updated is not None and (updated.schedule.every_s, updated.deliver) == (7200, "none")
         assert await d.command(alice, f"rm {job_id}") == f"Removed {job_id}."
 
 
