@@ -252,15 +252,16 @@ class Ledger:
 
     async def heartbeat(self, run_ids: list[int], now: float) -> int:
         """Renew the leases of our live runs (and of answers we are still delivering)."""
-        if not run_ids:
-            return 0
-        stmt = (
-            update(_RUNS)
-            .where(_RUNS.c.id.in_(run_ids), _RUNS.c.owner == self.owner)
-            .where(_RUNS.c.status.in_(LIVE) | (_RUNS.c.delivery == "pending"))
-            .values(lease_until=now + self.lease_s)
-        )
-        return await self._count(stmt)
+        renewed = 0
+        for start in range(0, len(run_ids), 5000):  # within the drivers' parameter limits
+            stmt = (
+                update(_RUNS)
+                .where(_RUNS.c.id.in_(run_ids[start : start + 5000]), _RUNS.c.owner == self.owner)
+                .where(_RUNS.c.status.in_(LIVE) | (_RUNS.c.delivery == "pending"))
+                .values(lease_until=now + self.lease_s)
+            )
+            renewed += await self._count(stmt)
+        return renewed
 
     async def finish(
         self,
