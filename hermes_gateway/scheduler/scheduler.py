@@ -28,7 +28,7 @@ MISSED = (
 )
 FAILED = "Scheduled job {name!r} ({id}) did not complete: {error}"
 LATE_AFTER_S = 60.0
-DUE_BATCH = 500
+DUE_BATCH = 100
 CLAIM_CHUNK = 25  # a start later than this after its slot counts as a late start
 
 
