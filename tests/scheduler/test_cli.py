@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from hermes_gateway.scheduler.jobs import Origin, new_job
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.schedule import ScheduleError, parse
 from hermes_gateway.scheduler.timer import on_calendar
+from hermes_gateway.status_report import gateway_status
 from hermes_gateway.store import Store
 from tests.e2e.daemon import free_port
 from tests.fakes.openai import FakeOpenAI, text
@@ -86,6 +88,11 @@ async def test_hermes_cron_through_the_control_api(
             while not (out := await ran()):
                 await asyncio.sleep(0.1)
         assert "manual" in out and "skipped" in out  # delivered nowhere: no target given
+        report = io.StringIO()
+        gw.scheduler.scheduler._counted_at = 0.0  # type: ignore[union-attr]  # count at once
+        await asyncio.sleep(0.3)  # a tick
+        await asyncio.to_thread(gateway_status, client.base, None, "not installed", report)
+        assert "scheduler    1 job(s), 0 running, last tick" in report.getvalue()
         assert (await hermes("rm", job_id))[0] == 0
         assert "no scheduled jobs" in (await hermes("list"))[1]
         code, _ = await hermes("rm", job_id)
