@@ -135,6 +135,14 @@ def test_a_silent_answer_delivers_nothing(
         assert [(r["status"], r["delivery"], r["output"]) for r in done] == [
             ("succeeded", "skipped", "[SILENT]")
         ] * 2
+        # the job's own session: its second run sees its first run's answer, not the chat
+        first, second = [
+            r["messages"]
+            for r in fake_llm.requests
+            if str(r["messages"][-1]["content"])[:6] == "[Sched"
+        ]
+        assert {"role": "assistant", "content": "[SILENT]"} in second
+        assert not any("feeds every second" in str(m.get("content")) for m in first + second)
         metrics = httpx.get(f"{gateway.url}/metrics", timeout=5).text
         assert 'hermes_cron_runs_total{outcome="succeeded"} 2.0' in metrics
         [only] = texts(tg)  # the chat's answer, and no job's

@@ -88,3 +88,9 @@ def test_a_ticker_that_stopped_ticking_is_stalled() -> None:
     assert sched.stalled() is None
     sched.last_tick = time.monotonic() - 31
     assert (sched.stalled() or "").startswith("scheduler: no tick for 3")
+
+
+def test_jobs_always_leave_a_pool_thread_to_chats() -> None:
+    config = SchedulerConfig(enabled=True, max_parallel=8)
+    assert Scheduler(lambda: config, None, None, None, workers=4).parallel == 3  # type: ignore[arg-type]
+    assert Scheduler(lambda: config, None, None, None, workers=64).parallel == 8  # type: ignore[arg-type]
