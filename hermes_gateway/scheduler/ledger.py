@@ -10,39 +10,34 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import (
-    BigInteger,
-    Integer,
-    String,
-    Table,
-    and_,
-    case,
     delete,
-    false,
     func,
     insert,
-    literal,
-    or_,
     select,
     update,
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hermes_gateway.models import CronJobRow, CronRunRow
+from hermes_gateway.models import CronJobRow
 from hermes_gateway.scheduler.jobs import LIVE, Job, Plan, RunRecord, job_from_row
+from hermes_gateway.scheduler.rows import (
+    JOBS,
+    RECORD,
+    RUNS,
+    advance_all,
+    job_row,
+    owner_alive,
+    record,
+    run_row,
+    write_first,
+)
 from hermes_gateway.store import Store
 
 T = TypeVar("T")
-_JOBS = cast(Table, CronJobRow.__table__)
-_RUNS = cast(Table, CronRunRow.__table__)
-_RECORD_COLUMNS = (
-    "id job_id scheduled_for kind status delivery claimed_at started_at finished_at "
-    "missed parts_sent output error"
-)
-_RECORD = [_RUNS.c[n] for n in _RECORD_COLUMNS.split()]
 
 
 class Ledger:
@@ -63,34 +58,8 @@ class Ledger:
     # -- jobs ---------------------------------------------------------------------------
 
     async def add(self, job: Job, now: float) -> None:
-        s, o = job.schedule, job.origin
-        row = {
-            "id": job.id,
-            "name": job.name,
-            "prompt": job.prompt,
-            "schedule": s.text,
-            "kind": s.kind,
-            "timezone": s.zone,
-            "anchor": s.anchor,
-            "every_s": s.every_s,
-            "deliver": job.deliver,
-            "origin_platform": o.platform,
-            "origin_chat_type": o.chat_type,
-            "origin_chat_id": o.chat_id,
-            "origin_thread_id": o.thread_id,
-            "origin_user_id": o.user_id,
-            "created_by": job.created_by,
-            "state": job.state,
-            "next_run_at": job.next_run_at,
-            "repeat": job.repeat,
-            "runs": 0,
-            "catch_up": job.catch_up,
-            "grace_s": job.grace_s,
-            "timeout_s": job.timeout_s,
-            "created_at": now,
-            "updated_at": now,
-        }
-        await self._write(lambda db: db.execute(insert(_JOBS).values(**row)))
+        row = job_row(job, now)
+        await self._write(lambda db: db.execute(insert(JOBS).values(**row)))
 
     async def get(self, job_id: str) -> Job | None:
         async def run(db: AsyncSession) -> Job | None:
@@ -114,13 +83,13 @@ class Ledger:
 
     async def change(self, job_id: str, now: float, **values: Any) -> bool:
         """Set columns of a job (state, next_run_at, prompt, ...); False if it is gone."""
-        stmt = update(_JOBS).where(_JOBS.c.id == job_id).values(updated_at=now, **values)
+        stmt = update(JOBS).where(JOBS.c.id == job_id).values(updated_at=now, **values)
         return await self._count(stmt) == 1
 
     async def remove(self, job_id: str) -> bool:
         async def run(db: AsyncSession) -> int:
-            await db.execute(delete(_RUNS).where(_RUNS.c.job_id == job_id))
-            gone = await db.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
+            await db.execute(delete(RUNS).where(RUNS.c.job_id == job_id))
+            gone = await db.execute(delete(JOBS).where(JOBS.c.id == job_id))
             return int(gone.rowcount or 0)  # type: ignore[attr-defined]
 
         return await self._write(run) == 1
@@ -165,7 +134,7 @@ class Ledger:
             try:
                 out += await self._write(one)
             except IntegrityError:  # a "run now" took this very second: that run serves it
-                await self._count(_advance_all([item], now))
+                await self._count(advance_all([item], now))
                 out.append(None)
         return out
 
@@ -175,24 +144,22 @@ class Ledger:
         """Three statements for the whole batch: which jobs have a live run, the
         compare-and-set of every job's next slot (RETURNING the ones that moved), the run
         rows (RETURNING their ids)."""
-        await _write_first(db)
+        await write_first(db)
         wanted = [job.id for job, plan in items if plan.action == "run"]
         busy: set[str] = set()
         if wanted:
-            live = (_RUNS.c.status.in_(LIVE), _RUNS.c.lease_until >= now)
-            found = await db.scalars(
-                select(_RUNS.c.job_id).where(_RUNS.c.job_id.in_(wanted), *live)
-            )
+            live = (RUNS.c.status.in_(LIVE), RUNS.c.lease_until >= now)
+            found = await db.scalars(select(RUNS.c.job_id).where(RUNS.c.job_id.in_(wanted), *live))
             busy = set(found)
         # a job never overlaps itself: while a run of it is live, its slot stays due
         todo = [(j, p) for j, p in items if not (p.action == "run" and j.id in busy)]
         moved: set[str] = set()
         if todo:
-            moved = set(await db.scalars(_advance_all(todo, now)))
-        rows = [_run_row(self.owner, j.id, p, now, self.lease_s) for j, p in todo if j.id in moved]
+            moved = set(await db.scalars(advance_all(todo, now)))
+        rows = [run_row(self.owner, j.id, p, now, self.lease_s) for j, p in todo if j.id in moved]
         made: dict[str, int] = {}
         if rows:
-            result = await db.execute(insert(_RUNS).returning(_RUNS.c.id, _RUNS.c.job_id), rows)
+            result = await db.execute(insert(RUNS).returning(RUNS.c.id, RUNS.c.job_id), rows)
             made = {str(job_id): int(run_id) for run_id, job_id in result}
         return [made.get(job.id) for job, _ in items]
 
@@ -201,10 +168,14 @@ class Ledger:
         job's previous run is still live (or another "run now" took this second)."""
 
         async def run(db: AsyncSession) -> int | None:
-            await _write_first(db)
+            await write_first(db)
             if await self._busy(db, job.id, now):
                 return None
-            return await self._insert(db, job.id, int(now), "manual", "claimed", 0, now)
+            manual = run_row(
+                self.owner, job.id, Plan("run", int(now), "manual", 0, None), now, self.lease_s
+            )
+            result: Any = await db.execute(insert(RUNS).values(**manual))
+            return int(result.inserted_primary_key[0])
 
         try:
             return await self._write(run)
@@ -213,36 +184,9 @@ class Ledger:
 
     async def _busy(self, db: AsyncSession, job_id: str, now: float) -> bool:
         stmt = select(func.count()).where(
-            _RUNS.c.job_id == job_id, _RUNS.c.status.in_(LIVE), _RUNS.c.lease_until >= now
+            RUNS.c.job_id == job_id, RUNS.c.status.in_(LIVE), RUNS.c.lease_until >= now
         )
         return bool(await db.scalar(stmt))
-
-    async def _insert(
-        self,
-        db: AsyncSession,
-        job_id: str,
-        slot: int,
-        kind: str,
-        status: str,
-        missed: int,
-        now: float,
-    ) -> int:
-        live = status in LIVE
-        values = {
-            "job_id": job_id,
-            "scheduled_for": slot,
-            "kind": kind,
-            "status": status,
-            "owner": self.owner,
-            "lease_until": now + self.lease_s if live else now,
-            "claimed_at": now,
-            "finished_at": None if live else now,
-            "missed": missed,
-            "delivery": "pending" if live else "skipped",
-            "parts_sent": 0,
-        }
-        result = await db.execute(insert(_RUNS).values(**values))
-        return int(result.inserted_primary_key[0])  # type: ignore[attr-defined]
 
     # -- a run's life -------------------------------------------------------------------
 
@@ -255,9 +199,9 @@ class Ledger:
         renewed = 0
         for start in range(0, len(run_ids), 5000):  # within the drivers' parameter limits
             stmt = (
-                update(_RUNS)
-                .where(_RUNS.c.id.in_(run_ids[start : start + 5000]), _RUNS.c.owner == self.owner)
-                .where(_RUNS.c.status.in_(LIVE) | (_RUNS.c.delivery == "pending"))
+                update(RUNS)
+                .where(RUNS.c.id.in_(run_ids[start : start + 5000]), RUNS.c.owner == self.owner)
+                .where(RUNS.c.status.in_(LIVE) | (RUNS.c.delivery == "pending"))
                 .values(lease_until=now + self.lease_s)
             )
             renewed += await self._count(stmt)
@@ -287,11 +231,11 @@ class Ledger:
         values: dict[str, Any] = {"delivery": delivery}
         if parts_sent is not None:
             values["parts_sent"] = parts_sent
-        await self._count(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
+        await self._count(update(RUNS).where(RUNS.c.id == run_id).values(**values))
 
     async def _mine(self, run_id: int, was: str, now: float, **values: Any) -> int:
-        stmt = update(_RUNS).where(
-            _RUNS.c.id == run_id, _RUNS.c.owner == self.owner, _RUNS.c.status == was
+        stmt = update(RUNS).where(
+            RUNS.c.id == run_id, RUNS.c.owner == self.owner, RUNS.c.status == was
         )
         return await self._count(stmt.values(**values))
 
@@ -300,16 +244,16 @@ class Ledger:
         still delivering are left for the next start (their lease ends now)."""
         if not run_ids:
             return
-        mine = (_RUNS.c.id.in_(run_ids), _RUNS.c.owner == self.owner)
+        mine = (RUNS.c.id.in_(run_ids), RUNS.c.owner == self.owner)
 
         async def run(db: AsyncSession) -> None:
             await db.execute(
-                update(_RUNS)
-                .where(*mine, _RUNS.c.status.in_(LIVE))
+                update(RUNS)
+                .where(*mine, RUNS.c.status.in_(LIVE))
                 .values(status="abandoned", finished_at=now, delivery="skipped", error="stopped")
             )
             await db.execute(
-                update(_RUNS).where(*mine, _RUNS.c.delivery == "pending").values(lease_until=now)
+                update(RUNS).where(*mine, RUNS.c.delivery == "pending").values(lease_until=now)
             )
 
         await self._write(run)
@@ -318,15 +262,15 @@ class Ledger:
         """At start: what a process of this host that is gone held (a live run, an answer
         being delivered) is freed now rather than when its lease lapses; the next tick
         reaps or delivers it. Owners are ``host:pid:...``."""
-        held = (_RUNS.c.status.in_(LIVE)) | (_RUNS.c.delivery == "pending")
-        mine = _RUNS.c.owner.like(f"{host}:%")
+        held = (RUNS.c.status.in_(LIVE)) | (RUNS.c.delivery == "pending")
+        mine = RUNS.c.owner.like(f"{host}:%")
 
         async def run(db: AsyncSession) -> int:
-            rows = await db.execute(select(_RUNS.c.id, _RUNS.c.owner).where(held, mine))
-            dead = [i for i, owner in rows if not _owner_alive(owner, alive)]
+            rows = await db.execute(select(RUNS.c.id, RUNS.c.owner).where(held, mine))
+            dead = [i for i, owner in rows if not owner_alive(owner, alive)]
             if dead:
                 await db.execute(
-                    update(_RUNS).where(_RUNS.c.id.in_(dead), held).values(lease_until=now - 1)
+                    update(RUNS).where(RUNS.c.id.in_(dead), held).values(lease_until=now - 1)
                 )
             return len(dead)
 
@@ -336,13 +280,13 @@ class Ledger:
         """Mark `abandoned` every live run whose lease expired (its process died)."""
 
         async def run(db: AsyncSession) -> list[RunRecord]:
-            cond = (_RUNS.c.status.in_(LIVE), _RUNS.c.lease_until < now)
-            rows = [_record(r) for r in await db.execute(select(*_RECORD).where(*cond))]
+            cond = (RUNS.c.status.in_(LIVE), RUNS.c.lease_until < now)
+            rows = [record(r) for r in await db.execute(select(*RECORD).where(*cond))]
             if rows:
                 ids = [r.id for r in rows]
                 await db.execute(
-                    update(_RUNS)
-                    .where(_RUNS.c.id.in_(ids), *cond)
+                    update(RUNS)
+                    .where(RUNS.c.id.in_(ids), *cond)
                     .values(status="abandoned", finished_at=now, delivery="skipped")
                 )
             return rows
@@ -352,17 +296,17 @@ class Ledger:
     async def adopt_undelivered(self, now: float) -> list[RunRecord]:
         """Answers computed but not delivered whose deliverer's lease expired: now ours."""
         cond = (
-            _RUNS.c.status == "succeeded",
-            _RUNS.c.delivery == "pending",
-            _RUNS.c.lease_until < now,
+            RUNS.c.status == "succeeded",
+            RUNS.c.delivery == "pending",
+            RUNS.c.lease_until < now,
         )
 
         async def run(db: AsyncSession) -> list[RunRecord]:
-            rows = [_record(r) for r in await db.execute(select(*_RECORD).where(*cond))]
+            rows = [record(r) for r in await db.execute(select(*RECORD).where(*cond))]
             if rows:
                 await db.execute(
-                    update(_RUNS)
-                    .where(_RUNS.c.id.in_([r.id for r in rows]), *cond)
+                    update(RUNS)
+                    .where(RUNS.c.id.in_([r.id for r in rows]), *cond)
                     .values(owner=self.owner, lease_until=now + self.lease_s)
                 )
             return rows
@@ -373,12 +317,12 @@ class Ledger:
 
     async def runs(self, job_id: str | None = None, limit: int = 20) -> list[RunRecord]:
         """The newest runs (of one job), newest first."""
-        stmt = select(*_RECORD).order_by(_RUNS.c.id.desc()).limit(limit)
+        stmt = select(*RECORD).order_by(RUNS.c.id.desc()).limit(limit)
         if job_id is not None:
-            stmt = stmt.where(_RUNS.c.job_id == job_id)
+            stmt = stmt.where(RUNS.c.job_id == job_id)
 
         async def run(db: AsyncSession) -> list[RunRecord]:
-            return [_record(r) for r in await db.execute(stmt)]
+            return [record(r) for r in await db.execute(stmt)]
 
         return await self.store.read(run)
 
@@ -386,10 +330,10 @@ class Ledger:
         """Jobs by state and runs by status, for /status and /metrics."""
 
         async def run(db: AsyncSession) -> dict[str, dict[str, int]]:
-            jobs = await db.execute(select(_JOBS.c.state, func.count()).group_by(_JOBS.c.state))
-            runs = await db.execute(select(_RUNS.c.status, func.count()).group_by(_RUNS.c.status))
+            jobs = await db.execute(select(JOBS.c.state, func.count()).group_by(JOBS.c.state))
+            runs = await db.execute(select(RUNS.c.status, func.count()).group_by(RUNS.c.status))
             due = await db.scalar(
-                select(func.min(_JOBS.c.next_run_at)).where(_JOBS.c.state == "active")
+                select(func.min(JOBS.c.next_run_at)).where(JOBS.c.state == "active")
             )
             return {
                 "jobs": {str(k): int(n) for k, n in jobs},
@@ -405,65 +349,3 @@ class Ledger:
             return int(result.rowcount or 0)
 
         return await self._write(run)
-
-
-def _advance_all(items: list[tuple[Job, Plan]], now: float) -> Any:
-    """One UPDATE moving each job past its planned slot if it is still where it was read."""
-    by_id = _JOBS.c.id
-    # typed literals: PostgreSQL would read an untyped CASE branch as text
-    slots = {j.id: literal(p.next_run_at, BigInteger()) for j, p in items}
-    states = {j.id: literal(_next_state(p), String()) for j, p in items}
-    counted = {j.id: literal(int(p.action == "run"), Integer()) for j, p in items}
-    return (
-        update(_JOBS)
-        .where(
-            _JOBS.c.state == "active",
-            or_(*(and_(by_id == j.id, _JOBS.c.next_run_at == j.next_run_at) for j, _ in items)),
-        )
-        .values(
-            next_run_at=case(slots, value=by_id),
-            state=case(states, value=by_id),
-            runs=_JOBS.c.runs + case(counted, value=by_id),
-            updated_at=now,
-        )
-        .returning(by_id)
-    )
-
-
-def _next_state(plan: Plan) -> str:
-    if plan.action == "missed":
-        return "missed"
-    return "active" if plan.next_run_at is not None else "done"
-
-
-def _run_row(owner: str, job_id: str, plan: Plan, now: float, lease_s: float) -> dict[str, Any]:
-    live = plan.action == "run"
-    return {
-        "job_id": job_id,
-        "scheduled_for": plan.slot,
-        "kind": plan.kind,
-        "status": "claimed" if live else plan.kind,
-        "owner": owner,
-        "lease_until": now + lease_s if live else now,
-        "claimed_at": now,
-        "finished_at": None if live else now,
-        "missed": plan.missed,
-        "delivery": "pending" if live else "skipped",
-        "parts_sent": 0,
-    }
-
-
-async def _write_first(db: AsyncSession) -> None:
-    """Take the write lock before any read. On SQLite a transaction that read first cannot
-    upgrade once another process wrote (it fails at once, the busy timeout unused); one that
-    writes first waits for the other writer like any write."""
-    await db.execute(update(_JOBS).where(false()).values(updated_at=0))
-
-
-def _owner_alive(owner: str, alive: Callable[[int], bool]) -> bool:
-    parts = owner.split(":")
-    return not (len(parts) >= 2 and parts[1].isdigit()) or alive(int(parts[1]))
-
-
-def _record(r: Any) -> RunRecord:
-    return RunRecord(*r)
