@@ -241,6 +241,34 @@ def _check_tool_names(names: tuple[str, ...]) -> None:
         )
 
 
+class SchedulerConfig(_Section):
+    """Scheduled jobs (docs/scheduler.md); off unless enabled."""
+
+    enabled: bool = False
+    timezone: str = ""  # IANA zone of jobs that name none; empty = the host's
+    max_parallel: int = Field(2, ge=1, le=256)  # job runs at once (one pool thread stays free)
+    run_timeout_s: float = Field(600, gt=0)  # wall clock of one run; a job may set its own
+    tick_s: float = Field(5, gt=0, le=60)
+    lease_s: float = Field(60, ge=2)  # a run whose claimer stopped renewing is abandoned
+    grace_max_s: float = Field(3600, ge=0)  # a late slot runs within min(period / 2, this)
+    catch_up: Literal["one", "skip"] = "one"  # past the grace: one catch-up run, or none
+    min_interval_s: float = Field(60, ge=1)  # the shortest `every ...` a job may ask for
+    max_jobs_per_chat: int = Field(50, ge=1)
+    allow_jobs_from_jobs: bool = False  # may a job's own run create jobs
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if value:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {value!r} (an IANA name)") from None
+        return value
+
+
 class WatchdogConfig(_Section):
     interval_ms: int = Field(200, ge=10)
     warn_ms: int = Field(250, ge=1)
@@ -264,6 +292,7 @@ class Config(_Section):
     model: ModelConfig = ModelConfig()
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     tools: ToolsConfig = ToolsConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
     hooks: tuple[str, ...] = ()

@@ -9,7 +9,8 @@
     │   │   └── PartialDeliveryError   a reply failed after `parts_sent` of its parts went out
     │   └── PermanentAdapterError  blocked bot, chat not found, bad request: logged once
     ├── StoreError             the database failed (locked, read-only, full, unreachable)
-    └── RequestError           a control-API request is invalid (carries an HTTP status)
+    ├── RequestError           a control-API request is invalid (carries an HTTP status)
+    └── JobRequestError        a scheduled-job request that cannot be done (text says why)
 
 `agent_core` and `tools` sit below this package and never raise out of their public API:
 `AIAgent.run_conversation` returns a failed `RunResult` and a failing tool becomes an error
@@ -77,3 +78,9 @@ class RequestError(HermesError):
         super().__init__(message)
         self.status = status
         self.code = code
+
+
+class JobRequestError(HermesError):
+    """A scheduled-job request that cannot be done; the text says why (shown to the model or
+    the user). Here rather than in the scheduler so the tool host can catch it without
+    importing the scheduler."""

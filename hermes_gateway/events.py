@@ -175,31 +175,36 @@ class OutboundMessage:
         skip_parts: int = 0,
         error: str = "",
         usage: Mapping[str, int] | None = None,
+        on_part: PartSent | None = None,
     ) -> OutboundMessage:
         """The one way to build a message to send: to where ``where`` came from (its chat,
         thread and session), settling ``answers``: by default that message; ``()`` for an
         acknowledgement or a question that settles nothing. A `Chat` is a chat with no message
         to answer."""
-        if isinstance(where, Chat):
-            return cls(where.platform, where.chat_id, text, "", answers=answers or (), kind=kind)
         return cls(
             platform=where.platform,
             chat_id=where.chat_id,
             thread_id=where.thread_id,
             text=text,
             session_key=where.session_key,
-            answers=(where.message_id,) if answers is None else answers,
+            answers=(answers or ())
+            if isinstance(where, Chat)
+            else ((where.message_id,) if answers is None else answers),
             kind=kind,
             run_id=run_id,
             skip_parts=skip_parts,
             outcome=outcome,
             error=error,
             usage=usage if usage is not None else {},
+            on_part=on_part,
         )
 
 
 class Chat(NamedTuple):
-    """A chat to write to with no message to answer in it (the welcome after pairing)."""
+    """A chat to write to with no message to answer in it (the welcome after pairing, a
+    scheduled job's answer), optionally in a thread and on behalf of a session."""
 
     platform: str
     chat_id: str
+    thread_id: str | None = None
+    session_key: str = ""

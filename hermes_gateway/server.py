@@ -11,7 +11,7 @@ import contextlib
 import gc
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
@@ -52,6 +52,9 @@ from hermes_gateway.seam.platform import (
     load_adapter,
 )
 from hermes_gateway.store.store import Store
+
+if TYPE_CHECKING:
+    from hermes_gateway.scheduler.service import SchedulerService
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
@@ -129,6 +132,11 @@ class Gateway:
         if config.dashboard.enabled:
             self.dashboard = Dashboard(self, config.dashboard)
             self.dashboard.mount(self.control)
+        self.scheduler: SchedulerService | None = None
+        if config.scheduler.enabled:
+            from hermes_gateway.scheduler.service import SchedulerService
+
+            self.scheduler = SchedulerService(self)
         self.notifier = SystemdNotifier(systemd_notify_socket())
         self.watchdog: LoopWatchdog | None = None
         self.sentinel: Sentinel | None = None
@@ -296,6 +304,8 @@ class Gateway:
             log.info("adapter.started", platform=name)
         self._spawn(replayer.run(), "replay")
         self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
+        if self.scheduler is not None:  # adapters up: its answers can go out
+            await self.scheduler.start(self._spawn)
         self._spawn(self._warm_up(), "warm-up")
         self.notifier.notify("READY=1")
         self.bus.emit("gateway_startup", session_key="", version=__version__)
@@ -323,6 +333,8 @@ class Gateway:
         for adapter in self.adapters.values():
             await _quietly(adapter.stop(), "adapter.stop")
         self.closing = True
+        if self.scheduler is not None:  # no new job runs; running ones are recorded stopped
+            await _quietly(self.scheduler.stop(), "scheduler.stop")
         drain = 0.0 if self.force_exit else self.config.runner.drain_timeout_s
         drained = await self._drain(drain)
         if not drained:

@@ -43,6 +43,7 @@ RANKS = [
     ["server"],
     ["dashboard"],
     ["control"],
+    ["scheduler"],
     ["core"],
     ["agents", "seam"],
     ["store", "text", "guard"],

@@ -33,6 +33,8 @@ BUILTINS: dict[str, str] = {
     "skill_manage": "tools.skills:make_skill_manage",
     "delegate_task": "tools.delegate:make_delegate",
     "execute_code": "tools.execute_code:make_execute_code",
+    "cronjob": "tools.cronjob:make_cronjob",
+    "cronjob_manage": "tools.cronjob:make_cronjob_manage",  # the reference's name for it
 }
 # built after the others and given them: a script calls the session's own tools
 _TAKES_TOOLS = frozenset({"execute_code"})

@@ -7,9 +7,10 @@ to its event loop and blocks this worker thread, never the loop); the agent fill
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ SearchHistory = Callable[[str, str, int], list[SearchHit]]
 FetchAttachment = Callable[[str, int], Path]
 # describe(prompt, data_url, should_stop) -> the vision model's answer
 DescribeImage = Callable[[str, str, Callable[[], bool]], str]
+# manage(session_key, request) -> what was done, for the model (`cronjob`); raises ToolError
+ManageJobs = Callable[[str, Mapping[str, Any]], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +62,4 @@ class ToolHost:
     search_history: SearchHistory | None = None
     fetch_attachment: FetchAttachment | None = None
     describe_image: DescribeImage | None = None
+    manage_jobs: ManageJobs | None = None

@@ -10,6 +10,6 @@ SPEC = PlatformSpec(
     name="api",
     section=ApiPlatformConfig,
     adapter="adapters.api.adapter:ApiAdapter",
-    capabilities=Capabilities(can_ask_approval=False),
+    capabilities=Capabilities(can_ask_approval=False, can_push=False),
     order=0,
 )

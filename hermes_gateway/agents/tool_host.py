@@ -15,7 +15,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LLMClient, ModelError
-from hermes_gateway.errors import AdapterError
+from hermes_gateway.errors import AdapterError, JobRequestError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.platform_spec import capabilities
 from tools.approval import CANNOT_ASK
@@ -34,6 +34,7 @@ from tools.host import ApprovalRequest, SearchHit, ToolHost
 if TYPE_CHECKING:
     from hermes_gateway.core.delivery import Delivery
     from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
 
@@ -106,12 +107,14 @@ class GatewayToolHost:
         self.vision = vision
         self.approval_timeout_s = approval_timeout_s
         self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
+        self.jobs: JobDesk | None = None  # the scheduler's, when scheduler.enabled
         self._loop: asyncio.AbstractEventLoop | None = None
         self.host = ToolHost(
             ask_approval=self.ask_approval,
             search_history=self.search_history,
             fetch_attachment=self.fetch_attachment,
             describe_image=self.describe_image,
+            manage_jobs=self.manage_jobs,
         )
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -214,6 +217,22 @@ class GatewayToolHost:
             seconds=round(time.monotonic() - ticket.asked_at, 2),
         )
         return "answered", ticket
+
+    # -- scheduled jobs -------------------------------------------------------------------
+
+    def manage_jobs(self, session_key: str, request: Mapping[str, Any]) -> str:
+        if self.jobs is None:
+            raise ToolError("scheduled jobs are off (scheduler.enabled in the config)")
+        text: str = self._hop(self._manage_jobs(self.jobs, session_key, dict(request)))
+        return text
+
+    async def _manage_jobs(self, jobs: JobDesk, session_key: str, request: dict[str, Any]) -> str:
+        try:  # the chat and user come from the run, never from the model's arguments
+            return await jobs.from_tool(
+                session_key, self.runner.current_event(session_key), request
+            )
+        except JobRequestError as exc:
+            raise ToolError(str(exc)) from None
 
     # -- search, attachments, vision ------------------------------------------------------
 

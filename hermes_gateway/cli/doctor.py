@@ -42,6 +42,7 @@ class Doctor:
         checks: list[Callable[[], Check]] = [
             self.home,
             self.store,
+            self.scheduler,
             self.port,
             self.model,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
@@ -87,6 +88,14 @@ class Doctor:
         except StoreError as exc:
             return Check("store", "FAIL", str(exc))
         return Check("store", "ok", safe_url(self.config.store_url))
+
+    def scheduler(self) -> Check:
+        if self.config.scheduler.enabled and self.store().status != "ok":
+            return Check("scheduler", "skip", "the store is not usable")
+        from hermes_gateway.scheduler.health import scheduler_check
+
+        status, detail = asyncio.run(scheduler_check(self.config))
+        return Check("scheduler", status, detail)  # type: ignore[arg-type]
 
     def port(self) -> Check:
         host, port = self.config.control.host, self.config.control.port

@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     dash = _with_config(sub.add_parser("dashboard", help="print (and open) the dashboard's URL"))
     dash.add_argument("--url", help="control API base URL (default: from the config)")
     dash.add_argument("--no-open", action="store_true", help="only print the URL")
+
+    from hermes_gateway.cli.cron import add_parser as cron_parser
+
+    cron_parser(sub)
     _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
     db = _with_config(sub.add_parser("db", help="the store's schema revision"))
     dsub = db.add_subparsers(dest="action", required=True)
@@ -161,6 +165,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from hermes_gateway.dashboard.cli import run_dashboard
 
         return run_dashboard(url, config, opener=None if args.no_open else "browser")
+
+    if args.command == "cron":
+        from hermes_gateway.cli.cron import run_cron
+
+        return run_cron(args, url, config.control.token, config)
     if args.command == "doctor":
         return run_doctor(config)
     if args.command == "db":

@@ -50,6 +50,13 @@ def _render(s: dict[str, Any], out: TextIO) -> None:
     )
     last, p99, worst = lag.get("last"), lag.get("p99"), lag.get("max")
     out.write(f"loop lag     last {last} ms, p99 {p99} ms, max {worst} ms\n")
+    jobs = s.get("scheduler") or {}
+    if jobs.get("enabled"):
+        count = sum((jobs.get("jobs") or {}).values())
+        out.write(
+            f"scheduler    {count} job(s), {jobs.get('running', 0)} running, last tick "
+            f"{jobs.get('last_tick_s_ago')} s ago (hermes cron list)\n"
+        )
     held = s.get("quarantined") or []
     if held:  # messages the gateway kept dying on: the operator decides (`hermes inbox`)
         out.write(f"quarantined  {len(held)} (hermes inbox retry ID | drop ID)\n")

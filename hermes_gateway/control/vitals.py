@@ -38,6 +38,8 @@ class Vitals:
             reasons.append("store: not open")
         elif (problem := g.store.problem) is not None:
             reasons.append(f"store: {problem}")
+        if g.scheduler is not None and (stalled := g.scheduler.problem()) is not None:
+            reasons.append(stalled)
         for name, adapter in g.adapters.items():
             h = adapter.health()
             if not h.ready:
@@ -67,6 +69,7 @@ class Vitals:
             "model": {"name": g.config.model.name, "configured": g.llm.configured},
             "busy_policy": g.config.runner.busy_policy,
             "quarantined": g.inbox.summaries(),
+            "scheduler": g.scheduler.status() if g.scheduler is not None else {"enabled": False},
         }
 
     def register_gauges(self) -> None:

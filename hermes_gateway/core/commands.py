@@ -28,6 +28,7 @@ from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
     from hermes_gateway.agents.tool_host import GatewayToolHost
+    from hermes_gateway.scheduler.desk import JobDesk
 
 log = structlog.get_logger("hermes.commands")
 
@@ -58,6 +59,7 @@ MENU: tuple[CommandInfo, ...] = (
     CommandInfo("approve", "let me run the command I asked about", approvals=True),
     CommandInfo("deny", "refuse the command I asked to run", approvals=True),
     CommandInfo("compact", "summarize the older part of this conversation now"),
+    CommandInfo("cron", "this chat's scheduled jobs (/cron pause|resume|run|rm|runs ID)"),
     CommandInfo("help", "list the commands"),
 )
 
@@ -112,6 +114,7 @@ class Commands:
         self.bus = bus
         self.agents = agents
         self.pool = pool
+        self.jobs: JobDesk | None = None  # the scheduler's, when scheduler.enabled
         self._handlers: dict[str, Callable[[MessageEvent, int | None, str], Awaitable[None]]] = {
             "stop": self._stop,
             "new": self._new,
@@ -123,6 +126,7 @@ class Commands:
             "approve": self._approve,
             "deny": self._deny,
             "compact": self._compact,
+            "cron": self._cron,
         }
 
     @property
@@ -292,6 +296,17 @@ class Commands:
                 )
         finally:
             self.agents.release(key, ctx)
+        await self._answer(event, [inbox_id], text)
+
+    async def _cron(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
+        if self.jobs is None:
+            text = "Scheduled jobs are off on this gateway."
+        else:
+            try:
+                text = await self.jobs.command(event, args)
+            except StoreError as exc:
+                log.error("cron.command_failed", error=str(exc))
+                text = "I could not reach my database; please try again shortly."
         await self._answer(event, [inbox_id], text)
 
     async def _ack(self, event: MessageEvent, text: str) -> None:

@@ -1,8 +1,19 @@
-"""The database schema (SQLAlchemy 2 declarative): sessions, their messages, and the inbox."""
+"""The database schema (SQLAlchemy 2 declarative): sessions, their messages, the inbox,
+pairing, and scheduled jobs with their run ledger."""
 
 from __future__ import annotations
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -87,3 +98,68 @@ class PairingRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
     approved_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class CronJobRow(Base):
+    """A scheduled job's definition, and `next_run_at`: its earliest slot not yet claimed.
+
+    kind/anchor/every_s: the schedule as parsed (`schedule` as the user gave it); state:
+    active | paused | done (a one-shot that ran, a repeat count reached) | missed (a one-shot
+    whose slot passed beyond its grace while the gateway was down). Slots are epoch seconds.
+    """
+
+    __tablename__ = "cron_jobs"
+    __table_args__ = (Index("ix_cron_jobs_due", "state", "next_run_at"),)
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str] = mapped_column(Text)
+    schedule: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(8))
+    timezone: Mapped[str] = mapped_column(String(64))
+    anchor: Mapped[int] = mapped_column(BigInteger)
+    every_s: Mapped[int] = mapped_column(Integer)
+    deliver: Mapped[str] = mapped_column(String(300))
+    origin_platform: Mapped[str] = mapped_column(String(32))
+    origin_chat_type: Mapped[str] = mapped_column(String(16))
+    origin_chat_id: Mapped[str] = mapped_column(String(128))
+    origin_thread_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    origin_user_id: Mapped[str] = mapped_column(String(128))
+    created_by: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    next_run_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    repeat: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    runs: Mapped[int] = mapped_column(Integer)
+    catch_up: Mapped[str] = mapped_column(String(8))
+    grace_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    timeout_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class CronRunRow(Base):
+    """One slot of a job, claimed before it runs: the unique `(job_id, scheduled_for)` makes a
+    second claim fail. status: claimed -> running -> succeeded | failed | timed_out, or
+    abandoned (its lease expired: the process died); skipped and missed record slots that did
+    not run. delivery: pending | delivered | failed | skipped, apart from the run's status.
+    """
+
+    __tablename__ = "cron_runs"
+    __table_args__ = (
+        UniqueConstraint("job_id", "scheduled_for", name="uq_cron_runs_slot"),
+        Index("ix_cron_runs_status", "status"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(16))
+    scheduled_for: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(12))
+    status: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str] = mapped_column(String(128))
+    lease_until: Mapped[float] = mapped_column(Float)
+    claimed_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    missed: Mapped[int] = mapped_column(Integer)
+    delivery: Mapped[str] = mapped_column(String(16))
+    parts_sent: Mapped[int] = mapped_column(Integer)
+    output: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -1,0 +1,168 @@
+"""`hermes cron list|add|rm|pause|resume|run|runs|export-timer`: the operator's view of
+scheduled jobs, through the running gateway's control API (`/v1/cron/jobs`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+
+    from hermes_gateway.config import Config
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+OFF = "hermes: the gateway's scheduler is off (set scheduler.enabled: true and restart it)"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cron = sub.add_parser("cron", help="scheduled jobs")
+    cron.add_argument("--config", help="config file (default: $HERMES_HOME/config.yaml)")
+    cron.add_argument("--url", help="control API base URL (default: from the config)")
+    csub = cron.add_subparsers(dest="action", required=True)
+    csub.add_parser("list", help="every job, its next run and state")
+    add = csub.add_parser("add", help="create a job")
+    add.add_argument("schedule", help="'in 20m', 'every 2h', '30 7 * * 1-5' or an ISO time")
+    add.add_argument("prompt", help="what the job's agent turn is asked")
+    add.add_argument("--deliver", default="none", help="platform:chat_id[:thread_id] or none")
+    add.add_argument("--name", default="")
+    add.add_argument("--timezone", default="", help="IANA zone (default: scheduler.timezone)")
+    add.add_argument("--repeat", type=int, help="run at most this many times")
+    for name, text in (
+        ("rm", "remove a job and its runs"),
+        ("pause", "stop running it until resumed"),
+        ("resume", "run it again from its next slot"),
+        ("run", "run it now, whatever its schedule"),
+        ("runs", "its recent runs"),
+    ):
+        csub.add_parser(name, help=text).add_argument("job_id")
+    export = csub.add_parser("export-timer", help="a systemd .timer/.service pair for it")
+    export.add_argument("job_id")
+    export.add_argument("--dir", help="write the two files here (default: print them)")
+
+
+def run_cron(
+    args: argparse.Namespace, url: str, token: str | None, config: Config | None = None
+) -> int:
+    import httpx  # here, not at import: `hermes --help` stays light
+
+    from hermes_gateway.cli.control_client import refused, unreachable
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+            response = _call(client, args)
+    except httpx.ConnectError as exc:
+        if args.action != "run" or config is None:
+            return unreachable(url, exc)
+        # nothing listens: an exported timer fired while the gateway is down; run it here
+        from hermes_gateway.scheduler.offline import run_offline
+
+        return asyncio.run(run_offline(config, args.config, args.job_id))
+    except httpx.HTTPError as exc:
+        return unreachable(url, exc)
+    data: dict[str, Any] = response.json()
+    if response.status_code == 404 and args.action == "list":
+        print(OFF, file=sys.stderr)
+        return EXIT_FAILURE
+    if response.status_code != 200:
+        return refused(response, data)
+    return _show(args, data)
+
+
+def _call(client: httpx.Client, args: argparse.Namespace) -> httpx.Response:
+    base = "/v1/cron/jobs"
+    if args.action == "list":
+        return client.get(base)
+    if args.action == "add":
+        body = {
+            "schedule": args.schedule,
+            "prompt": args.prompt,
+            "deliver": args.deliver,
+            "name": args.name or None,
+            "timezone": args.timezone or None,
+            "repeat": args.repeat,
+        }
+        return client.post(base, json={k: v for k, v in body.items() if v is not None})
+    if args.action == "rm":
+        return client.delete(f"{base}/{args.job_id}")
+    if args.action == "runs":
+        return client.get(f"{base}/{args.job_id}/runs")
+    if args.action == "export-timer":
+        return client.get(f"{base}/{args.job_id}")
+    return client.post(f"{base}/{args.job_id}/{args.action}")
+
+
+def _show(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    if args.action == "list":
+        print_jobs(data["jobs"])
+    elif args.action == "add":
+        job = data["job"]
+        print(f"created job {job['id']}; first run {_when(job['next_run_at'])} UTC")
+    elif args.action == "runs":
+        print_runs(data["runs"])
+    elif args.action == "export-timer":
+        return _export(args, data["job"])
+    elif args.action == "rm":
+        print(f"removed job {data['removed']}")
+    else:
+        print(data["result"])
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace, job: dict[str, Any]) -> int:
+    from hermes_gateway.scheduler.schedule import ScheduleError, load
+    from hermes_gateway.scheduler.timer import render
+
+    schedule = load(job["kind"], job["schedule"], job["timezone"], job["anchor"], job["every_s"])
+    hermes = [sys.executable, "-m", "hermes_gateway"]
+    config = str(Path(args.config).resolve()) if args.config else None
+    try:
+        timer, service = render(job["id"], job["name"], schedule, hermes, config)
+    except ScheduleError as exc:
+        print(f"hermes: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    if not args.dir:
+        print(
+            f"# hermes-job-{job['id']}.timer\n{timer}\n# hermes-job-{job['id']}.service\n{service}"
+        )
+        return EXIT_OK
+    folder = Path(args.dir)
+    (folder / f"hermes-job-{job['id']}.timer").write_text(timer)
+    (folder / f"hermes-job-{job['id']}.service").write_text(service)
+    print(f"wrote hermes-job-{job['id']}.timer and .service to {folder}")
+    return EXIT_OK
+
+
+def print_jobs(jobs: list[dict[str, Any]]) -> None:
+    if not jobs:
+        print("no scheduled jobs")
+        return
+    print(f"{'ID':<9} {'STATE':<7} {'NEXT RUN (UTC)':<17} {'RUNS':>4}  {'SCHEDULE':<20} NAME")
+    for j in jobs:
+        print(
+            f"{j['id']:<9} {j['state']:<7} {_when(j['next_run_at']):<17} {j['runs']:>4}  "
+            f"{j['schedule'][:20]:<20} {j['name']}"
+        )
+
+
+def print_runs(runs: list[dict[str, Any]]) -> None:
+    if not runs:
+        print("no runs yet")
+        return
+    print(f"{'RUN':>6}  {'SLOT (UTC)':<17} {'KIND':<9} {'STATUS':<10} {'DELIVERY':<10} OUTPUT")
+    for r in runs:
+        out = (r.get("error") or r.get("output") or "").replace("\n", " ")[:60]
+        print(
+            f"{r['id']:>6}  {_when(r['scheduled_for']):<17} {r['kind']:<9} {r['status']:<10} "
+            f"{r['delivery']:<10} {out}"
+        )
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))  # UTC

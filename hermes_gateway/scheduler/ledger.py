@@ -1,0 +1,351 @@
+"""The store side of scheduled jobs: definitions in `cron_jobs`, one `cron_runs` row per slot.
+
+A slot is claimed in one transaction that moves the job's `next_run_at` on (compare-and-set on
+its old value) and inserts the run row (unique per job and slot), so of several schedulers on
+one database exactly one claims it. A claim is a lease the claimer's heartbeat renews; a run
+whose lease ran out is `abandoned`, never left `running`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hermes_gateway.scheduler.jobs import LIVE, Job, Plan, RunRecord, job_from_row
+from hermes_gateway.scheduler.rows import (
+    JOBS,
+    RECORD,
+    RUNS,
+    advance_all,
+    job_row,
+    owner_alive,
+    record,
+    run_row,
+    write_first,
+)
+from hermes_gateway.store.models import CronJobRow
+from hermes_gateway.store.store import Store
+
+T = TypeVar("T")
+
+
+class Ledger:
+    """Jobs and runs of one store; ``owner`` names this process on the leases it takes."""
+
+    def __init__(self, store: Store, owner: str, lease_s: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_s = lease_s
+        # the store serializes writes in arrival order: one job write waiting at a time
+        # keeps a burst of jobs from queueing ahead of a chat message's writes
+        self._writing = asyncio.Semaphore(1)
+
+    async def _write(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        async with self._writing:
+            return await self.store.write(fn)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    async def add(self, job: Job, now: float) -> None:
+        row = job_row(job, now)
+        await self._write(lambda db: db.execute(insert(JOBS).values(**row)))
+
+    async def get(self, job_id: str) -> Job | None:
+        async def run(db: AsyncSession) -> Job | None:
+            row = await db.get(CronJobRow, job_id)
+            return None if row is None else job_from_row(row)
+
+        return await self.store.read(run)
+
+    async def jobs(self, platform: str | None = None, chat_id: str | None = None) -> list[Job]:
+        """Every job, or those made in one chat, oldest first."""
+        stmt = select(CronJobRow).order_by(CronJobRow.created_at)
+        if platform is not None:
+            stmt = stmt.where(CronJobRow.origin_platform == platform)
+        if chat_id is not None:
+            stmt = stmt.where(CronJobRow.origin_chat_id == chat_id)
+
+        async def run(db: AsyncSession) -> list[Job]:
+            return [job_from_row(r) for r in (await db.scalars(stmt)).all()]
+
+        return await self.store.read(run)
+
+    async def change(self, job_id: str, now: float, **values: Any) -> bool:
+        """Set columns of a job (state, next_run_at, prompt, ...); False if it is gone."""
+        stmt = update(JOBS).where(JOBS.c.id == job_id).values(updated_at=now, **values)
+        return await self._count(stmt) == 1
+
+    async def remove(self, job_id: str) -> bool:
+        async def run(db: AsyncSession) -> int:
+            await db.execute(delete(RUNS).where(RUNS.c.job_id == job_id))
+            gone = await db.execute(delete(JOBS).where(JOBS.c.id == job_id))
+            return int(gone.rowcount or 0)  # type: ignore[attr-defined]
+
+        return await self._write(run) == 1
+
+    async def due(self, now: float, limit: int = 500) -> list[Job]:
+        stmt = (
+            select(CronJobRow)
+            .where(CronJobRow.state == "active", CronJobRow.next_run_at <= now)
+            .order_by(CronJobRow.next_run_at)
+            .limit(limit)
+        )
+
+        async def run(db: AsyncSession) -> list[Job]:
+            return [job_from_row(r) for r in (await db.scalars(stmt)).all()]
+
+        return await self.store.read(run)
+
+    # -- claiming slots -----------------------------------------------------------------
+
+    async def claim(self, job: Job, plan: Plan, now: float) -> int | None:
+        """Claim ``plan.slot`` (a run), or record it skipped or missed; moves the job to its
+        next slot. None when another scheduler was first, or the job's previous run is still
+        live (a job never overlaps itself: the slot stays due)."""
+        return (await self.claim_batch([(job, plan)], now))[0]
+
+    async def claim_batch(self, items: list[tuple[Job, Plan]], now: float) -> list[int | None]:
+        """`claim` for several jobs in one transaction (a burst of due jobs costs one commit
+        per batch, not per job); each job's claim stands or fails alone. A slot taken
+        meanwhile by a "run now" of the same second fails the batch: then one by one, and that
+        slot is passed over (the manual run served it)."""
+        if len(items) > 1:
+            try:
+                return await self._write(lambda db: self._claim_all(db, items, now))
+            except IntegrityError:
+                pass
+        out: list[int | None] = []
+        for item in items:
+
+            async def one(db: AsyncSession, item: tuple[Job, Plan] = item) -> list[int | None]:
+                return await self._claim_all(db, [item], now)
+
+            try:
+                out += await self._write(one)
+            except IntegrityError:  # a "run now" took this very second: that run serves it
+                await self._count(advance_all([item], now))
+                out.append(None)
+        return out
+
+    async def _claim_all(
+        self, db: AsyncSession, items: list[tuple[Job, Plan]], now: float
+    ) -> list[int | None]:
+        """Three statements for the whole batch: which jobs have a live run, the
+        compare-and-set of every job's next slot (RETURNING the ones that moved), the run
+        rows (RETURNING their ids)."""
+        await write_first(db)
+        wanted = [job.id for job, plan in items if plan.action == "run"]
+        busy: set[str] = set()
+        if wanted:
+            live = (RUNS.c.status.in_(LIVE), RUNS.c.lease_until >= now)
+            found = await db.scalars(select(RUNS.c.job_id).where(RUNS.c.job_id.in_(wanted), *live))
+            busy = set(found)
+        # a job never overlaps itself: while a run of it is live, its slot stays due
+        todo = [(j, p) for j, p in items if not (p.action == "run" and j.id in busy)]
+        moved: set[str] = set()
+        if todo:
+            moved = set(await db.scalars(advance_all(todo, now)))
+        rows = [run_row(self.owner, j.id, p, now, self.lease_s) for j, p in todo if j.id in moved]
+        made: dict[str, int] = {}
+        if rows:
+            result = await db.execute(insert(RUNS).returning(RUNS.c.id, RUNS.c.job_id), rows)
+            made = {str(job_id): int(run_id) for run_id, job_id in result}
+        return [made.get(job.id) for job, _ in items]
+
+    async def claim_now(self, job: Job, now: float) -> int | None:
+        """ "Run now": a slot of its own at this second, the schedule untouched; None when the
+        job's previous run is still live (or another "run now" took this second)."""
+
+        async def run(db: AsyncSession) -> int | None:
+            await write_first(db)
+            if await self._busy(db, job.id, now):
+                return None
+            manual = run_row(
+                self.owner, job.id, Plan("run", int(now), "manual", 0, None), now, self.lease_s
+            )
+            result: Any = await db.execute(insert(RUNS).values(**manual))
+            return int(result.inserted_primary_key[0])
+
+        try:
+            return await self._write(run)
+        except IntegrityError:
+            return None
+
+    async def _busy(self, db: AsyncSession, job_id: str, now: float) -> bool:
+        stmt = select(func.count()).where(
+            RUNS.c.job_id == job_id, RUNS.c.status.in_(LIVE), RUNS.c.lease_until >= now
+        )
+        return bool(await db.scalar(stmt))
+
+    # -- a run's life -------------------------------------------------------------------
+
+    async def start(self, run_id: int, now: float) -> bool:
+        """claimed -> running; False if it is no longer ours (reaped meanwhile)."""
+        return await self._mine(run_id, "claimed", now, status="running", started_at=now) == 1
+
+    async def heartbeat(self, run_ids: list[int], now: float) -> int:
+        """Renew the leases of our live runs (and of answers we are still delivering)."""
+        renewed = 0
+        for start in range(0, len(run_ids), 5000):  # within the drivers' parameter limits
+            stmt = (
+                update(RUNS)
+                .where(RUNS.c.id.in_(run_ids[start : start + 5000]), RUNS.c.owner == self.owner)
+                .where(RUNS.c.status.in_(LIVE) | (RUNS.c.delivery == "pending"))
+                .values(lease_until=now + self.lease_s)
+            )
+            renewed += await self._count(stmt)
+        return renewed
+
+    async def finish(
+        self,
+        run_id: int,
+        status: str,
+        now: float,
+        output: str | None,
+        error: str | None,
+        delivery: str,
+    ) -> bool:
+        """running -> its outcome, with the answer to deliver (``delivery`` pending) or not."""
+        values = {
+            "status": status,
+            "finished_at": now,
+            "output": output,
+            "error": error,
+            "delivery": delivery,
+            "lease_until": now + self.lease_s,  # the delivery holds it on
+        }
+        return await self._mine(run_id, "running", now, **values) == 1
+
+    async def delivered(self, run_id: int, delivery: str, parts_sent: int | None = None) -> None:
+        values: dict[str, Any] = {"delivery": delivery}
+        if parts_sent is not None:
+            values["parts_sent"] = parts_sent
+        await self._count(update(RUNS).where(RUNS.c.id == run_id).values(**values))
+
+    async def _mine(self, run_id: int, was: str, now: float, **values: Any) -> int:
+        stmt = update(RUNS).where(
+            RUNS.c.id == run_id, RUNS.c.owner == self.owner, RUNS.c.status == was
+        )
+        return await self._count(stmt.values(**values))
+
+    async def let_go(self, run_ids: list[int], now: float) -> None:
+        """A clean stop: our runs still running are abandoned at once, and the answers we are
+        still delivering are left for the next start (their lease ends now)."""
+        if not run_ids:
+            return
+        mine = (RUNS.c.id.in_(run_ids), RUNS.c.owner == self.owner)
+
+        async def run(db: AsyncSession) -> None:
+            await db.execute(
+                update(RUNS)
+                .where(*mine, RUNS.c.status.in_(LIVE))
+                .values(status="abandoned", finished_at=now, delivery="skipped", error="stopped")
+            )
+            await db.execute(
+                update(RUNS).where(*mine, RUNS.c.delivery == "pending").values(lease_until=now)
+            )
+
+        await self._write(run)
+
+    async def take_back(self, host: str, alive: Callable[[int], bool], now: float) -> int:
+        """At start: what a process of this host that is gone held (a live run, an answer
+        being delivered) is freed now rather than when its lease lapses; the next tick
+        reaps or delivers it. Owners are ``host:pid:...``."""
+        held = (RUNS.c.status.in_(LIVE)) | (RUNS.c.delivery == "pending")
+        mine = RUNS.c.owner.like(f"{host}:%")
+
+        async def run(db: AsyncSession) -> int:
+            rows = await db.execute(select(RUNS.c.id, RUNS.c.owner).where(held, mine))
+            dead = [i for i, owner in rows if not owner_alive(owner, alive)]
+            if dead:
+                await db.execute(
+                    update(RUNS).where(RUNS.c.id.in_(dead), held).values(lease_until=now - 1)
+                )
+            return len(dead)
+
+        return await self._write(run)
+
+    async def reap(self, now: float) -> list[RunRecord]:
+        """Mark `abandoned` every live run whose lease expired (its process died)."""
+
+        async def run(db: AsyncSession) -> list[RunRecord]:
+            cond = (RUNS.c.status.in_(LIVE), RUNS.c.lease_until < now)
+            rows = [record(r) for r in await db.execute(select(*RECORD).where(*cond))]
+            if rows:
+                ids = [r.id for r in rows]
+                await db.execute(
+                    update(RUNS)
+                    .where(RUNS.c.id.in_(ids), *cond)
+                    .values(status="abandoned", finished_at=now, delivery="skipped")
+                )
+            return rows
+
+        return await self._write(run)
+
+    async def adopt_undelivered(self, now: float) -> list[RunRecord]:
+        """Answers computed but not delivered whose deliverer's lease expired: now ours."""
+        cond = (
+            RUNS.c.status == "succeeded",
+            RUNS.c.delivery == "pending",
+            RUNS.c.lease_until < now,
+        )
+
+        async def run(db: AsyncSession) -> list[RunRecord]:
+            rows = [record(r) for r in await db.execute(select(*RECORD).where(*cond))]
+            if rows:
+                await db.execute(
+                    update(RUNS)
+                    .where(RUNS.c.id.in_([r.id for r in rows]), *cond)
+                    .values(owner=self.owner, lease_until=now + self.lease_s)
+                )
+            return rows
+
+        return await self._write(run)
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def runs(self, job_id: str | None = None, limit: int = 20) -> list[RunRecord]:
+        """The newest runs (of one job), newest first."""
+        stmt = select(*RECORD).order_by(RUNS.c.id.desc()).limit(limit)
+        if job_id is not None:
+            stmt = stmt.where(RUNS.c.job_id == job_id)
+
+        async def run(db: AsyncSession) -> list[RunRecord]:
+            return [record(r) for r in await db.execute(stmt)]
+
+        return await self.store.read(run)
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs by state and runs by status, for /status and /metrics."""
+
+        async def run(db: AsyncSession) -> dict[str, dict[str, int]]:
+            jobs = await db.execute(select(JOBS.c.state, func.count()).group_by(JOBS.c.state))
+            runs = await db.execute(select(RUNS.c.status, func.count()).group_by(RUNS.c.status))
+            due = await db.scalar(
+                select(func.min(JOBS.c.next_run_at)).where(JOBS.c.state == "active")
+            )
+            return {
+                "jobs": {str(k): int(n) for k, n in jobs},
+                "runs": {str(k): int(n) for k, n in runs},
+                "next_due": {"at": int(due)} if due is not None else {},
+            }
+
+        return await self.store.read(run)
+
+    async def _count(self, stmt: Any) -> int:
+        async def run(db: AsyncSession) -> int:
+            result: Any = await db.execute(stmt)
+            return int(result.rowcount or 0)
+
+        return await self._write(run)

@@ -1,0 +1,95 @@
+"""A run's answer to its chat, through the same `Delivery` as chat replies (splitting, the
+adapter's retries), recorded on the run: how many parts went out and whether it arrived. It
+goes straight to the platform, so it neither waits for nor interrupts a chat turn running in
+that chat; what the platform refused is offered again, with pauses, and recorded `failed` only
+once those are spent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import Chat, OutboundKind, OutboundMessage
+from hermes_gateway.platform_spec import capabilities
+from hermes_gateway.scheduler.jobs import Job, target
+from hermes_gateway.scheduler.ledger import Ledger
+from hermes_gateway.seam.platform import Adapter
+
+log = structlog.get_logger("hermes.scheduler")
+
+
+class JobOutbox:
+    """Delivers runs' answers; retries in the background and says how it ended."""
+
+    retry_delays: tuple[float, ...] = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+    def __init__(self, delivery: Delivery, adapters: Mapping[str, Adapter], ledger: Ledger) -> None:
+        self.delivery = delivery
+        self.adapters = adapters
+        self.ledger = ledger
+        self.outcomes: dict[str, int] = {}
+
+    async def deliver(
+        self, job: Job, run_id: int, text: str, kind: OutboundKind = "reply", parts_sent: int = 0
+    ) -> str:
+        """Send until delivered or the retries are spent; returns (and records) delivered,
+        failed or skipped (nowhere to send it)."""
+        where = target(job.deliver, job.origin)
+        platform = where.platform
+        pushable = platform is not None and capabilities(platform).can_push
+        if platform is None or not pushable or platform not in self.adapters:
+            # nowhere to send it (or a platform such as the local API, which has no chat to
+            # speak in unasked): the answer is in the job's runs
+            final = "skipped"
+            if pushable:
+                log.error("job.no_adapter", job_id=job.id, platform=where.platform)
+                final = "failed"
+            await self._record(run_id, final)
+            return final
+        sent = parts_sent
+
+        async def progress(parts: int) -> None:
+            nonlocal sent
+            sent = parts
+            try:
+                await self.ledger.delivered(run_id, "pending", parts)
+            except StoreError as exc:  # the parts go on; a crash now would repeat them
+                log.error("job.progress_failed", error=str(exc), run_id=run_id)
+
+        for attempt in range(len(self.retry_delays) + 1):
+            if attempt:
+                await asyncio.sleep(self.retry_delays[attempt - 1])
+            chat = Chat(platform, where.chat_id, where.thread_id, job.session_key)
+            out = OutboundMessage.to(
+                chat,
+                text,
+                kind,
+                run_id=f"cron-{run_id}",
+                skip_parts=sent,
+                on_part=progress,
+                outcome="scheduled",
+            )
+            if await self.delivery.send(out, outcome="scheduled"):
+                await self._record(run_id, "delivered")
+                return "delivered"
+            log.warning("job.delivery_failed", job_id=job.id, run_id=run_id, attempt=attempt + 1)
+        await self._record(run_id, "failed")
+        return "failed"
+
+    async def _record(self, run_id: int, final: str) -> None:
+        self.outcomes[final] = self.outcomes.get(final, 0) + 1
+        for pause in (0.0, 1.0, 5.0):  # a short store outage must not leave it "pending"
+            await asyncio.sleep(pause)
+            try:
+                await self.ledger.delivered(run_id, final)
+                return
+            except StoreError as exc:
+                log.error("job.delivery_record_failed", error=str(exc), run_id=run_id)
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self.outcomes)

@@ -1,0 +1,194 @@
+"""Schedules as users give them (``in 20m``, ``every 2h``, a 5-field cron expression, an ISO
+timestamp) and their slots, in wall-clock time in the job's IANA zone so DST is right.
+
+A slot is a whole epoch second. Cron expressions are evaluated on local wall-clock times by
+croniter; a wall time that a spring-forward skips runs shifted by the gap (02:30 -> 03:30), a
+wall time that a fall-back repeats runs once, at its first occurrence (PEP 495 ``fold=0``).
+Intervals are elapsed time from their anchor and do not move with DST.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, croniter
+
+Kind = Literal["once", "interval", "cron"]
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_PART = re.compile(
+    r"(\d+)\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w)\s*", re.I
+)
+_SEARCH_LIMIT = 5000  # candidates tried before a cron expression is declared to never match
+
+
+class ScheduleError(ValueError):
+    """A schedule or time zone that cannot be used; the message says what would work."""
+
+
+def zone_of(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(
+            f"unknown time zone {name!r} (an IANA name, e.g. Europe/Berlin)"
+        ) from None
+
+
+def host_zone(localtime: Path = Path("/etc/localtime")) -> str:
+    """The host's IANA zone from where /etc/localtime points; UTC when it cannot tell."""
+    try:
+        target = str(localtime.resolve())
+    except OSError:
+        return "UTC"
+    _, found, name = target.partition("zoneinfo/")
+    try:
+        return name if found and ZoneInfo(name) else "UTC"
+    except (ZoneInfoNotFoundError, ValueError):
+        return "UTC"
+
+
+def duration(text: str) -> int:
+    """``"1h30m"`` -> 5400 seconds; `ScheduleError` for anything else."""
+    pos, total = 0, 0
+    text = text.strip()
+    while pos < len(text):
+        m = _PART.match(text, pos)
+        if m is None:
+            raise ScheduleError(f"{text!r} is not a duration (e.g. 20m, 2h, 1h30m, 1d)")
+        total += int(m.group(1)) * _UNITS[m.group(2)[0].lower()]
+        pos = m.end()
+    if not text or total <= 0:
+        raise ScheduleError(f"{text!r} is not a positive duration")
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A parsed schedule. ``anchor``: a one-shot's instant, an interval's first slot."""
+
+    kind: Kind
+    text: str
+    zone: str
+    anchor: int = 0
+    every_s: int = 0
+
+    def next_after(self, t: float) -> int | None:
+        """The first slot strictly after ``t``; None when there is none (a past one-shot)."""
+        if self.kind == "once":
+            return self.anchor if self.anchor > t else None
+        if self.kind == "interval":
+            if t < self.anchor:
+                return self.anchor
+            return self.anchor + (math.floor((t - self.anchor) / self.every_s) + 1) * self.every_s
+        return _cron_next(self.text, zone_of(self.zone), t)
+
+    def latest_at_or_before(self, t: float) -> int | None:
+        """The most recent slot at or before ``t``; None when none has come yet."""
+        if self.kind == "once":
+            return self.anchor if self.anchor <= t else None
+        if self.kind == "interval":
+            if t < self.anchor:
+                return None
+            return self.anchor + math.floor((t - self.anchor) / self.every_s) * self.every_s
+        return _cron_prev(self.text, zone_of(self.zone), t)
+
+    def count(self, after: float, until: float, cap: int = 1000) -> int:
+        """How many slots fall in ``(after, until]``, counting at most ``cap``."""
+        n, t = 0, after
+        while n < cap:
+            nxt = self.next_after(t)
+            if nxt is None or nxt > until:
+                break
+            n, t = n + 1, nxt
+        return n
+
+    def period_s(self, now: float) -> float | None:
+        """The gap between the next two slots (None for a one-shot)."""
+        if self.kind == "interval":
+            return float(self.every_s)
+        first = self.next_after(now)
+        second = self.next_after(first) if first is not None else None
+        return None if first is None or second is None else float(second - first)
+
+
+def parse(text: str, zone: str, now: float, *, min_interval_s: float = 60) -> Schedule:
+    """Read a schedule as a user wrote it; relative forms are resolved against ``now``."""
+    zone_of(zone)
+    raw = " ".join(text.split())
+    low = raw.lower()
+    if low.startswith("in "):
+        return Schedule("once", raw, zone, anchor=math.ceil(now) + duration(raw[3:]))
+    if low.startswith("every "):
+        every = duration(raw[6:])
+        if every < min_interval_s:
+            raise ScheduleError(f"an interval must be at least {min_interval_s:g} s")
+        return Schedule("interval", raw, zone, anchor=math.ceil(now) + every, every_s=every)
+    if len(raw.split()) == 5:
+        if not croniter.is_valid(raw):
+            raise ScheduleError(f"{raw!r} is not a valid cron expression (min hour dom mon dow)")
+        schedule = Schedule("cron", raw, zone)
+        if schedule.next_after(now) is None:
+            raise ScheduleError(f"the cron expression {raw!r} never matches")
+        return schedule
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        pass
+    else:
+        at = math.ceil(_instant(when, zone_of(zone)))
+        if at <= now:
+            raise ScheduleError(f"{raw} is in the past")
+        return Schedule("once", raw, zone, anchor=at)
+    raise ScheduleError(
+        f"{raw!r} is not a schedule: use 'in 20m', 'every 2h', a cron expression such as "
+        "'30 7 * * 1-5', or an ISO time such as 2027-02-28T09:00"
+    )
+
+
+def load(kind: str, text: str, zone: str, anchor: int, every_s: int) -> Schedule:
+    """A stored schedule as it was parsed (relative forms are not resolved again)."""
+    if kind not in ("once", "interval", "cron"):
+        raise ScheduleError(f"unknown schedule kind {kind!r}")
+    return Schedule(kind, text, zone, anchor, every_s)  # type: ignore[arg-type]
+
+
+def _instant(local: datetime, tz: ZoneInfo) -> float:
+    """The epoch time of a wall-clock time in ``tz`` (an aware one keeps its own offset)."""
+    if local.tzinfo is None:
+        local = local.replace(tzinfo=tz, fold=0)
+    return local.timestamp()
+
+
+def _naive_local(t: float, tz: ZoneInfo) -> datetime:
+    return datetime.fromtimestamp(t, tz).replace(tzinfo=None, fold=0)
+
+
+def _cron_next(expr: str, tz: ZoneInfo, t: float) -> int | None:
+    it = croniter(expr, _naive_local(t, tz))
+    try:
+        for _ in range(_SEARCH_LIMIT):
+            # a candidate lies before `t` only inside a fall-back's repeated hour (first pass)
+            at = _instant(it.get_next(datetime), tz)
+            if at > t:
+                return math.ceil(at)
+    except CroniterBadDateError:  # a date that never comes (February 30th)
+        pass
+    return None
+
+
+def _cron_prev(expr: str, tz: ZoneInfo, t: float) -> int | None:
+    it = croniter(expr, _naive_local(t, tz) + timedelta(seconds=1))
+    try:
+        for _ in range(_SEARCH_LIMIT):
+            at = _instant(it.get_prev(datetime), tz)
+            if at <= t:
+                return math.ceil(at)
+    except CroniterBadDateError:
+        pass
+    return None

@@ -1,0 +1,245 @@
+"""The ticker: every `scheduler.tick_s` (or at once when woken) it reaps runs whose lease
+expired, takes over answers left undelivered, and claims the slots that came due, by the
+catch-up plan; each claimed run goes to the shared pool, at most `scheduler.max_parallel` at
+once and always leaving a thread for chats. The clock is injected (tests move it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from hermes_gateway.config_schema import SchedulerConfig
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import OutboundKind
+from hermes_gateway.scheduler.jobs import Job, Plan, RunRecord, plan
+from hermes_gateway.scheduler.ledger import Ledger
+from hermes_gateway.scheduler.outbox import JobOutbox
+from hermes_gateway.scheduler.runner import SILENT, JobRunner, Outcome
+
+log = structlog.get_logger("hermes.scheduler")
+MISSED = (
+    "Scheduled job {name!r} ({id}) was due at {when}, while I was not running, and is more "
+    "than its grace late: it did not run. Create it again if it still matters."
+)
+FAILED = "Scheduled job {name!r} ({id}) did not complete: {error}"
+LATE_AFTER_S = 60.0
+DUE_BATCH = 100
+CLAIM_CHUNK = 25  # a start later than this after its slot counts as a late start
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: Callable[[], SchedulerConfig],
+        ledger: Ledger,
+        runner: JobRunner,
+        outbox: JobOutbox,
+        *,
+        workers: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self.ledger = ledger
+        self.runner = runner
+        self.outbox = outbox
+        self.clock = clock
+        # a chat message never waits behind jobs: jobs leave one pool thread free
+        self.parallel = max(1, min(config().max_parallel, workers - 1))
+        self._slots = asyncio.Semaphore(self.parallel)
+        self._wake = asyncio.Event()
+        self._live: dict[int, str] = {}  # run id -> job id: leases to renew
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.last_tick: float | None = None  # monotonic
+        self.outcomes: Counter[str] = Counter()
+        self.on_outcome: Callable[[str], None] = lambda outcome: None  # the metrics' counter
+        self.late_starts = 0
+        self.running = 0
+        self.counts: dict[str, Any] = {}
+        self._counted_at = 0.0
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self._config()
+
+    # -- the loops ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Tick until cancelled; a failing tick (the store is down) is logged and retried."""
+        self.last_tick = time.monotonic()
+        while True:
+            try:
+                await self.tick()
+            except StoreError as exc:
+                log.error("scheduler.tick_failed", error=str(exc))
+            except Exception:
+                log.exception("scheduler.tick_crashed")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.config.tick_s)
+            except TimeoutError:
+                pass
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.lease_s / 3)
+            try:
+                await self.ledger.heartbeat(list(self._live), self.clock())
+            except StoreError as exc:
+                log.error("scheduler.heartbeat_failed", error=str(exc))
+
+    def _count(self, outcome: str) -> None:
+        self.outcomes[outcome] += 1
+        self.on_outcome(outcome)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def tick(self) -> None:
+        now, grace = self.clock(), self.config.grace_max_s
+        for gone in await self.ledger.reap(now):
+            self._count("abandoned")
+            log.warning(
+                "job.abandoned", job_id=gone.job_id, run_id=gone.id, slot=gone.scheduled_for
+            )
+        for left in await self.ledger.adopt_undelivered(now):
+            self._adopt(left)
+        while True:  # a burst of due jobs is claimed in one tick, a batch at a time
+            due = await self.ledger.due(now, DUE_BATCH)
+            claimed = 0
+            for start in range(0, len(due), CLAIM_CHUNK):  # chats' writes and turns fit between
+                chunk = [
+                    (j, p)
+                    for j in due[start : start + CLAIM_CHUNK]
+                    if (p := plan(j, now, grace, LATE_AFTER_S)) is not None
+                ]
+                run_ids = await self.ledger.claim_batch(chunk, now) if chunk else []
+                for (job, p), run_id in zip(chunk, run_ids, strict=True):
+                    if run_id is not None:
+                        claimed += 1
+                        self._claimed(job, p, run_id)
+            if len(due) < DUE_BATCH or not claimed:  # the rest wait for their runs to end
+                break
+        self.last_tick = time.monotonic()
+        if time.monotonic() - self._counted_at > 10:
+            self._counted_at = time.monotonic()
+            self.counts = await self.ledger.counts()
+
+    def _claimed(self, job: Job, p: Plan, run_id: int) -> None:
+        why = {"job_id": job.id, "run_id": run_id, "slot": p.slot, "kind": p.kind}
+        if p.action == "skip":
+            self._count("skipped")
+            log.info("job.skipped", missed=p.missed, **why)
+        elif p.action == "missed":
+            self._count("missed")
+            log.warning("job.missed", **why)
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(p.slot))
+            text = MISSED.format(name=job.name, id=job.id, when=when)
+            self._spawn(self.outbox.deliver(job, run_id, text, "notice"), run_id, job.id)
+        else:
+            log.info("job.claimed", missed=p.missed, **why)
+            self._spawn(self._execute(job, run_id, p.slot), run_id, job.id)
+
+    async def run_now(self, job: Job) -> int | None:
+        """ "Run now", whatever the schedule says; None while its previous run is live."""
+        run_id = await self.ledger.claim_now(job, self.clock())
+        if run_id is not None:
+            log.info("job.claimed", job_id=job.id, run_id=run_id, kind="manual")
+            self._spawn(self._execute(job, run_id, int(self.clock())), run_id, job.id)
+        return run_id
+
+    def _adopt(self, left: RunRecord) -> None:
+        async def send() -> None:
+            job = await self.ledger.get(left.job_id)
+            if job is not None and left.output is not None:
+                log.info("job.redelivering", job_id=job.id, run_id=left.id)
+                await self.outbox.deliver(job, left.id, left.output, parts_sent=left.parts_sent)
+
+        self._spawn(send(), left.id, left.job_id)
+
+    # -- one run ------------------------------------------------------------------------
+
+    async def _execute(self, job: Job, run_id: int, slot: int) -> None:
+        async with self._slots:
+            now = self.clock()
+            if not await self.ledger.start(run_id, now):
+                return  # reaped while it waited (the store stalled past its lease)
+            if now - slot > LATE_AFTER_S:
+                self.late_starts += 1
+            self.running += 1
+            try:
+                timeout = job.timeout_s or self.config.run_timeout_s
+                outcome = await self.runner.run(job, run_id, slot, timeout)
+            except Exception as exc:
+                log.exception("job.crashed", job_id=job.id, run_id=run_id)
+                outcome = Outcome("failed", "", f"crashed: {type(exc).__name__}")
+            finally:
+                self.running -= 1
+        silent = outcome.status == "succeeded" and outcome.text == SILENT
+        text = outcome.text or "(no answer)"
+        if outcome.status != "succeeded":
+            text = FAILED.format(name=job.name, id=job.id, error=outcome.error)
+        delivery = "skipped" if silent or job.deliver == "none" else "pending"
+        self._count(outcome.status)
+        log.info("job.finished", job_id=job.id, run_id=run_id, status=outcome.status, silent=silent)
+        if not await self.ledger.finish(
+            run_id, outcome.status, self.clock(), outcome.text, outcome.error, delivery
+        ):
+            log.warning("job.finish_lost", job_id=job.id, run_id=run_id)  # reaped meanwhile
+            return
+        if delivery == "pending":
+            kind: OutboundKind = "reply" if outcome.status == "succeeded" else "notice"
+            await self.outbox.deliver(job, run_id, text, kind)
+
+    def _spawn(self, coro: Any, run_id: int, job_id: str) -> None:
+        self._live[run_id] = job_id
+        task = asyncio.create_task(coro, name=f"job:{job_id}:{run_id}")
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            self._live.pop(run_id, None)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("job.task_failed", run_id=run_id, error=repr(t.exception()))
+
+        task.add_done_callback(done)
+
+    async def stop(self) -> None:
+        """Shutdown: running jobs are abandoned now (recorded so), undelivered answers are
+        left to the next start."""
+        live = list(self._live)
+        self.runner.interrupt_all()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            await self.ledger.let_go(live, self.clock())
+        except StoreError as exc:
+            log.error("scheduler.stop_record_failed", error=str(exc))
+
+    # -- what it shows ------------------------------------------------------------------
+
+    def stalled(self) -> str | None:
+        """Why the ticker looks stuck (for /readyz), or None."""
+        limit = max(30.0, 6 * self.config.tick_s)
+        if self.last_tick is not None and time.monotonic() - self.last_tick > limit:
+            return f"scheduler: no tick for {time.monotonic() - self.last_tick:.0f} s"
+        return None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "enabled": True,
+            "last_tick_s_ago": None
+            if self.last_tick is None
+            else round(time.monotonic() - self.last_tick, 1),
+            "running": self.running,
+            "max_parallel": self.parallel,
+            "outcomes": dict(self.outcomes),
+            "late_starts": self.late_starts,
+            "deliveries": self.outbox.snapshot(),
+            **self.counts,
+        }
