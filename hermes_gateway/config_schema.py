@@ -273,6 +273,23 @@ def _check_tool_names(names: tuple[str, ...]) -> None:
         )
 
 
+class EmbeddingsConfig(_Section):
+    base_url: str = ""  # empty = model.base_url
+    api_key: str = ""  # empty = model.api_key when base_url is empty too
+    model: str = "text-embedding-3-small"
+    batch_size: int = Field(64, ge=1, le=2048)  # texts per request
+    timeout_s: float = Field(30, gt=0)
+
+
+class MemoryConfig(_Section):
+    scope: Literal["user", "shared"] = "user"  # MEMORY.md and archive bank per user, or one
+    extract: bool = False  # retain: one model call turns the text into separate facts
+    auto_retain: bool = False  # every completed turn is retained in the background
+    recall_limit: int = Field(8, ge=1, le=50)  # reflect and auto-retain's recall size
+    token_budget: int = Field(1500, ge=100)  # recall's answer is trimmed to about this
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()
+
+
 class WatchdogConfig(_Section):
     interval_ms: int = Field(200, ge=10)
     warn_ms: int = Field(250, ge=1)
@@ -295,6 +312,7 @@ class Config(_Section):
     model: ModelConfig = ModelConfig()
     platforms: PlatformsConfig = PlatformsConfig()
     tools: ToolsConfig = ToolsConfig()
+    memory: MemoryConfig = MemoryConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
     hooks: tuple[str, ...] = ()
@@ -325,5 +343,6 @@ class Config(_Section):
             p.slack.signing_secret,
             p.telegram.webhook_secret,
             self.tools.vision.api_key,
+            self.memory.embeddings.api_key,
         ]
         return [v for v in values if v and len(v) >= 4]
