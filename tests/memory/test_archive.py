@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from hermes_gateway.config import Config
@@ -20,8 +21,14 @@ KITTEN = "Mittens the kitten sleeps on the sofa all afternoon"
 BACKUP = "The nightly backup runs at 03:00 to the archive bucket"
 
 
-def archive_config(tmp_path: Path, llm: FakeOpenAI, **memory: Any) -> Config:
-    return make_config(tmp_path, llm.base_url, tools={"enabled": TOOLS}, memory=memory)
+@pytest.fixture
+def store_section() -> dict[str, Any]:
+    """SQLite in the test's home; test_archive_postgres.py runs these tests on PostgreSQL."""
+    return {}
+
+
+def archive_config(tmp_path: Path, llm: FakeOpenAI, store: dict[str, Any], **memory: Any) -> Config:
+    return make_config(tmp_path, llm.base_url, tools={"enabled": TOOLS}, memory=memory, store=store)
 
 
 def observations(body: dict[str, Any]) -> list[str]:
@@ -36,8 +43,10 @@ def recall(query: str) -> Any:
     return tool_calls(("hindsight_recall", {"query": query}))
 
 
-async def test_retain_recall_by_meaning_and_reflect(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
-    async with running_gateway(archive_config(tmp_path, fake_llm)) as (gw, api):
+async def test_retain_recall_by_meaning_and_reflect(
+    tmp_path: Path, fake_llm: FakeOpenAI, store_section: dict[str, Any]
+) -> None:
+    async with running_gateway(archive_config(tmp_path, fake_llm, store_section)) as (gw, api):
         fake_llm.push(retain(KITTEN, tags=["home"], context="talking about pets"), text("ok"))
         await api.chat("remember the kitten")
         stored = observations(fake_llm.requests[-1])[-1]
@@ -70,10 +79,10 @@ async def test_retain_recall_by_meaning_and_reflect(tmp_path: Path, fake_llm: Fa
 
 
 async def test_keyword_fallback_while_embeddings_are_down(
-    tmp_path: Path, fake_llm: FakeOpenAI
+    tmp_path: Path, fake_llm: FakeOpenAI, store_section: dict[str, Any]
 ) -> None:
     fake_llm.embeddings_down = True
-    async with running_gateway(archive_config(tmp_path, fake_llm)) as (gw, api):
+    async with running_gateway(archive_config(tmp_path, fake_llm, store_section)) as (gw, api):
         with capture_logs() as logs:
             fake_llm.push(retain(KITTEN), text("ok"))
             await api.chat("remember the kitten")
@@ -96,8 +105,13 @@ async def test_keyword_fallback_while_embeddings_are_down(
     assert len(down) == 1  # logged once per outage, not per call
 
 
-async def test_extract_stores_each_fact(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
-    async with running_gateway(archive_config(tmp_path, fake_llm, extract=True)) as (gw, api):
+async def test_extract_stores_each_fact(
+    tmp_path: Path, fake_llm: FakeOpenAI, store_section: dict[str, Any]
+) -> None:
+    async with running_gateway(archive_config(tmp_path, fake_llm, store_section, extract=True)) as (
+        gw,
+        api,
+    ):
         fake_llm.push(
             retain("long rambling text about pizza and a Lisbon trip"),
             text("- Prefers vegetarian pizza\n- Flight to Lisbon on 3 May\n"),
@@ -115,9 +129,9 @@ async def test_extract_stores_each_fact(tmp_path: Path, fake_llm: FakeOpenAI) ->
 
 
 async def test_auto_retain_keeps_each_turn_in_the_users_bank(
-    tmp_path: Path, fake_llm: FakeOpenAI
+    tmp_path: Path, fake_llm: FakeOpenAI, store_section: dict[str, Any]
 ) -> None:
-    config = archive_config(tmp_path, fake_llm, auto_retain=True)
+    config = archive_config(tmp_path, fake_llm, store_section, auto_retain=True)
     async with running_gateway(config) as (gw, api):
         await api.chat("I am allergic to peanuts")
         archive = gw.memory.service.archive  # type: ignore[union-attr]
