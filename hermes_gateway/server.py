@@ -281,7 +281,7 @@ class Gateway:
         )
         install_hooks(self.bus, hooks)
         await self.store.open()
-        await announce_legacy(self.config.home_path, self.config.memory.scope)
+        self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)

@@ -50,6 +50,11 @@ def _render(s: dict[str, Any], out: TextIO) -> None:
     )
     last, p99, worst = lag.get("last"), lag.get("p99"), lag.get("max")
     out.write(f"loop lag     last {last} ms, p99 {p99} ms, max {worst} ms\n")
+    memory = s.get("memory") or {}
+    if memory:
+        out.write(f"memory       {memory.get('scope')}, embeddings {memory.get('embeddings')}\n")
+    if memory.get("legacy_memory_md"):  # the owner decides whose it is
+        out.write(f"  {memory['legacy_memory_md']}\n")
     held = s.get("quarantined") or []
     if held:  # messages the gateway kept dying on: the operator decides (`hermes inbox`)
         out.write(f"quarantined  {len(held)} (hermes inbox retry ID | drop ID)\n")

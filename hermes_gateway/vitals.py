@@ -67,6 +67,7 @@ class Vitals:
             "model": {"name": g.config.model.name, "configured": g.llm.configured},
             "busy_policy": g.config.runner.busy_policy,
             "quarantined": g.inbox.summaries(),
+            "memory": g.memory.status(),
         }
 
     def register_gauges(self) -> None:

@@ -41,6 +41,7 @@ class MemoryHost:
         self.service = service
         self.scope = scope
         self.timeout_s = timeout_s  # a hop: the store, plus embeddings (and extraction)
+        self.legacy: str | None = None  # the notice about a MEMORY.md from before, if any
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -52,6 +53,17 @@ class MemoryHost:
         if self.service is not None:
             found.update(retain=self.retain, recall=self.recall, reflect=self.reflect)
         return found
+
+    def status(self) -> dict[str, Any]:
+        """For /status and `hermes status`."""
+        service = self.service
+        if service is None:
+            embeddings = "archive off"
+        elif service.embedder is None:
+            embeddings = "not configured (keyword recall)"
+        else:
+            embeddings = "unavailable (keyword recall)" if service.embeddings_down else "ok"
+        return {"scope": self.scope, "embeddings": embeddings, "legacy_memory_md": self.legacy}
 
     # -- on the loop ----------------------------------------------------------------------
 

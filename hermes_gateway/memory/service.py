@@ -72,6 +72,11 @@ class MemoryService:
         self._down = False  # the embeddings endpoint failed last time (logged once)
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @property
+    def embeddings_down(self) -> bool:
+        """The embeddings endpoint failed at its last call."""
+        return self._down
+
     # -- retain ---------------------------------------------------------------------------
 
     async def retain(

@@ -114,10 +114,11 @@ async def test_the_prompt_carries_only_its_own_users_memory(
     (users / "1.md").write_text("Likes green tea.\n")
     (config.home_path / "MEMORY.md").write_text("Legacy shared note.\n")
     with capture_logs() as logs:
-        async with running_gateway(config) as (gw, _):
+        async with running_gateway(config) as (gw, api):
             for shape in SHAPES:
                 for user in (1, 2):
                     await Chats(tg, shape).say(user, f"hello from {user}")
+            _, status = await api.get("/status")
     prompts = [r["messages"][0]["content"] for r in fake_llm.requests]
     assert len(prompts) == 6
     dm1, dm2, group1, group2, thread1, thread2 = prompts
@@ -128,6 +129,7 @@ async def test_the_prompt_carries_only_its_own_users_memory(
     [legacy] = [e for e in logs if e["event"] == "memory.legacy_file"]
     assert "MEMORY.md is from before memory was kept per user" in legacy["detail"]
     assert (config.home_path / "MEMORY.md").exists()  # left in place, not moved
+    assert status["memory"]["legacy_memory_md"] == legacy["detail"]  # `hermes status` shows it
 
 
 async def test_the_shared_scope_keeps_one_memory_md(
