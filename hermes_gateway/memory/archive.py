@@ -13,8 +13,8 @@ from typing import Any, cast
 from sqlalchemy import Table, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hermes_gateway.memory.ranking import nearest
 from hermes_gateway.memory.schema import PG_DOCUMENT
+from hermes_gateway.memory.vectors import VectorCache, best, grown
 from hermes_gateway.models import MemoryRow
 from hermes_gateway.store import Store
 from hermes_gateway.store_search import WORD
@@ -35,8 +35,9 @@ _PG_KEYWORDS = text(
 class Archive:
     """Reads and writes the `memories` table through the gateway's `Store`."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, cache: VectorCache | None = None) -> None:
         self.store = store
+        self.cache = cache or VectorCache()
 
     async def add(self, rows: list[dict[str, Any]]) -> list[int]:
         """Insert memories (keys: bank, content, context, tags, session_key, message_id,
@@ -59,6 +60,11 @@ class Archive:
                 )
 
         await self.store._tx(run)
+        banks = await self._rows(
+            select(_MEM.c.bank).where(_MEM.c.id.in_([m for m, _ in vectors])).distinct()
+        )
+        for (bank,) in banks:
+            self.cache.forget(bank)
 
     async def unembedded(self, bank: str, model: str, limit: int) -> list[tuple[int, str]]:
         """Memories of ``bank`` without a vector of ``model`` (stored while no embeddings
@@ -86,12 +92,26 @@ class Archive:
         return [int(r[0]) for r in rows]
 
     async def vector(self, bank: str, query: bytes, model: str, limit: int) -> list[int]:
-        """Ids of ``bank``'s memories nearest to the unit vector ``query`` (same model)."""
-        stmt = select(_MEM.c.id, _MEM.c.embedding).where(
-            _MEM.c.bank == bank, _MEM.c.model == model, _MEM.c.embedding.is_not(None)
+        """Ids of ``bank``'s memories nearest to the unit vector ``query`` (same model): the
+        cached matrix plus the rows stored since, scanned in a thread."""
+        key = (bank, model)
+        cached, generation = self.cache.get(key)
+        stmt = (
+            select(_MEM.c.id, _MEM.c.embedding)
+            .where(_MEM.c.bank == bank, _MEM.c.model == model, _MEM.c.embedding.is_not(None))
+            .where(_MEM.c.id > (cached.last_id if cached else 0))
+            .order_by(_MEM.c.id)
         )
-        rows = await self._rows(stmt)
-        return await asyncio.to_thread(nearest, query, rows, limit)
+        rows = [(int(mid), bytes(blob)) for mid, blob in await self._rows(stmt)]
+
+        def search() -> list[int]:
+            vectors = cached
+            if vectors is None or rows:
+                vectors = grown(cached, rows, len(query) // 4)
+                self.cache.put(key, vectors, generation)
+            return best(vectors.ids, vectors.matrix, query, limit)
+
+        return await asyncio.to_thread(search)
 
     async def recent(self, bank: str, limit: int) -> list[int]:
         stmt = (

@@ -113,9 +113,3 @@ def pack(vector: Any) -> bytes:
         raise ValueError("empty vector")
     norm = math.sqrt(sum(v * v for v in values)) or 1.0
     return array("f", (v / norm for v in values)).tobytes()
-
-
-def unpack(blob: bytes) -> array[float]:
-    vec = array("f")
-    vec.frombytes(blob)
-    return vec

@@ -1,32 +1,14 @@
-"""Recall's ranking: the brute-force vector scan, reciprocal rank fusion of the keyword, vector
-and recency rankings, and the trim to a token budget. Pure functions; the vector scan is CPU
-work, so the archive runs it with `asyncio.to_thread`."""
+"""Recall's ranking: reciprocal rank fusion of the keyword, vector and recency rankings, and the
+trim to a token budget (the vector ranking itself: `vectors.py`)."""
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Sequence
-from operator import mul
-
-from hermes_gateway.memory.embeddings import unpack
+from collections.abc import Sequence
 
 RRF_K = 60  # the usual constant: damps the weight of the very first ranks
 # recency breaks ties between equally relevant memories; it must not outvote relevance
 RECENCY_WEIGHT = 0.3
 CHARS_PER_TOKEN = 4  # a rough estimate, enough for a budget
-
-
-def nearest(query: bytes, rows: Iterable[tuple[int, bytes]], limit: int) -> list[int]:
-    """The ids of the ``limit`` rows whose unit vector is closest to ``query`` (cosine), best
-    first; rows of another dimension (another embedding model) are skipped."""
-    q = unpack(query)
-    dims = len(q)
-    scored = (
-        (sum(map(mul, q, vec)), mid)
-        for mid, blob in rows
-        if len(blob) == dims * 4 and len(vec := unpack(blob)) == dims
-    )
-    return [mid for _, mid in heapq.nlargest(limit, scored)]
 
 
 def fuse(
