@@ -162,7 +162,13 @@ async def on(url: str, fn: Any, *args: Any) -> Any:
 
 def schema_diff(conn: Connection) -> list[Any]:
     """How the database differs from today's models (the search indexes are not in them)."""
-    unmodelled = ("messages_fts", "alembic_version", "ix_messages_fts", "memories_fts")
+    unmodelled = (
+        "messages_fts",
+        "alembic_version",
+        "ix_messages_fts",
+        "memories_fts",
+        "fts_document",
+    )
 
     def modelled(name: str | None, kind: str, _parent: Any) -> bool:
         return not (name or "").startswith((*unmodelled, "ix_memories_fts"))

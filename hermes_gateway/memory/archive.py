@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, or_, select, text, update
+from sqlalchemy import Table, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hermes_gateway.memory.schema import PG_DOCUMENT
@@ -24,7 +24,20 @@ _MEM = cast(Table, MemoryRow.__table__)
 _COLUMNS = ("id", "content", "context", "tags", "created_at", "session_key", "message_id")
 _SQLITE_KEYWORDS = text(
     "SELECT m.id FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
-    "WHERE memories_fts MATCH :q AND m.bank = :bank ORDER BY bm25(memories_fts) LIMIT :limit"
+    "WHERE memories_fts MATCH :q AND m.bank = :bank ORDER BY rank LIMIT :limit"
+)
+_RECENT = (
+    select(_MEM.c.id)
+    .where(_MEM.c.bank == bindparam("bank"))
+    .order_by(_MEM.c.created_at.desc())
+    .limit(bindparam("limit"))
+)
+_NEWEST = select(func.max(_MEM.c.id)).where(_MEM.c.bank == bindparam("bank"))
+_VECTORS = (
+    select(_MEM.c.id, _MEM.c.embedding)
+    .where(_MEM.c.bank == bindparam("bank"), _MEM.c.model == bindparam("model"))
+    .where(_MEM.c.embedding.is_not(None), _MEM.c.id > bindparam("after"))
+    .order_by(_MEM.c.id)
 )
 _PG_KEYWORDS = text(
     f"SELECT id FROM memories, to_tsquery('simple', :q) q WHERE bank = :bank AND {PG_DOCUMENT} "
@@ -77,50 +90,56 @@ class Archive:
         )
         return await self._rows(stmt)
 
-    async def keyword(self, bank: str, query: str, limit: int) -> list[int]:
-        """Ids of ``bank``'s memories holding any of the query's words (as prefixes), best
-        first by the database's text ranking."""
-        words = [w.lower() for w in WORD.findall(query)][:24]
+    async def rankings(
+        self, bank: str, query: str, qvec: bytes | None, model: str, limit: int
+    ) -> tuple[list[int], list[int], list[int]]:
+        """``bank``'s memories ranked by keywords, by vector (none without ``qvec``) and by
+        recency, ``limit`` ids each, best first; the queries share one connection."""
+        key = (bank, model)
+        cached, generation = self.cache.get(key)
+        last = cached.last_id if cached is not None else 0
+
+        async def run(conn: AsyncConnection) -> tuple[list[int], list[int], int, list[Any]]:
+            keyword = await self._keyword(conn, bank, query, limit)
+            recent = await conn.execute(_RECENT, {"bank": bank, "limit": limit})
+            newest, rows = last, []
+            if qvec is not None:  # only the rows stored since the cached matrix was built
+                newest = int((await conn.execute(_NEWEST, {"bank": bank})).scalar() or 0)
+                if cached is None or newest > last:
+                    params = {"bank": bank, "model": model, "after": last}
+                    rows = [(int(i), bytes(b)) for i, b in await conn.execute(_VECTORS, params)]
+            return keyword, [int(r[0]) for r in recent], newest, rows
+
+        keyword, recent, newest, rows = await self.store._query(run)
+        if qvec is None:
+            return keyword, [], recent
+
+        def search() -> list[int]:
+            vectors = cached
+            if vectors is None or newest > vectors.last_id:
+                vectors = grown(cached, rows, len(qvec) // 4, newest)
+                self.cache.put(key, vectors, generation)
+            return best(vectors.ids, vectors.matrix, qvec, limit)
+
+        return keyword, await asyncio.to_thread(search), recent
+
+    async def _keyword(self, conn: AsyncConnection, bank: str, query: str, limit: int) -> list[int]:
+        """Memories holding any of the query's words (those of 4 letters or more also as
+        prefixes: "backup" finds "backups"), best first by the database's text ranking."""
+        found = [w.lower() for w in WORD.findall(query)]
+        # words of one or two letters ("is", "my") match nearly everything: left out when
+        # the query has longer ones
+        words = [w for w in found if len(w) > 2][:24] or found[:24]
         if not words:
             return []
         if self.store._is_sqlite:
             stmt = _SQLITE_KEYWORDS
-            q = " OR ".join('"' + w.replace('"', "") + '"*' for w in words)
+            q = " OR ".join(f'"{w}"' + ("*" if len(w) >= 4 else "") for w in words)
         else:
-            stmt, q = _PG_KEYWORDS, " | ".join(f"{w}:*" for w in words)
-        rows = await self._rows(stmt, {"q": q, "bank": bank, "limit": limit})
+            stmt = _PG_KEYWORDS
+            q = " | ".join(w + (":*" if len(w) >= 4 else "") for w in words)
+        rows = await conn.execute(stmt, {"q": q, "bank": bank, "limit": limit})
         return [int(r[0]) for r in rows]
-
-    async def vector(self, bank: str, query: bytes, model: str, limit: int) -> list[int]:
-        """Ids of ``bank``'s memories nearest to the unit vector ``query`` (same model): the
-        cached matrix plus the rows stored since, scanned in a thread."""
-        key = (bank, model)
-        cached, generation = self.cache.get(key)
-        stmt = (
-            select(_MEM.c.id, _MEM.c.embedding)
-            .where(_MEM.c.bank == bank, _MEM.c.model == model, _MEM.c.embedding.is_not(None))
-            .where(_MEM.c.id > (cached.last_id if cached else 0))
-            .order_by(_MEM.c.id)
-        )
-        rows = [(int(mid), bytes(blob)) for mid, blob in await self._rows(stmt)]
-
-        def search() -> list[int]:
-            vectors = cached
-            if vectors is None or rows:
-                vectors = grown(cached, rows, len(query) // 4)
-                self.cache.put(key, vectors, generation)
-            return best(vectors.ids, vectors.matrix, query, limit)
-
-        return await asyncio.to_thread(search)
-
-    async def recent(self, bank: str, limit: int) -> list[int]:
-        stmt = (
-            select(_MEM.c.id)
-            .where(_MEM.c.bank == bank)
-            .order_by(_MEM.c.created_at.desc(), _MEM.c.id.desc())
-            .limit(limit)
-        )
-        return [int(r[0]) for r in await self._rows(stmt)]
 
     async def fetch(self, bank: str, ids: list[int]) -> list[Memory]:
         """The memories of ``bank`` with these ids, in the order given."""

@@ -5,6 +5,7 @@ one model call answering with citations), and auto-retain of completed turns in 
 Runs on the event loop; embeddings and model calls go to threads. When no embeddings endpoint
 answers, retain still stores the text and recall uses keywords and recency (said in the answer,
 logged once per outage); memories stored meanwhile get their vectors at a later recall.
+Auto-retained turns go through `background.RetainQueue` (batched, at quiet moments).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 import structlog
 
 from agent_core import LLMClient, ModelError
-from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.archive import Archive, join_tags
+from hermes_gateway.memory.background import RetainQueue, Turn
 from hermes_gateway.memory.embeddings import Embedder
 from hermes_gateway.memory.ranking import RECENCY_WEIGHT, fuse, within_budget
 from tools.host import Memory, Recalled
@@ -30,7 +31,6 @@ DEGRADED = "keyword and recency search only: the embeddings endpoint did not ans
 CANDIDATES = 50  # per ranking, before fusion
 BACKFILL = 64  # vectors added to memories stored during an outage, per recall
 TURN_CHARS = 4000  # of a turn, when auto-retained
-AUTO_RETAIN_BACKLOG = 64
 EXTRACT = (
     "Extract the durable facts from the text below: decisions, preferences, names, dates, "
     "commitments. One fact per line, each understandable on its own, no numbering. If there is "
@@ -62,6 +62,7 @@ class MemoryService:
         extract: bool,
         token_budget: int,
         recall_limit: int,
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self.archive = archive
         self.llm = llm
@@ -70,7 +71,9 @@ class MemoryService:
         self.token_budget = token_budget
         self.recall_limit = recall_limit
         self._down = False  # the embeddings endpoint failed last time (logged once)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # banks known to have every vector (since this process started): no backfill query
+        self._complete: set[str] = set()
+        self.queue = RetainQueue(self._retain_turns, busy)
 
     @property
     def embeddings_down(self) -> bool:
@@ -86,25 +89,36 @@ class MemoryService:
         if not facts:
             return "Nothing worth remembering was found in that text; nothing stored."
         vectors = await self._embed(facts)
-        now = time.time()
-        rows = [
-            {
-                "bank": bank,
-                "content": fact,
-                "context": context,
-                "tags": join_tags(tags),
-                "session_key": source.session_key,
-                "message_id": source.message_id,
-                "created_at": now,
-                "embedding": vectors[i] if vectors else None,
-                "model": self.embedder.model if vectors and self.embedder else "",
-            }
-            for i, fact in enumerate(facts)
-        ]
-        ids = await self.archive.add(rows)
+        row = {"bank": bank, "context": context, "tags": join_tags(tags)}
+        row.update(session_key=source.session_key, message_id=source.message_id)
+        ids = await self.archive.add(self._rows([{**row, "content": f} for f in facts], vectors))
         marks = ", ".join(f"m{i}" for i in ids)
         said = f"Stored {len(ids)} memor{'y' if len(ids) == 1 else 'ies'} ({marks})."
         return said if vectors else f"{said} [{DEGRADED}; it is found by its words for now]"
+
+    async def _retain_turns(self, turns: list[Turn]) -> None:
+        """Auto-retain's batch: one embeddings request, one transaction."""
+        rows = []
+        for turn in turns:
+            facts = await self._facts(turn.content) if self.extract else [turn.content]
+            base = {"bank": turn.bank, "context": "conversation turn", "tags": "turn"}
+            base.update(session_key=turn.session_key, message_id=turn.message_id)
+            rows += [{**base, "content": fact} for fact in facts]
+        if rows:
+            await self.archive.add(
+                self._rows(rows, await self._embed([r["content"] for r in rows]))
+            )
+
+    def _rows(
+        self, rows: list[dict[str, Any]], vectors: list[bytes] | None
+    ) -> list[dict[str, Any]]:
+        now = time.time()
+        model = self.embedder.model if vectors and self.embedder else ""
+        if vectors is None:
+            self._complete.difference_update(row["bank"] for row in rows)
+        for i, row in enumerate(rows):
+            row.update(created_at=now, embedding=vectors[i] if vectors else None, model=model)
+        return rows
 
     async def _facts(self, content: str) -> list[str]:
         messages = [{"role": "system", "content": EXTRACT}, {"role": "user", "content": content}]
@@ -137,12 +151,11 @@ class MemoryService:
 
     async def recall(self, bank: str, query: str, limit: int) -> Recalled:
         qvec = await self._embed([query])
-        keyword = await self.archive.keyword(bank, query, CANDIDATES)
-        vector: list[int] = []
-        if qvec is not None and self.embedder is not None:
+        model = self.embedder.model if self.embedder is not None else ""
+        if qvec is not None:
             await self._backfill(bank)
-            vector = await self.archive.vector(bank, qvec[0], self.embedder.model, CANDIDATES)
-        recent = await self.archive.recent(bank, CANDIDATES)
+        vec = qvec[0] if qvec is not None else None
+        keyword, vector, recent = await self.archive.rankings(bank, query, vec, model, CANDIDATES)
         # recency orders what matched; alone it would return anything at all
         relevant = set(keyword) | set(vector)
         fused = fuse([keyword, vector, recent], (1.0, 1.0, RECENCY_WEIGHT))
@@ -155,15 +168,17 @@ class MemoryService:
         return Recalled(tuple(found[:keep]), note)
 
     async def _backfill(self, bank: str) -> None:
-        if self.embedder is None:
+        if self.embedder is None or bank in self._complete:
             return
         waiting = await self.archive.unembedded(bank, self.embedder.model, BACKFILL)
-        if not waiting:
+        vectors = await self._embed([body for _, body in waiting]) if waiting else []
+        if vectors is None:
             return
-        vectors = await self._embed([body for _, body in waiting])
-        if vectors is not None:
+        if waiting:
             pairs = [(mid, vec) for (mid, _), vec in zip(waiting, vectors, strict=True)]
             await self.archive.set_embeddings(pairs, self.embedder.model)
+        if len(waiting) < BACKFILL:
+            self._complete.add(bank)
 
     def answer(self, query: str, found: Recalled, should_stop: Callable[[], bool]) -> str:
         """Reflect's model call (blocking: a worker thread), over what recall found."""
@@ -182,36 +197,15 @@ class MemoryService:
     # -- auto-retain ----------------------------------------------------------------------
 
     def turn_done(self, event: MessageEvent, bank: str, text: str, reply: str) -> None:
-        """Retain a completed turn in the background; never waits, never delays a reply."""
-        if len(self._tasks) >= AUTO_RETAIN_BACKLOG:
-            log.warning(
-                "memory.auto_retain_skipped", reason="backlog", session_key=event.session_key
-            )
-            return
+        """Queue a completed turn for retaining; never waits, never delays a reply."""
         body = f"User: {text}\nAssistant: {reply}"[:TURN_CHARS]
-        source = Source(event.session_key, event.message_id)
-        coro = self.retain(bank, body, "conversation turn", ("turn",), source)
-        task = asyncio.get_running_loop().create_task(_quietly(coro), name="memory-retain")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.queue.put(Turn(bank, body, event.session_key, event.message_id))
 
     async def close(self) -> None:
-        """At shutdown: a retain still running is given a moment, then cancelled (logged)."""
-        if self._tasks:
-            _done, pending = await asyncio.wait(self._tasks, timeout=2)
-            for task in pending:
-                task.cancel()
-            if pending:
-                log.warning("memory.auto_retain_cancelled", count=len(pending))
+        """At shutdown, before the store closes: what auto-retain holds gets 2 s."""
+        await self.queue.close(flush_s=2.0)
         if self.embedder is not None:
             await asyncio.to_thread(self.embedder.close)
-
-
-async def _quietly(coro: Any) -> None:
-    try:
-        await coro
-    except (StoreError, ModelError) as exc:
-        log.warning("memory.auto_retain_failed", error=str(exc))
 
 
 def _cite(m: Memory) -> str:

@@ -84,12 +84,14 @@ class VectorCache:
                 del self._items[key]
 
 
-def grown(old: BankVectors | None, rows: list[tuple[int, bytes]], dims: int) -> BankVectors:
-    """``old`` with ``rows`` (newer than its last id) appended, or a new one from them."""
+def grown(
+    old: BankVectors | None, rows: list[tuple[int, bytes]], dims: int, last_id: int
+) -> BankVectors:
+    """``old`` with ``rows`` (newer than its last id) appended, or a new one from them;
+    ``last_id``: the bank's newest row, vector or not, so it is not read again."""
     ids, matrix = build(rows, dims)
-    last = max((mid for mid, _ in rows), default=old.last_id if old else 0)
     if old is None:
-        return BankVectors(ids, matrix, last)
+        return BankVectors(ids, matrix, last_id)
     return BankVectors(
-        np.concatenate([old.ids, ids]), np.concatenate([old.matrix, matrix]), max(last, old.last_id)
+        np.concatenate([old.ids, ids]), np.concatenate([old.matrix, matrix]), last_id
     )

@@ -20,8 +20,8 @@ from ..tools.conftest import call
 
 def test_best_ranks_by_cosine_and_skips_other_dimensions() -> None:
     rows = [(1, pack(embed("backup snapshot"))), (2, pack(embed("kitten"))), (3, pack([1.0, 0.0]))]
-    vectors = grown(None, rows[:1], len(rows[0][1]) // 4)
-    vectors = grown(vectors, rows[1:], len(rows[0][1]) // 4)  # appended: 3 has 2 dimensions
+    vectors = grown(None, rows[:1], len(rows[0][1]) // 4, 1)
+    vectors = grown(vectors, rows[1:], len(rows[0][1]) // 4, 3)  # appended: 3 has 2 dimensions
     assert vectors.last_id == 3 and list(vectors.ids) == [1, 2]
     assert best(vectors.ids, vectors.matrix, pack(embed("feline pet")), 5) == [2, 1]
     assert best(vectors.ids, vectors.matrix, pack(embed("nightly restore")), 1) == [1]
@@ -29,7 +29,7 @@ def test_best_ranks_by_cosine_and_skips_other_dimensions() -> None:
 
 def test_the_cache_is_bounded_and_a_forgotten_bank_is_not_put_back() -> None:
     rows = [(i, pack([float(i), 1.0])) for i in range(1, 5)]
-    small = grown(None, rows, 2)
+    small = grown(None, rows, 2, 4)
     cache = VectorCache(max_bytes=small.nbytes * 2)
     cached, gen = cache.get(("a", "m"))
     assert cached is None

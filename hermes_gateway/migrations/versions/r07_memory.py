@@ -1,4 +1,5 @@
-"""The long-term memory archive (`memories`, with its keyword index), and whose turn each
+"""The long-term memory archive (`memories`, with its keyword index: an FTS5 table on SQLite, a
+generated tsvector column and its GIN index on PostgreSQL), and whose turn each
 stored message is (`messages.user_id`, so a shared session's search shows each user only theirs).
 
 Revision ID: r07
@@ -25,10 +26,11 @@ _SQLITE_FTS = [
     "INSERT INTO memories_fts(memories_fts, rowid, content, context, tags) "
     "VALUES ('delete', old.id, old.content, old.context, old.tags); END",
 ]
-_PG_GIN = (
-    "CREATE INDEX IF NOT EXISTS ix_memories_fts ON memories USING gin "
-    "(to_tsvector('simple', content || ' ' || context || ' ' || tags))"
-)
+_PG_FTS = [
+    "ALTER TABLE memories ADD COLUMN IF NOT EXISTS fts_document tsvector GENERATED ALWAYS AS "
+    "(to_tsvector('simple', content || ' ' || context || ' ' || tags)) STORED",
+    "CREATE INDEX IF NOT EXISTS ix_memories_fts ON memories USING gin (fts_document)",
+]
 
 
 def _text(name: str, length: int | None = None) -> sa.Column[str]:
@@ -60,4 +62,5 @@ def upgrade() -> None:
         for ddl in _SQLITE_FTS:
             op.execute(ddl)
     else:
-        op.execute(_PG_GIN)
+        for ddl in _PG_FTS:
+            op.execute(ddl)
