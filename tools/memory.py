@@ -52,10 +52,11 @@ class MemoryArgs(BaseModel):
 class MemoryTool(ModelTool):
     name = "memory"
     description = (
-        "Your long-term memory across all conversations (MEMORY.md): durable facts about the "
-        "user, their environment and preferences, lessons learned. It is shown to you at the "
-        "start of every new session. Keep entries short; the whole memory is capped (about "
-        "50 KB), so replace or remove stale entries."
+        "Your notes about the user you are talking to (MEMORY.md), across their conversations: "
+        "durable facts about them, their environment and preferences, lessons learned. They "
+        "are shown to you at the start of their new sessions. Keep entries short; the notes "
+        "are capped (about 50 KB), so replace or remove stale entries. For anything longer or "
+        "to be found later by topic, use the long-term archive if you have it."
     )
     parallel_safe = False
     Args = MemoryArgs
