@@ -113,7 +113,9 @@ class MemoryRow(Base):
     """
 
     __tablename__ = "memories"
-    __table_args__ = (Index("ix_memories_bank_time", "bank", "created_at"),)
+    # recency is by id (rows are only appended): the newest of a bank, and its latest rows,
+    # come straight from this index
+    __table_args__ = (Index("ix_memories_bank", "bank", "id"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     bank: Mapped[str] = mapped_column(String(256))
     content: Mapped[str] = mapped_column(Text)

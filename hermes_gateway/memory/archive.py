@@ -26,10 +26,11 @@ _SQLITE_KEYWORDS = text(
     "SELECT m.id FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
     "WHERE memories_fts MATCH :q AND m.bank = :bank ORDER BY rank LIMIT :limit"
 )
+ENOUGH = 10  # keyword matches holding every word before any-word matches are looked for
 _RECENT = (
     select(_MEM.c.id)
     .where(_MEM.c.bank == bindparam("bank"))
-    .order_by(_MEM.c.created_at.desc())
+    .order_by(_MEM.c.id.desc())
     .limit(bindparam("limit"))
 )
 _NEWEST = select(func.max(_MEM.c.id)).where(_MEM.c.bank == bindparam("bank"))
@@ -124,8 +125,10 @@ class Archive:
         return keyword, await asyncio.to_thread(search), recent
 
     async def _keyword(self, conn: AsyncConnection, bank: str, query: str, limit: int) -> list[int]:
-        """Memories holding any of the query's words (those of 4 letters or more also as
-        prefixes: "backup" finds "backups"), best first by the database's text ranking."""
+        """Memories holding all the query's words, or if too few do, any of them (those of 4
+        letters or more also as prefixes: "backup" finds "backups"), best first by the
+        database's text ranking. All first: ranking every memory holding a common word is what
+        costs, and memories holding them all are the best matches anyway."""
         found = [w.lower() for w in WORD.findall(query)]
         # words of one or two letters ("is", "my") match nearly everything: left out when
         # the query has longer ones
@@ -133,13 +136,18 @@ class Archive:
         if not words:
             return []
         if self.store._is_sqlite:
-            stmt = _SQLITE_KEYWORDS
-            q = " OR ".join(f'"{w}"' + ("*" if len(w) >= 4 else "") for w in words)
+            stmt, joiners = _SQLITE_KEYWORDS, (" AND ", " OR ")
+            terms = [f'"{w}"' + ("*" if len(w) >= 4 else "") for w in words]
         else:
-            stmt = _PG_KEYWORDS
-            q = " | ".join(w + (":*" if len(w) >= 4 else "") for w in words)
-        rows = await conn.execute(stmt, {"q": q, "bank": bank, "limit": limit})
-        return [int(r[0]) for r in rows]
+            stmt, joiners = _PG_KEYWORDS, (" & ", " | ")
+            terms = [w + (":*" if len(w) >= 4 else "") for w in words]
+        ids: list[int] = []
+        for joiner in joiners[len(terms) == 1 :]:
+            params = {"q": joiner.join(terms), "bank": bank, "limit": limit}
+            ids = [int(r[0]) for r in await conn.execute(stmt, params)]
+            if len(ids) >= min(limit, ENOUGH):
+                break
+        return ids
 
     async def fetch(self, bank: str, ids: list[int]) -> list[Memory]:
         """The memories of ``bank`` with these ids, in the order given."""

@@ -57,7 +57,7 @@ def upgrade() -> None:
             sa.Column("embedding", sa.LargeBinary(), nullable=True),
             _text("model", 128),
         )
-        op.create_index("ix_memories_bank_time", "memories", ["bank", "created_at"])
+        op.create_index("ix_memories_bank", "memories", ["bank", "id"])
     if bind.dialect.name == "sqlite":
         for ddl in _SQLITE_FTS:
             op.execute(ddl)
