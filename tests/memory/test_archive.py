@@ -151,3 +151,22 @@ async def _eventually_count(archive: Any, bank: str, n: int) -> bool:
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+async def test_recall_is_trimmed_to_the_token_budget(
+    tmp_path: Path, fake_llm: FakeOpenAI, store_section: dict[str, Any]
+) -> None:
+    config = archive_config(tmp_path, fake_llm, store_section, token_budget=100)
+    long = "the kitten chased a feline friend around the pet shop " * 6  # ~80 tokens each
+    async with running_gateway(config) as (gw, api):
+        for n in range(3):
+            fake_llm.push(retain(f"{n}: {long}"), text("ok"))
+            await api.chat(f"remember {n}")
+        fake_llm.push(recall("kitten"), text("ok"))
+        await api.chat("kittens?")
+        found = observations(fake_llm.requests[-1])[-1]
+        fake_llm.push(tool_calls(("hindsight_reflect", {"query": "postgres schema"})), text("none"))
+        await api.chat("db?", user="carol")
+        nothing = observations(fake_llm.requests[-1])[-1]
+    assert len(found.splitlines()) == 1  # three match; one fits in 100 tokens
+    assert nothing == "Nothing in the archive bears on 'postgres schema'."

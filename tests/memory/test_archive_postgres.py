@@ -18,6 +18,7 @@ test_keyword_fallback_while_embeddings_are_down = (
     on_sqlite.test_keyword_fallback_while_embeddings_are_down
 )
 test_extract_stores_each_fact = on_sqlite.test_extract_stores_each_fact
+test_recall_is_trimmed_to_the_token_budget = on_sqlite.test_recall_is_trimmed_to_the_token_budget
 test_auto_retain_keeps_each_turn_in_the_users_bank = (
     on_sqlite.test_auto_retain_keeps_each_turn_in_the_users_bank
 )
