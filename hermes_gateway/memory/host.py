@@ -8,6 +8,7 @@ current_event`), so in a thread several people share, each reaches only their ow
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from hermes_gateway.runner import GatewayRunner
 
 NO_USER = "no user is known for this conversation right now"
+OWNERS_KEPT = 10_000
 
 
 class MemoryHost:
@@ -42,6 +44,7 @@ class MemoryHost:
         self.scope = scope
         self.timeout_s = timeout_s  # a hop: the store, plus embeddings (and extraction)
         self.legacy: str | None = None  # the notice about a MEMORY.md from before, if any
+        self._owners: OrderedDict[str, str | None] = OrderedDict()  # loop thread only
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -69,9 +72,17 @@ class MemoryHost:
 
     def owner(self, session_key: str) -> str | None:
         """The user a session belongs to alone (its prompt may carry their memory), else
-        None; called when the session's agent is built, during its run."""
+        None; called when the session's agent is built: during its run, or after `/stop`
+        (then the owner seen last is used)."""
         event = self.runner.current_event(session_key)
-        return user_ref(event) if event is not None and sole_user(event) else None
+        if event is None:
+            return self._owners.get(session_key)
+        owner = user_ref(event) if sole_user(event) else None
+        self._owners[session_key] = owner
+        self._owners.move_to_end(session_key)
+        if len(self._owners) > OWNERS_KEPT:
+            self._owners.popitem(last=False)
+        return owner
 
     def turn_done(self, event: MessageEvent, text: str, reply: str) -> None:
         """Settle's hook with `memory.auto_retain`: the turn goes to its user's bank."""

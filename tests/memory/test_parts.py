@@ -1,5 +1,5 @@
 """The archive's parts on their own: the vector matrix and its cache, rank fusion, the token
-budget, users' memory file names, and the tools without a host."""
+budget, users' memory file names, the tools without a host, and a session's owner."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.embeddings import pack
+from hermes_gateway.memory.host import MemoryHost
 from hermes_gateway.memory.ranking import RECENCY_WEIGHT, fuse, within_budget
 from hermes_gateway.memory.vectors import VectorCache, best, grown
 from tests.fakes.embeddings import embed
@@ -74,3 +76,36 @@ def test_the_tools_say_when_the_archive_is_not_there(tmp_path: Path) -> None:
     )
     content, ok = call(reg, ctx, "memory", action="view")
     assert not ok and "memory is kept per user" in content
+
+
+class FakeRunner:
+    def __init__(self) -> None:
+        self.events: dict[str, MessageEvent] = {}
+
+    def current_event(self, key: str) -> MessageEvent | None:
+        return self.events.get(key)
+
+
+def test_a_sessions_owner_outlives_its_run() -> None:
+    """After /stop the session gets a fresh agent while no run is live: it keeps its owner's
+    memory; a thread has no owner."""
+    runner = FakeRunner()
+    host = MemoryHost(runner, None, scope="user", timeout_s=1)  # type: ignore[arg-type]
+    dm = MessageEvent.create(
+        platform="telegram", chat_type="dm", chat_id="9", user_id="1", message_id="1", text="x"
+    )
+    thread = MessageEvent.create(
+        platform="telegram",
+        chat_type="thread",
+        chat_id="-100",
+        thread_id="7",
+        user_id="1",
+        message_id="2",
+        text="x",
+    )
+    runner.events = {dm.session_key: dm, thread.session_key: thread}
+    assert host.owner(dm.session_key) == "telegram/1"
+    assert host.owner(thread.session_key) is None
+    runner.events = {}
+    assert host.owner(dm.session_key) == "telegram/1"
+    assert host.owner("telegram:dm:unknown") is None
