@@ -71,9 +71,9 @@ def vector(text: str, dims: int) -> bytes:
 async def fill(store: Store, bank: str, count: int, dims: int) -> None:
     rng = random.Random(7)
     now = time.time()
-    for start in range(0, count, 5000):
+    for start in range(0, count, 1000):
         rows = []
-        for i in range(start, min(count, start + 5000)):
+        for i in range(start, min(count, start + 1000)):
             body = " ".join(rng.choices(VOCABULARY, WEIGHTS, k=12)) + f" item {i}"
             rows.append(
                 {

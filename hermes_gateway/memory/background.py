@@ -41,7 +41,7 @@ class RetainQueue:
         *,
         quiet_s: float = 0.5,
         max_wait_s: float = 30.0,
-        max_batch: int = 32,
+        max_batch: int = 256,
         max_queue: int = 1000,
     ) -> None:
         self._write = write  # async: retains a batch
