@@ -153,7 +153,7 @@ async def chat_latency(auto_retain: bool, messages: int, workdir: Path) -> list[
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = (2000, 10000) if args.quick else (10000, 100000)
+    sizes = () if args.no_recall else (2000, 10000) if args.quick else (10000, 100000)
     queries = 30 if args.quick else 100
     out: dict[str, Any] = {"dims": args.dims, "recall": {}, "auto_retain": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2,000 and 10,000 memories")
     parser.add_argument("--postgres", help="a PostgreSQL URL whose memories table may be emptied")
     parser.add_argument("--dims", type=int, default=256, help="vector size (default 256)")
+    parser.add_argument("--no-recall", action="store_true", help="the auto-retain ratio only")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "memory.json")
     args = parser.parse_args(argv)
     data = uvloop.run(run(args))
