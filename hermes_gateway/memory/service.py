@@ -28,6 +28,7 @@ from tools.host import Memory, Recalled
 
 log = structlog.get_logger("hermes.memory")
 DEGRADED = "keyword and recency search only: the embeddings endpoint did not answer"
+NOT_CONFIGURED = "keyword and recency search only: no embeddings endpoint is configured"
 CANDIDATES = 50  # per ranking, before fusion
 BACKFILL = 64  # vectors added to memories stored during an outage, per recall
 TURN_CHARS = 4000  # of a turn, when auto-retained
@@ -94,7 +95,12 @@ class MemoryService:
         ids = await self.archive.add(self._rows([{**row, "content": f} for f in facts], vectors))
         marks = ", ".join(f"m{i}" for i in ids)
         said = f"Stored {len(ids)} memor{'y' if len(ids) == 1 else 'ies'} ({marks})."
-        return said if vectors else f"{said} [{DEGRADED}; it is found by its words for now]"
+        if vectors:
+            return said
+        return f"{said} [{self._why_no_vectors()}; it is found by its words for now]"
+
+    def _why_no_vectors(self) -> str:
+        return DEGRADED if self.embedder is not None else NOT_CONFIGURED
 
     async def _retain_turns(self, turns: list[Turn]) -> None:
         """Auto-retain's batch: one embeddings request, one transaction."""
@@ -162,9 +168,7 @@ class MemoryService:
         order = [mid for mid in fused if mid in relevant][:limit]
         found = await self.archive.fetch(bank, order)
         keep = within_budget([m.content + m.context for m in found], self.token_budget)
-        note = DEGRADED if qvec is None and self.embedder is not None else ""
-        if self.embedder is None:
-            note = "keyword and recency search only: no embeddings endpoint is configured"
+        note = self._why_no_vectors() if qvec is None else ""
         return Recalled(tuple(found[:keep]), note)
 
     async def _backfill(self, bank: str) -> None:

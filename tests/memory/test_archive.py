@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from hermes_gateway.config import Config
-from hermes_gateway.memory.service import DEGRADED
+from hermes_gateway.memory.service import DEGRADED, NOT_CONFIGURED
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.harness import make_config, running_gateway
 
@@ -170,3 +170,23 @@ async def test_recall_is_trimmed_to_the_token_budget(
         nothing = observations(fake_llm.requests[-1])[-1]
     assert len(found.splitlines()) == 1  # three match; one fits in 100 tokens
     assert nothing == "Nothing in the archive bears on 'postgres schema'."
+
+
+async def test_without_an_embeddings_endpoint_recall_uses_keywords(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # a hosted endpoint without a key is not usable: nothing is sent there
+    hosted = {"base_url": "https://embeddings.example.invalid/v1"}
+    config = archive_config(tmp_path, fake_llm, {}, embeddings=hosted)
+    async with running_gateway(config) as (gw, api):
+        fake_llm.push(retain(KITTEN), text("ok"))
+        await api.chat("remember")
+        stored = observations(fake_llm.requests[-1])[-1]
+        fake_llm.push(recall("kitten sofa"), text("ok"))
+        await api.chat("kitten?")
+        found = observations(fake_llm.requests[-1])[-1]
+        _, status = await api.get("/status")
+    assert stored == f"Stored 1 memory (m1). [{NOT_CONFIGURED}; it is found by its words for now]"
+    assert KITTEN in found.splitlines()[0] and found.endswith(f"[{NOT_CONFIGURED}]")
+    assert status["memory"]["embeddings"] == "not configured (keyword recall)"
+    assert fake_llm.embedding_inputs == []
