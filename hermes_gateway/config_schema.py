@@ -279,6 +279,7 @@ class EmbeddingsConfig(_Section):
     model: str = "text-embedding-3-small"
     batch_size: int = Field(64, ge=1, le=2048)  # texts per request
     timeout_s: float = Field(30, gt=0)
+    outage_pause_s: float = Field(60, ge=0)  # after a failure, keywords only for this long
 
 
 class MemoryConfig(_Section):

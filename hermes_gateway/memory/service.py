@@ -64,6 +64,7 @@ class MemoryService:
         token_budget: int,
         recall_limit: int,
         busy: Callable[[], bool] = lambda: False,
+        outage_pause_s: float = 60.0,
     ) -> None:
         self.archive = archive
         self.llm = llm
@@ -72,6 +73,8 @@ class MemoryService:
         self.token_budget = token_budget
         self.recall_limit = recall_limit
         self._down = False  # the embeddings endpoint failed last time (logged once)
+        self.outage_pause_s = outage_pause_s
+        self._skip_until = 0.0  # monotonic: no embeddings call before (after a failure)
         # banks known to have every vector (since this process started): no backfill query
         self._complete: set[str] = set()
         self.queue = RetainQueue(self._retain_turns, busy)
@@ -139,7 +142,7 @@ class MemoryService:
 
     async def _embed(self, texts: list[str]) -> list[bytes] | None:
         """The texts' vectors, or None while no embeddings endpoint answers."""
-        if self.embedder is None:
+        if self.embedder is None or time.monotonic() < self._skip_until:
             return None
         try:
             vectors = await asyncio.to_thread(self.embedder.embed, texts)
@@ -147,6 +150,7 @@ class MemoryService:
             if not self._down:
                 log.warning("memory.embeddings_unavailable", error=str(exc), fallback="keywords")
             self._down = True
+            self._skip_until = time.monotonic() + self.outage_pause_s
             return None
         if self._down:
             log.info("memory.embeddings_back")

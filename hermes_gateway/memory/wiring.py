@@ -64,6 +64,7 @@ def build_memory(config: Config, store: Store, llm: LLMClient, runner: GatewayRu
             token_budget=mem.token_budget,
             recall_limit=mem.recall_limit,
             busy=lambda: runner.counts()["active"] > 0,  # auto-retain waits for a quiet moment
+            outage_pause_s=mem.embeddings.outage_pause_s,
         )
     timeout = config.memory.embeddings.timeout_s * (config.model.max_retries + 1) + 30
     if config.memory.extract:

@@ -82,7 +82,8 @@ async def test_keyword_fallback_while_embeddings_are_down(
     tmp_path: Path, fake_llm: FakeOpenAI, store_section: dict[str, Any]
 ) -> None:
     fake_llm.embeddings_down = True
-    async with running_gateway(archive_config(tmp_path, fake_llm, store_section)) as (gw, api):
+    config = archive_config(tmp_path, fake_llm, store_section, embeddings={"outage_pause_s": 1})
+    async with running_gateway(config) as (gw, api):
         with capture_logs() as logs:
             fake_llm.push(retain(KITTEN), text("ok"))
             await api.chat("remember the kitten")
@@ -93,7 +94,9 @@ async def test_keyword_fallback_while_embeddings_are_down(
             fake_llm.push(recall("feline pet"), text("ok"))
             await api.chat("pet?")
             by_meaning_down = observations(fake_llm.requests[-1])[-1]
+        asked = len(fake_llm.embedding_inputs)
         fake_llm.embeddings_down = False
+        await asyncio.sleep(1.1)  # the outage pause: until then, no embeddings call at all
         fake_llm.push(recall("feline pet"), text("ok"))
         await api.chat("pet, now?")
         by_meaning_back = observations(fake_llm.requests[-1])[-1]
@@ -103,6 +106,7 @@ async def test_keyword_fallback_while_embeddings_are_down(
     assert KITTEN in by_meaning_back.splitlines()[0]  # its vector was added at this recall
     down = [e for e in logs if e["event"] == "memory.embeddings_unavailable"]
     assert len(down) == 1  # logged once per outage, not per call
+    assert asked == 1  # the first call failed; the next ones did without it for the pause
 
 
 async def test_extract_stores_each_fact(
