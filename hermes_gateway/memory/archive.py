@@ -66,19 +66,16 @@ class Archive:
 
         return await self.store._tx(run)
 
-    async def set_embeddings(self, vectors: list[tuple[int, bytes]], model: str) -> None:
+    async def set_embeddings(self, bank: str, vectors: list[tuple[int, bytes]], model: str) -> None:
+        """Give memories of ``bank`` their vectors (a backfill); its cached matrix is dropped."""
+
         async def run(conn: AsyncConnection) -> None:
             for mid, vec in vectors:
-                await conn.execute(
-                    update(_MEM).where(_MEM.c.id == mid).values(embedding=vec, model=model)
-                )
+                where = (_MEM.c.id == mid, _MEM.c.bank == bank)
+                await conn.execute(update(_MEM).where(*where).values(embedding=vec, model=model))
 
         await self.store._tx(run)
-        banks = await self._rows(
-            select(_MEM.c.bank).where(_MEM.c.id.in_([m for m, _ in vectors])).distinct()
-        )
-        for (bank,) in banks:
-            self.cache.forget(bank)
+        self.cache.forget(bank)
 
     async def unembedded(self, bank: str, model: str, limit: int) -> list[tuple[int, str]]:
         """Memories of ``bank`` without a vector of ``model`` (stored while no embeddings

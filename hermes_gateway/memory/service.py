@@ -184,7 +184,7 @@ class MemoryService:
             return
         if waiting:
             pairs = [(mid, vec) for (mid, _), vec in zip(waiting, vectors, strict=True)]
-            await self.archive.set_embeddings(pairs, self.embedder.model)
+            await self.archive.set_embeddings(bank, pairs, self.embedder.model)
         if len(waiting) < BACKFILL:
             self._complete.add(bank)
 
