@@ -42,6 +42,7 @@ def legacy_notice(home: Path, scope: str) -> str | None:
         return None
     return (
         f"{legacy} is from before memory was kept per user and is not shown to anyone now. "
-        f"To give it to its owner, copy it to {home / USERS_DIR}/<platform>/<user id>.md "
-        "(e.g. telegram/123456789.md); or set memory.scope: shared to keep one memory for all."
+        "To give it to its owner: `hermes memory claim <platform> <user id>` (e.g. telegram "
+        f"123456789; it goes to {home / USERS_DIR}/<platform>/<user id>.md); or set "
+        "memory.scope: shared to keep one memory for all."
     )

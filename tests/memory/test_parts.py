@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from hermes_gateway.cli import main
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.embeddings import pack
 from hermes_gateway.memory.host import MemoryHost
 from hermes_gateway.memory.ranking import RECENCY_WEIGHT, fuse, within_budget
+from hermes_gateway.memory.scope import legacy_notice
 from hermes_gateway.memory.vectors import VectorCache, best, grown
 from tests.fakes.embeddings import embed
 from tools import ToolContext
@@ -109,3 +111,24 @@ def test_a_sessions_owner_outlives_its_run() -> None:
     runner.events = {}
     assert host.owner(dm.session_key) == "telegram/1"
     assert host.owner("telegram:dm:unknown") is None
+
+
+def test_hermes_memory_claim_hands_the_old_file_to_its_owner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    (home / "memory" / "telegram").mkdir(parents=True)
+    (home / "MEMORY.md").write_text("Owner runs Debian.\n§\nPrefers metric.\n")
+    (home / "memory" / "telegram" / "42.md").write_text("Prefers metric.\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"home: {home}\n")
+    assert legacy_notice(home, "user") is not None
+    assert main(["memory", "claim", "telegram", "42", "--config", str(config)]) == 0
+    assert "1 entries of" in capsys.readouterr().out
+    assert (home / "memory" / "telegram" / "42.md").read_text() == (
+        "Prefers metric.\n§\nOwner runs Debian.\n"
+    )
+    assert (home / "MEMORY.md.claimed").exists() and not (home / "MEMORY.md").exists()
+    assert legacy_notice(home, "user") is None  # not offered again
+    assert main(["memory", "claim", "telegram", "42", "--config", str(config)]) == 1
+    assert "nothing to claim" in capsys.readouterr().out
