@@ -269,6 +269,24 @@ class SchedulerConfig(_Section):
         return value
 
 
+class EmbeddingsConfig(_Section):
+    base_url: str = ""  # empty = model.base_url
+    api_key: str = ""  # empty = model.api_key when base_url is empty too
+    model: str = "text-embedding-3-small"
+    batch_size: int = Field(64, ge=1, le=2048)  # texts per request
+    timeout_s: float = Field(30, gt=0)
+    outage_pause_s: float = Field(60, ge=0)  # after a failure, keywords only for this long
+
+
+class MemoryConfig(_Section):
+    scope: Literal["user", "shared"] = "user"  # MEMORY.md and archive bank per user, or one
+    extract: bool = False  # retain: one model call turns the text into separate facts
+    auto_retain: bool = False  # every completed turn is retained in the background
+    recall_limit: int = Field(8, ge=1, le=50)  # reflect and auto-retain's recall size
+    token_budget: int = Field(1500, ge=100)  # recall's answer is trimmed to about this
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()
+
+
 class WatchdogConfig(_Section):
     interval_ms: int = Field(200, ge=10)
     warn_ms: int = Field(250, ge=1)
@@ -293,6 +311,7 @@ class Config(_Section):
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     tools: ToolsConfig = ToolsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
+    memory: MemoryConfig = MemoryConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
     hooks: tuple[str, ...] = ()
@@ -312,7 +331,12 @@ class Config(_Section):
 
     def secrets(self) -> list[str]:
         """Every secret value in the config, for the log redactor."""
-        values = [self.model.api_key, self.control.token or "", self.tools.vision.api_key]
+        values = [
+            self.model.api_key,
+            self.control.token or "",
+            self.tools.vision.api_key,
+            self.memory.embeddings.api_key,
+        ]
         for spec in platform_specs():
             section = getattr(self.platforms, spec.name)
             values += [str(getattr(section, key)) for key in spec.secrets]

@@ -11,6 +11,7 @@ import contextlib
 import gc
 import signal
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -40,6 +41,7 @@ from hermes_gateway.guard.sdnotify import SystemdNotifier
 from hermes_gateway.guard.sentinel import Sentinel
 from hermes_gateway.guard.watchdog import LoopWatchdog
 from hermes_gateway.live_config import LiveConfig
+from hermes_gateway.memory.wiring import announce_legacy, build_memory
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.seam.access import AccessPolicy, Gatekeeper
 from hermes_gateway.seam.pairing import PairingBook
@@ -105,7 +107,11 @@ class Gateway:
             vision=self.agent_factory.vision_llm,
             approval_timeout_s=config.tools.terminal.approval_timeout_s,
         )
-        self.agent_factory.host = self.tool_host.host
+        self.memory = build_memory(config, self.store, self.agent_factory.llm, self.runner)
+        self.agent_factory.host = replace(self.tool_host.host, **self.memory.callables())
+        self.agent_factory.owner = self.memory.owner
+        if config.memory.auto_retain:
+            self.runner.settler.on_turn = self.memory.turn_done
         self.commands = Commands(
             self.live,
             self.runner,
@@ -274,6 +280,7 @@ class Gateway:
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()
         self.tool_host.bind(loop)
+        self.memory.bind(loop)
         self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
         self.watchdog.start()
         self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
@@ -288,6 +295,7 @@ class Gateway:
         )
         install_hooks(self.bus, hooks)
         await self.store.open()
+        self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
@@ -342,6 +350,8 @@ class Gateway:
         await self.runner.interrupt_all()
         await self.delivery.close()  # undelivered replies wait in the inbox for the next start
         await asyncio.to_thread(self.pool.shutdown)
+        if self.memory.service is not None:
+            await self.memory.service.close()  # auto-retains in flight; before the store closes
         for task in self._background:
             task.cancel()
         if self._background:

@@ -161,10 +161,17 @@ async def on(url: str, fn: Any, *args: Any) -> Any:
 
 
 def schema_diff(conn: Connection) -> list[Any]:
-    """How the database differs from today's models (the search index is not in them)."""
+    """How the database differs from today's models (the search indexes are not in them)."""
+    unmodelled = (
+        "messages_fts",
+        "alembic_version",
+        "ix_messages_fts",
+        "memories_fts",
+        "fts_document",
+    )
 
     def modelled(name: str | None, kind: str, _parent: Any) -> bool:
-        return not (name or "").startswith(("messages_fts", "alembic_version", "ix_messages_fts"))
+        return not (name or "").startswith((*unmodelled, "ix_memories_fts"))
 
     context = MigrationContext.configure(conn, opts={"include_name": modelled})
     return list(compare_metadata(context, Base.metadata))

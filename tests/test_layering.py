@@ -46,6 +46,7 @@ RANKS = [
     ["scheduler"],
     ["core"],
     ["agents", "seam"],
+    ["memory"],
     ["store", "text", "guard"],
 ]
 BASE = {

@@ -28,6 +28,9 @@ BUILTINS: dict[str, str] = {
     "vision_analyze": "tools.vision:make_vision",
     "memory": "tools.memory:make_memory",
     "session_search": "tools.recall:make_session_search",
+    "hindsight_retain": "tools.hindsight:make_retain",
+    "hindsight_recall": "tools.hindsight:make_recall",
+    "hindsight_reflect": "tools.hindsight:make_reflect",
     "skills_list": "tools.skills:make_skills_list",
     "skill_view": "tools.skills:make_skill_view",
     "skill_manage": "tools.skills:make_skill_manage",
@@ -84,6 +87,7 @@ class ToolSettings:
     web: WebSettings = WebSettings()
     vision_max_bytes: int = 10 * 1024 * 1024
     memory_max_chars: int = 50_000
+    memory_scope: Literal["user", "shared"] = "shared"  # MEMORY.md per user, or one for all
     search_timeout_s: float = 20.0  # wall clock of one regex search (a child process)
     max_write_bytes: int = 1024 * 1024  # content of one write_file, edit text of one patch
     code: CodeSettings = CodeSettings()

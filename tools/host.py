@@ -42,6 +42,27 @@ class DelegateRequest:
     tools: tuple[str, ...] | None = None  # None: the parent's tools (less delegate at the limit)
 
 
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One memory of the long-term archive, with where it came from."""
+
+    id: int
+    content: str
+    context: str
+    tags: tuple[str, ...]
+    when: float  # epoch seconds
+    session_key: str  # the conversation it was retained in ("" if none)
+    message_id: str  # the message that was answered then ("" if none)
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What `recall` found, best first, and a note when the search was degraded."""
+
+    memories: tuple[Memory, ...]
+    note: str = ""  # e.g. "keyword search only: the embeddings endpoint did not answer"
+
+
 # ask(request, should_stop) -> approved?  False on deny, timeout, interrupt or no way to ask
 AskApproval = Callable[[ApprovalRequest, Callable[[], bool]], bool]
 # search(session_key, query, limit) -> hits, best first
@@ -52,6 +73,14 @@ FetchAttachment = Callable[[str, int], Path]
 DescribeImage = Callable[[str, str, Callable[[], bool]], str]
 # manage(session_key, request) -> what was done, for the model (`cronjob`); raises ToolError
 ManageJobs = Callable[[str, Mapping[str, Any]], str]
+# user_of(session_key) -> "<platform>/<user id>" of the user the session's run answers, or None
+UserOf = Callable[[str], str | None]
+# retain(session_key, content, context, tags) -> what was stored, in words
+Retain = Callable[[str, str, str, tuple[str, ...]], str]
+# recall(session_key, query, limit) -> the asking user's memories that match, best first
+Recall = Callable[[str, str, int], Recalled]
+# reflect(session_key, query, should_stop) -> an answer from the memories, citing them
+Reflect = Callable[[str, str, Callable[[], bool]], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +92,7 @@ class ToolHost:
     fetch_attachment: FetchAttachment | None = None
     describe_image: DescribeImage | None = None
     manage_jobs: ManageJobs | None = None
+    user_of: UserOf | None = None
+    retain: Retain | None = None
+    recall: Recall | None = None
+    reflect: Reflect | None = None

@@ -1,14 +1,18 @@
-"""`memory`: durable notes in `<home>/MEMORY.md`, shared by every session and capped in size.
+"""`memory`: durable notes, capped in size: one file per user (`<home>/memory/<platform>/<user>.md`)
+or, with the shared scope, one `<home>/MEMORY.md` for every session.
 
 Entries are blocks separated by a line holding only `§`. A snapshot goes into each agent's
 system prompt when the agent is built (`memory_block`), so the prompt stays byte-stable for the
-session; changes show in sessions started afterwards (and in `view` at once).
+session; changes show in sessions started afterwards (and in `view` at once). Per user, the
+file is the one of the user whose message the run answers (`ToolHost.user_of`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -24,6 +28,8 @@ if TYPE_CHECKING:
 
 SEPARATOR = "\n§\n"
 FILE_NAME = "MEMORY.md"
+USERS_DIR = "memory"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]")
 
 
 class MemoryArgs(BaseModel):
@@ -46,21 +52,33 @@ class MemoryArgs(BaseModel):
 class MemoryTool(ModelTool):
     name = "memory"
     description = (
-        "Your long-term memory across all conversations (MEMORY.md): durable facts about the "
-        "user, their environment and preferences, lessons learned. It is shown to you at the "
-        "start of every new session. Keep entries short; the whole memory is capped (about "
-        "50 KB), so replace or remove stale entries."
+        "Your notes about the user you are talking to (MEMORY.md), across their conversations: "
+        "durable facts about them, their environment and preferences, lessons learned. They "
+        "are shown to you at the start of their new sessions. Keep entries short; the notes "
+        "are capped (about 50 KB), so replace or remove stale entries. For anything longer or "
+        "to be found later by topic, use the long-term archive if you have it."
     )
     parallel_safe = False
     Args = MemoryArgs
 
-    def __init__(self, path: Path, max_chars: int) -> None:
-        self.path = path
+    def __init__(self, path: Path, max_chars: int, users: Path | None = None) -> None:
+        self.path = path  # the shared file
         self.max_chars = max_chars
+        self.users = users  # per user: the directory of the users' files
+
+    def _file(self, ctx: ToolContext) -> Path:
+        if self.users is None:
+            return self.path
+        user_of = ctx.host.user_of
+        user = user_of(ctx.session_key) if user_of is not None and ctx.session_key else None
+        if user is None:
+            raise ToolError("memory is kept per user, and no user is known in this context")
+        return user_file(self.users, user)
 
     def call(self, args: MemoryArgs, ctx: ToolContext) -> str:
-        with _locked(self.path):
-            entries = read_entries(self.path)
+        path = self._file(ctx)
+        with _locked(path):
+            entries = read_entries(path)
             if args.action == "view":
                 return self._view(entries)
             if args.action in ("add", "replace") and not (args.content or "").strip():
@@ -82,8 +100,8 @@ class MemoryTool(ModelTool):
                     f"memory would hold {len(text)} characters; the cap is {self.max_chars}. "
                     "Remove or shorten entries first (view lists them)."
                 )
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, (text + "\n").encode() if text else b"")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, (text + "\n").encode() if text else b"")
         verb = {"add": "Added", "replace": "Replaced", "remove": "Removed"}[args.action]
         return f"{verb}. Memory: {len(entries)} entries, {len(text)}/{self.max_chars} characters."
 
@@ -120,9 +138,31 @@ def read_entries(path: Path) -> list[str]:
     return [e.strip() for e in text.replace("\r\n", "\n").split(SEPARATOR) if e.strip()]
 
 
-def memory_block(home: Path, max_chars: int = 50_000) -> str:
-    """The memory as a system prompt section ('' when there is none)."""
-    entries = read_entries(home / FILE_NAME)
+def user_file(users: Path, user: str) -> Path:
+    """``users/<platform>/<user id>.md`` for ``user`` = "<platform>/<user id>"; an id that is
+    not a plain file name gets a readable part and a hash of the whole (never a path)."""
+    platform, _, uid = user.partition("/")
+    parts = []
+    for raw in (platform, uid):
+        safe = _UNSAFE.sub("_", raw).lstrip(".")[:64]
+        if safe != raw or not safe:
+            safe = f"{safe}~{hashlib.sha256(raw.encode()).hexdigest()[:12]}"
+        parts.append(safe)
+    return users / parts[0] / f"{parts[1]}.md"
+
+
+def memory_file(home: Path, user: str | None, per_user: bool) -> Path | None:
+    """The memory file a session sees: the shared one, its user's, or None (a session several
+    users share gets no one's notes in its prompt)."""
+    if not per_user:
+        return home / FILE_NAME
+    return None if user is None else user_file(home / USERS_DIR, user)
+
+
+def memory_block(home: Path, max_chars: int = 50_000, path: Path | None = None) -> str:
+    """The memory as a system prompt section ('' when there is none); ``path`` defaults to
+    the shared file."""
+    entries = read_entries(path or home / FILE_NAME)
     if not entries:
         return ""
     text = "\n".join(f"- {e}" for e in entries)[:max_chars]
@@ -147,4 +187,6 @@ def _locked(path: Path) -> Iterator[None]:
 def make_memory(settings: ToolSettings) -> MemoryTool:
     from tools.catalog import require_home
 
-    return MemoryTool(require_home(settings, "memory") / FILE_NAME, settings.memory_max_chars)
+    home = require_home(settings, "memory")
+    users = home / USERS_DIR if settings.memory_scope == "user" else None
+    return MemoryTool(home / FILE_NAME, settings.memory_max_chars, users)

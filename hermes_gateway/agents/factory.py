@@ -3,6 +3,7 @@ toolset and system prompt, the settings the tools run with, and their confinemen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tools.catalog import (
     build_registry,
 )
 from tools.host import ToolHost
-from tools.memory import memory_block
+from tools.memory import memory_block, memory_file
 
 log = structlog.get_logger("hermes.gateway")
 
@@ -38,6 +39,8 @@ class AgentFactory:
         self.executor = ToolExecutor(config.tools.parallel_workers)
         # the gateway's callbacks (approvals, delivery, attachments); set once they exist
         self.host: ToolHost | None = None
+        # session key -> the user it belongs to alone ("<platform>/<id>"), for per-user memory
+        self.owner: Callable[[str], str | None] = lambda key: None
         self._toolsets: dict[str, tuple[ToolRegistry, str]] = {}
 
     def toolset(self, platform: str) -> tuple[ToolRegistry, str]:
@@ -54,6 +57,7 @@ class AgentFactory:
         tools, prompt = self.toolset(session_key.split(":", 1)[0])
         config = self.config
         home, cap = config.home_path, config.tools.memory_max_chars
+        path = memory_file(home, self.owner(session_key), config.memory.scope == "user")
         return AIAgent(
             self.llm,
             tools,
@@ -65,7 +69,8 @@ class AgentFactory:
             host=self.host,
             executor=self.executor,
             context_budget=config.model.context_budget,
-            memory=lambda: memory_block(home, cap),  # read once, on the worker thread
+            # read once, on the worker thread; a session several users share shows no one's
+            memory=(lambda: memory_block(home, cap, path)) if path is not None else None,
             max_depth=config.tools.delegate.max_depth,
             child_iterations=config.tools.delegate.max_iterations,
         )
@@ -136,6 +141,7 @@ def _tool_settings(config: Config) -> ToolSettings:
         ),
         vision_max_bytes=t.vision.max_bytes,
         memory_max_chars=t.memory_max_chars,
+        memory_scope=config.memory.scope,
         search_timeout_s=t.search_timeout_s,
         max_write_bytes=t.max_write_bytes,
         code=CodeSettings(**t.execute_code.model_dump()),

@@ -26,6 +26,7 @@ import structlog
 from agent_core import LLMClient, ModelError
 from hermes_gateway.errors import AdapterError, JobRequestError
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.memory.scope import sole_user
 from hermes_gateway.platform_spec import capabilities
 from tools.approval import CANNOT_ASK
 from tools.errors import ToolError
@@ -237,8 +238,16 @@ class GatewayToolHost:
     # -- search, attachments, vision ------------------------------------------------------
 
     def search_history(self, session_key: str, query: str, limit: int) -> list[SearchHit]:
-        hits = self._hop(self.store.search_messages(session_key, query, limit))
+        hits = self._hop(self._search(session_key, query, limit))
         return [SearchHit(h.created_at, h.role, h.snippet, h.current) for h in hits]
+
+    async def _search(self, session_key: str, query: str, limit: int) -> list[Any]:
+        """In a session several users share (a thread), only the asking user's turns."""
+        event = self.runner.current_event(session_key)
+        if event is None:
+            raise ToolError("no user is known for this conversation right now")
+        user = None if sole_user(event) else event.user_id
+        return await self.store.search_messages(session_key, query, limit, user)
 
     def fetch_attachment(self, session_key: str, number: int) -> Path:
         path: Path = self._hop(self._download(session_key, number))

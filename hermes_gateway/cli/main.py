@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cron_parser(sub)
     _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
+    memory = sub.add_parser("memory", help="per-user memory")
+    msub = memory.add_subparsers(dest="action", required=True)
+    claim = _with_config(msub.add_parser("claim", help="give the old MEMORY.md to its owner"))
+    claim.add_argument("platform", help="e.g. telegram")
+    claim.add_argument("user_id", help="the owner's id on that platform")
     db = _with_config(sub.add_parser("db", help="the store's schema revision"))
     dsub = db.add_subparsers(dest="action", required=True)
     dsub.add_parser("current", help="the database's schema revision and this release's")
@@ -172,6 +177,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_cron(args, url, config.control.token, config)
     if args.command == "doctor":
         return run_doctor(config)
+    if args.command == "memory":
+        from hermes_gateway.memory.claim import run_claim
+
+        return run_claim(config.home_path, args.platform, args.user_id)
     if args.command == "db":
         from hermes_gateway.cli.db import run_db
 

@@ -57,6 +57,11 @@ def _render(s: dict[str, Any], out: TextIO) -> None:
             f"scheduler    {count} job(s), {jobs.get('running', 0)} running, last tick "
             f"{jobs.get('last_tick_s_ago')} s ago (hermes cron list)\n"
         )
+    memory = s.get("memory") or {}
+    if memory:
+        out.write(f"memory       {memory.get('scope')}, embeddings {memory.get('embeddings')}\n")
+    if memory.get("legacy_memory_md"):  # the owner decides whose it is
+        out.write(f"  {memory['legacy_memory_md']}\n")
     held = s.get("quarantined") or []
     if held:  # messages the gateway kept dying on: the operator decides (`hermes inbox`)
         out.write(f"quarantined  {len(held)} (hermes inbox retry ID | drop ID)\n")

@@ -70,6 +70,7 @@ class Vitals:
             "busy_policy": g.config.runner.busy_policy,
             "quarantined": g.inbox.summaries(),
             "scheduler": g.scheduler.status() if g.scheduler is not None else {"enabled": False},
+            "memory": g.memory.status(),
         }
 
     def register_gauges(self) -> None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -15,11 +16,14 @@ from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.run import EMPTY_ANSWER, Run, inbox_ids
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import StoreError
-from hermes_gateway.events import OutboundMessage
+from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.runner")
+# (the turn's newest message, every message's text merged, the reply): a completed turn, for
+# whoever keeps a record of it (the memory archive's auto-retain); must not block
+TurnDone = Callable[[MessageEvent, str, str], None]
 
 
 class Settler:
@@ -29,6 +33,7 @@ class Settler:
         self.store = store
         self.delivery = delivery
         self.metrics = metrics
+        self.on_turn: TurnDone | None = None
 
     async def settle(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
         """Store the turn with its reply ("done"), deliver it, then mark it answered.
@@ -51,6 +56,8 @@ class Settler:
             return
         text = result.text or EMPTY_ANSWER
         await self.persist(run, result, answered, reply=text, status="done")
+        if self.on_turn is not None and result.status == "done" and turn_user(answered):
+            self.on_turn(run.primary, "\n\n".join(p.event.text for p in answered), text)
         why = {"usage": result.usage, "error": result.error or ""}
         await self.reply(run, text, "reply", result.status, answered + run.carried, **why)
 
@@ -62,7 +69,13 @@ class Settler:
             messages = [result.compaction.marker, *messages]
         try:
             await self.store.complete_turn(
-                run.key, messages, inbox_ids(items), reply, run.run_id, status=status
+                run.key,
+                messages,
+                inbox_ids(items),
+                reply,
+                run.run_id,
+                status=status,
+                user_id=turn_user(items),
             )
         except StoreError as exc:
             # the reply still goes out (the inbox entry is settled once the store can write),
@@ -72,7 +85,15 @@ class Settler:
     async def persist_abandoned(self, run: Run, record: list[dict[str, Any]]) -> None:
         ids = inbox_ids(run.items + run.steered)
         try:
-            await self.store.complete_turn(run.key, record, ids, "", run.run_id, status="answered")
+            await self.store.complete_turn(
+                run.key,
+                record,
+                ids,
+                "",
+                run.run_id,
+                status="answered",
+                user_id=turn_user(run.items + run.steered),
+            )
         except StoreError as exc:
             log.error("run.persist_failed", error=str(exc), run_id=run.run_id)
 
@@ -110,3 +131,10 @@ class Settler:
             status="dropped",
             event=item.event,
         )
+
+
+def turn_user(items: list[Pending]) -> str:
+    """The user whose turn this is, or "" when it merged several users' messages (a shared
+    session): such a turn is nobody's alone, so no one user's search or memory gets it."""
+    users = {(p.event.platform, p.event.user_id) for p in items}
+    return next(iter(users))[1] if len(users) == 1 else ""

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
+from hermes_gateway.store.archive_index import INDEX_DDL as MEMORY_DDL
 from hermes_gateway.store.migrations import HEAD
 from hermes_gateway.store.models import Base
 from hermes_gateway.store.search import INDEX_DDL
@@ -106,7 +107,7 @@ def _create_at_head(conn: Connection) -> None:
     """The models' tables, the search index, and the head recorded as Alembic records it (a
     test checks the result against a database the revisions built)."""
     Base.metadata.create_all(conn)
-    for ddl in INDEX_DDL[conn.dialect.name]:
+    for ddl in INDEX_DDL[conn.dialect.name] + MEMORY_DDL[conn.dialect.name]:
         conn.exec_driver_sql(ddl)
     conn.execute(
         text(

@@ -1,5 +1,5 @@
 """The database schema (SQLAlchemy 2 declarative): sessions, their messages, the inbox,
-pairing, and scheduled jobs with their run ledger."""
+pairing, scheduled jobs with their run ledger, and the long-term memory archive."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -43,6 +44,9 @@ class MessageRow(Base):
     tool_call_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     run_id: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[float] = mapped_column(Float)
+    # whose turn it is ("" when a turn merged several users' messages, or made before this
+    # column): `session_search` in a session several users share shows each only their own
+    user_id: Mapped[str] = mapped_column(String(128), default="", server_default=text("''"))
 
 
 class InboxRow(Base):
@@ -163,3 +167,28 @@ class CronRunRow(Base):
     parts_sent: Mapped[int] = mapped_column(Integer)
     output: Mapped[str | None] = mapped_column(Text, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class MemoryRow(Base):
+    """One memory of the long-term archive, in a bank (one per user, or one shared).
+
+    `embedding` is the text's unit vector as float32 bytes (None until an embeddings endpoint
+    answered); `session_key`, `message_id` and `created_at` say where it came from. The
+    keyword index (SQLite FTS5 table, PostgreSQL GIN index) is made beside the table by the
+    migration `r07` (`hermes_gateway/store/archive_index.py`).
+    """
+
+    __tablename__ = "memories"
+    # recency is by id (rows are only appended): the newest of a bank, and its latest rows,
+    # come straight from this index
+    __table_args__ = (Index("ix_memories_bank", "bank", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    bank: Mapped[str] = mapped_column(String(256))
+    content: Mapped[str] = mapped_column(Text)
+    context: Mapped[str] = mapped_column(Text, default="", server_default=text("''"))
+    tags: Mapped[str] = mapped_column(Text, default="", server_default=text("''"))
+    session_key: Mapped[str] = mapped_column(String(512), default="", server_default=text("''"))
+    message_id: Mapped[str] = mapped_column(String(128), default="", server_default=text("''"))
+    created_at: Mapped[float] = mapped_column(Float)
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    model: Mapped[str] = mapped_column(String(128), default="", server_default=text("''"))

@@ -49,7 +49,12 @@ INDEX_DDL = {
 }
 
 
-def search_statement(sqlite: bool, words: list[str], mode: str) -> tuple[Any, dict[str, Any]]:
+def search_statement(
+    sqlite: bool, words: list[str], mode: str, user_id: str | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """``user_id`` set: only the messages of that user's turns."""
+    mine = "" if user_id is None else " AND m.user_id = :user"
+    params: dict[str, Any] = {} if user_id is None else {"user": user_id}
     if sqlite:
         joiner = " " if mode == "all" else " OR "
         match = joiner.join('"' + w.replace('"', "") + '"*' for w in words)  # prefixes match
@@ -58,17 +63,17 @@ def search_statement(sqlite: bool, words: list[str], mode: str) -> tuple[Any, di
             "snippet(messages_fts, 0, '[', ']', ' … ', 24), s.closed_at IS NULL "
             "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
             "JOIN sessions s ON s.id = m.session_id "
-            "WHERE messages_fts MATCH :q AND s.key = :key "
+            f"WHERE messages_fts MATCH :q AND s.key = :key{mine} "
             "ORDER BY bm25(messages_fts) LIMIT :limit"
         )
-        return stmt, {"q": match}
+        return stmt, {"q": match, **params}
     tsquery = (" & " if mode == "all" else " | ").join(f"{w.lower()}:*" for w in words)
     stmt = text(
         "SELECT m.created_at, m.role, ts_headline('simple', m.content, q, "
         "'StartSel=[, StopSel=], MaxWords=30, MinWords=12'), s.closed_at IS NULL "
         "FROM messages m JOIN sessions s ON s.id = m.session_id, "
         "to_tsquery('simple', :q) q "
-        f"WHERE s.key = :key AND m.role IN {_SEARCHABLE} AND {_PG_TSV} @@ q "
+        f"WHERE s.key = :key{mine} AND m.role IN {_SEARCHABLE} AND {_PG_TSV} @@ q "
         f"ORDER BY ts_rank({_PG_TSV}, q) DESC, m.id DESC LIMIT :limit"
     )
-    return stmt, {"q": tsquery}
+    return stmt, {"q": tsquery, **params}

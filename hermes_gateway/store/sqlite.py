@@ -40,9 +40,10 @@ MESSAGE_COLUMNS = (
     "tool_call_id",
     "run_id",
     "created_at",
+    "user_id",
 )
 _ACCEPT = f"INSERT INTO {_INBOX} ({', '.join(INBOX_COLUMNS)}) VALUES ({', '.join('?' * 9)})"
-_ADD_MESSAGE = f"INSERT INTO {_MSG} ({', '.join(MESSAGE_COLUMNS)}) VALUES ({', '.join('?' * 7)})"
+_ADD_MESSAGE = f"INSERT INTO {_MSG} ({', '.join(MESSAGE_COLUMNS)}) VALUES ({', '.join('?' * 8)})"
 _HISTORY = (
     f"SELECT role, content, tool_calls, tool_call_id FROM {_MSG} WHERE session_id = ? ORDER BY id"
 )

@@ -156,16 +156,19 @@ class Store(InboxGuard):
 
         return restore_compacted(await self._hot(run, read=True))
 
-    async def search_messages(self, session_key: str, query: str, limit: int = 10) -> list[Hit]:
+    async def search_messages(
+        self, session_key: str, query: str, limit: int = 10, user_id: str | None = None
+    ) -> list[Hit]:
         """Full-text search over the user and assistant messages of every session of this key
-        (earlier conversations too), best first: all the words, else any of them."""
+        (earlier conversations too), best first: all the words, else any of them. With
+        ``user_id``, only that user's turns (a session several users share)."""
         words = WORD.findall(query)[:20]
         if not words:
             return []
         for mode in ("all", "any"):
 
             async def run(conn: AsyncConnection, mode: str = mode) -> list[Hit]:
-                stmt, params = search_statement(self._is_sqlite, words, mode)
+                stmt, params = search_statement(self._is_sqlite, words, mode, user_id)
                 params.update(key=session_key, limit=limit)
                 rows = await conn.execute(stmt, params)
                 return [Hit(float(r[0]), r[1], r[2] or "", bool(r[3])) for r in rows]
@@ -183,15 +186,17 @@ class Store(InboxGuard):
         reply: str,
         run_id: str,
         status: str = "done",
+        user_id: str = "",
     ) -> None:
-        """Append a turn and settle its inbox entries in one transaction: all or nothing."""
+        """Append a turn and settle its inbox entries in one transaction: all or nothing.
+        ``user_id``: whose turn it is ("" when several users' messages were merged)."""
         ids = list(inbox_ids)
         now = time.time()
 
         async def run(db: HotPath) -> None:
             sid = await self._session_id(db, session_key, create=True)
             assert sid is not None
-            rows = [_message_row(sid, m, run_id, now) for m in messages]
+            rows = [_message_row(sid, m, run_id, now, user_id) for m in messages]
             await db.complete_turn(sid, rows, ids, (status, reply, run_id, now))
 
         await self._hot(run)
@@ -227,7 +232,9 @@ class Store(InboxGuard):
         return sid
 
 
-def _message_row(session_id: int, msg: Message, run_id: str, now: float) -> dict[str, Any]:
+def _message_row(
+    session_id: int, msg: Message, run_id: str, now: float, user_id: str = ""
+) -> dict[str, Any]:
     calls = msg.get("tool_calls")
     content = msg.get("content")
     return {
@@ -238,6 +245,7 @@ def _message_row(session_id: int, msg: Message, run_id: str, now: float) -> dict
         "tool_call_id": msg.get("tool_call_id"),
         "run_id": run_id,
         "created_at": now,
+        "user_id": user_id,
     }
 
 

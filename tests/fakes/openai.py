@@ -1,7 +1,8 @@
 """A wire-level fake of an OpenAI-compatible chat API, scripted per request, for offline tests.
 
-Serves ``/v1/chat/completions`` (JSON and SSE) and ``/v1/models``; ``python -m tests.fakes.openai``
-runs it standalone for benchmarks.
+Serves ``/v1/chat/completions`` (JSON and SSE), ``/v1/models`` and ``/v1/embeddings``
+(deterministic vectors from `tests.fakes.embeddings`; `embeddings_down` makes it answer 503);
+``python -m tests.fakes.openai`` runs it standalone for benchmarks.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes import embeddings as fake_vectors
 from tests.fakes.server import FakeServer
 
 DEFAULT_CHUNK_SIZE = 8
@@ -194,6 +196,9 @@ class FakeOpenAI(FakeServer):
         self.app.on_startup.append(self._on_startup)
         self.app.router.add_post("/v1/chat/completions", self._chat)
         self.app.router.add_get("/v1/models", self._models)
+        self.app.router.add_post("/v1/embeddings", self._embeddings)
+        self.embeddings_down = False  # answer /v1/embeddings with 503
+        self.embedding_inputs: list[list[str]] = []  # each request's texts, in arrival order
         # Control API for other processes (benchmarks): counters, and a reset between phases.
         self.app.router.add_get("/_fake/stats", self._ctl_stats)
         self.app.router.add_post("/_fake/reset", self._ctl_reset)
@@ -228,6 +233,8 @@ class FakeOpenAI(FakeServer):
             self._count = 0
             self.max_in_flight = self.in_flight
             self.cancelled = 0
+            self.embeddings_down = False
+            self.embedding_inputs.clear()
 
     @property
     def pending(self) -> int:
@@ -309,6 +316,25 @@ class FakeOpenAI(FakeServer):
             return denied
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        if (denied := self._check_auth(request)) is not None:
+            return denied
+        body = await request.json()
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        with self._lock:
+            self.embedding_inputs.append(texts)
+        if self.embeddings_down:
+            return web.json_response(error_body(503, "embeddings are down"), status=503)
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_vectors.embed(t)}
+            for i, t in enumerate(texts)
+        ]
+        usage = {"prompt_tokens": sum(map(_tokens, texts)), "total_tokens": 0}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage}
+        )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         if (denied := self._check_auth(request)) is not None:

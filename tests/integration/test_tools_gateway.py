@@ -103,7 +103,8 @@ async def test_compact_command(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
 async def test_memory_goes_into_the_system_prompt_once_per_session(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
-    config = make_config(tmp_path, fake_llm.base_url, tools={"enabled": ["memory"]})
+    tools = {"enabled": ["memory"]}
+    config = make_config(tmp_path, fake_llm.base_url, tools=tools, memory={"scope": "shared"})
     config.home_path.mkdir(parents=True)
     (config.home_path / "MEMORY.md").write_text("User is Ada.\n")
     fake_llm.push(tool_calls(("memory", {"action": "add", "content": "Ada likes tea."})))

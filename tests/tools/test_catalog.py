@@ -43,6 +43,8 @@ def test_every_builtin_builds_with_a_precise_schema(tmp_path: Path) -> None:
         "session_search",
         "skills_list",
         "skill_view",
+        "hindsight_recall",
+        "hindsight_reflect",
     }
 
 

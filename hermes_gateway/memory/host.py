@@ -1,0 +1,150 @@
+"""The archive and per-user memory as the tools see them: synchronous `ToolHost` callables for
+worker threads, each hopping to the event loop for the store (the loop never waits on them).
+
+The user is always the one whose message the session's run answers (`GatewayRunner.
+current_event`), so in a thread several people share, each reaches only their own memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from agent_core import ModelError
+from hermes_gateway.errors import StoreError
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.memory.scope import bank_of, sole_user, user_ref
+from hermes_gateway.memory.service import MemoryService, Source
+from tools.errors import ToolError
+from tools.host import Recalled
+
+if TYPE_CHECKING:
+    from hermes_gateway.core.runner import GatewayRunner
+
+NO_USER = "no user is known for this conversation right now"
+OWNERS_KEPT = 10_000
+
+
+class MemoryHost:
+    """One per gateway; `bind` it to the loop at startup."""
+
+    def __init__(
+        self,
+        runner: GatewayRunner,
+        service: MemoryService | None,
+        *,
+        scope: str,
+        timeout_s: float,
+    ) -> None:
+        self.runner = runner
+        self.service = service
+        self.scope = scope
+        self.timeout_s = timeout_s  # a hop: the store, plus embeddings (and extraction)
+        self.legacy: str | None = None  # the notice about a MEMORY.md from before, if any
+        self._owners: OrderedDict[str, str | None] = OrderedDict()  # loop thread only
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def callables(self) -> dict[str, Any]:
+        """The `ToolHost` fields this provides (the archive's only when it is on)."""
+        found: dict[str, Any] = {"user_of": self.user_of}
+        if self.service is not None:
+            found.update(retain=self.retain, recall=self.recall, reflect=self.reflect)
+        return found
+
+    def status(self) -> dict[str, Any]:
+        """For /status and `hermes status`."""
+        service = self.service
+        if service is None:
+            embeddings = "archive off"
+        elif service.embedder is None:
+            embeddings = "not configured (keyword recall)"
+        else:
+            embeddings = "unavailable (keyword recall)" if service.embeddings_down else "ok"
+        return {"scope": self.scope, "embeddings": embeddings, "legacy_memory_md": self.legacy}
+
+    # -- on the loop ----------------------------------------------------------------------
+
+    def owner(self, session_key: str) -> str | None:
+        """The user a session belongs to alone (its prompt may carry their memory), else
+        None; called when the session's agent is built: during its run, or after `/stop`
+        (then the owner seen last is used)."""
+        event = self.runner.current_event(session_key)
+        if event is None:
+            return self._owners.get(session_key)
+        owner = user_ref(event) if sole_user(event) else None
+        self._owners[session_key] = owner
+        self._owners.move_to_end(session_key)
+        if len(self._owners) > OWNERS_KEPT:
+            self._owners.popitem(last=False)
+        return owner
+
+    def turn_done(self, event: MessageEvent, text: str, reply: str) -> None:
+        """Settle's hook with `memory.auto_retain`: the turn goes to its user's bank."""
+        if self.service is not None:
+            self.service.turn_done(event, bank_of(event, self.scope), text, reply)
+
+    def _asker(self, session_key: str) -> MessageEvent:
+        event = self.runner.current_event(session_key)
+        if event is None:
+            raise ToolError(NO_USER)
+        return event
+
+    async def _user_of(self, session_key: str) -> str | None:
+        event = self.runner.current_event(session_key)
+        return user_ref(event) if event is not None else None
+
+    async def _retain(
+        self, session_key: str, content: str, context: str, tags: tuple[str, ...]
+    ) -> str:
+        assert self.service is not None
+        event = self._asker(session_key)
+        source = Source(session_key, event.message_id)
+        bank = bank_of(event, self.scope)
+        return await self.service.retain(bank, content, context, tags, source)
+
+    async def _recall(self, session_key: str, query: str, limit: int) -> Recalled:
+        assert self.service is not None
+        bank = bank_of(self._asker(session_key), self.scope)
+        return await self.service.recall(bank, query, limit)
+
+    # -- on a worker thread ---------------------------------------------------------------
+
+    def user_of(self, session_key: str) -> str | None:
+        found: str | None = self._hop(self._user_of(session_key))
+        return found
+
+    def retain(self, session_key: str, content: str, context: str, tags: tuple[str, ...]) -> str:
+        said: str = self._hop(self._retain(session_key, content, context, tags))
+        return said
+
+    def recall(self, session_key: str, query: str, limit: int) -> Recalled:
+        found: Recalled = self._hop(self._recall(session_key, query, limit))
+        return found
+
+    def reflect(self, session_key: str, query: str, should_stop: Callable[[], bool]) -> str:
+        assert self.service is not None
+        found = self.recall(session_key, query, self.service.recall_limit)
+        try:
+            return self.service.answer(query, found, should_stop)  # the model call: this thread
+        except ModelError as exc:
+            raise ToolError(f"the model could not reflect: {exc.user_message}") from None
+
+    def _hop(self, coro: Any) -> Any:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            raise ToolError("the gateway is not running")
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result(self.timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise ToolError("the memory archive did not answer in time") from None
+        except StoreError as exc:
+            raise ToolError(f"the memory archive is unavailable: {exc}") from None
