@@ -1,8 +1,19 @@
-"""The database schema (SQLAlchemy 2 declarative): sessions, their messages, and the inbox."""
+"""The database schema (SQLAlchemy 2 declarative): sessions, their messages, the inbox, pairing,
+and the fencing tokens of cluster session leases."""
 
 from __future__ import annotations
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -87,3 +98,16 @@ class PairingRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
     approved_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class FenceRow(Base):
+    """The newest fencing token a write for a session was made under (cluster mode only).
+
+    A write carrying a lower token comes from an instance whose lease on the session has
+    since passed to another (it was paused past its expiry): the store refuses it.
+    """
+
+    __tablename__ = "session_fence"
+    session_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Float)

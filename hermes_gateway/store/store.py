@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.context import restore as restore_compacted
 from hermes_gateway.events import MessageEvent
+from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.hotpath import HotPath
 from hermes_gateway.store.inbox import InboxGuard, Quarantined, event_from_json
 from hermes_gateway.store.models import InboxRow, MessageRow, SessionRow
@@ -74,17 +75,34 @@ class Store(InboxGuard):
         except IntegrityError:  # the engine's answer to a redelivery
             return None
 
-    async def mark(self, inbox_ids: Iterable[int], status: str, reply: str | None = None) -> None:
+    async def mark(
+        self,
+        inbox_ids: Iterable[int],
+        status: str,
+        reply: str | None = None,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """Move entries to ``status``; under a ``fence``, `FencedOut` and nothing written when
+        another instance has since taken the session (so for `progress` and `complete_turn`)."""
         ids = list(inbox_ids)
         if not ids:
             return
         now = time.time()
-        await self._hot(lambda db: db.mark(ids, status, reply, now))
+        await self._hot(lambda db: db.mark(ids, status, reply, now, fence))
 
-    async def progress(self, inbox_ids: list[int], parts_sent: int) -> None:
+    async def progress(
+        self, inbox_ids: list[int], parts_sent: int, *, fence: Fence | None = None
+    ) -> None:
         """Record that the first ``parts_sent`` parts of the entries' reply went out."""
         now = time.time()
-        await self._hot(lambda db: db.progress(inbox_ids, parts_sent, now))
+        await self._hot(lambda db: db.progress(inbox_ids, parts_sent, now, fence))
+
+    async def claim(self, fence: Fence) -> None:
+        """A new session lease: record its token before reading the session's inbox, so a
+        write under any older token fails from now on (`FencedOut` if this one is stale)."""
+        now = time.time()
+        await self._hot(lambda db: db.claim(fence, now))
 
     async def remember_preview(self, ev: MessageEvent, ref: str) -> None:
         """Record where the live preview answering ``ev`` is (its platform message reference)."""
@@ -183,6 +201,8 @@ class Store(InboxGuard):
         reply: str,
         run_id: str,
         status: str = "done",
+        *,
+        fence: Fence | None = None,
     ) -> None:
         """Append a turn and settle its inbox entries in one transaction: all or nothing."""
         ids = list(inbox_ids)
@@ -192,9 +212,14 @@ class Store(InboxGuard):
             sid = await self._session_id(db, session_key, create=True)
             assert sid is not None
             rows = [_message_row(sid, m, run_id, now) for m in messages]
-            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now))
+            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now), fence)
 
-        await self._hot(run)
+        try:
+            await self._hot(run)
+        except BaseException:
+            # the engine may have made the session row in the transaction rolled back
+            self._sids.pop(session_key, None)
+            raise
 
     async def reset_session(self, session_key: str) -> None:
         """Close the current session of this key; the next message starts a fresh one."""
@@ -252,4 +277,4 @@ def _to_message(
     return msg
 
 
-__all__ = ["Quarantined", "Store", "Undelivered", "event_from_json"]
+__all__ = ["Fence", "Quarantined", "Store", "Undelivered", "event_from_json"]
