@@ -317,6 +317,7 @@ def _check_semantics(config: Config) -> None:
             )
     _check_control_token(config)
     _check_store_url(config.store.url)
+    _check_redis_url(config.cluster.redis_url)
     tg = p.telegram
     if tg.enabled and tg.mode == "webhook":
         if not tg.webhook_url:
@@ -363,6 +364,20 @@ def _check_store_url(url: str | None) -> None:
     if module and importlib.util.find_spec(module) is None:
         raise ConfigError(
             "store.url", f"needs the {module} driver: pip install 'hermes-gateway[postgres]'"
+        )
+
+
+def _check_redis_url(url: str | None) -> None:
+    if url is None:
+        return
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(
+            "cluster.redis_url",
+            f"unsupported URL {url[:40]!r}: use redis://HOST:PORT/DB, rediss://... or unix:///PATH",
+        )
+    if importlib.util.find_spec("redis") is None:
+        raise ConfigError(
+            "cluster.redis_url", "needs redis-py: pip install 'hermes-gateway[cluster]'"
         )
 
 

@@ -263,6 +263,14 @@ class ToolsConfig(_Section):
 PLATFORM_NAMES = ("api", "telegram", "discord", "slack")
 
 
+def _url_password(url: str | None) -> str:
+    """The password in ``scheme://user:password@host``, or ""."""
+    if not url or "@" not in url or "://" not in url:
+        return ""
+    credentials = url.split("://", 1)[1].rsplit("@", 1)[0]
+    return credentials.split(":", 1)[1] if ":" in credentials else credentials
+
+
 def _check_tool_names(names: tuple[str, ...]) -> None:
     from tools.catalog import BUILTIN_NAMES
 
@@ -277,6 +285,14 @@ class WatchdogConfig(_Section):
     interval_ms: int = Field(200, ge=10)
     warn_ms: int = Field(250, ge=1)
     fatal_s: float = Field(60, gt=0)
+
+
+class ClusterConfig(_Section):
+    redis_url: str | None = (
+        None  # redis://HOST:PORT/DB, rediss://..., unix:///PATH; None = one process
+    )
+    instance_id: str = Field("", max_length=128)  # empty = host name + pid
+    lease_s: float = Field(10, ge=1, le=300)
 
 
 class LoggingConfig(_Section):
@@ -297,6 +313,7 @@ class Config(_Section):
     tools: ToolsConfig = ToolsConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
+    cluster: ClusterConfig = ClusterConfig()
     hooks: tuple[str, ...] = ()
     hook_timeout_s: float = Field(5, gt=0)
 
@@ -325,5 +342,6 @@ class Config(_Section):
             p.slack.signing_secret,
             p.telegram.webhook_secret,
             self.tools.vision.api_key,
+            _url_password(self.cluster.redis_url),
         ]
         return [v for v in values if v and len(v) >= 4]

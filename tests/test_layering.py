@@ -43,7 +43,7 @@ RANKS = [
     ["server"],
     ["control"],
     ["core"],
-    ["agents", "seam"],
+    ["agents", "seam", "cluster"],
     ["store", "text", "guard"],
 ]
 BASE = {
