@@ -20,6 +20,7 @@ from hermes_gateway import __version__
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.agents.factory import AgentFactory, confine_tools
 from hermes_gateway.agents.tool_host import GatewayToolHost
+from hermes_gateway.cluster.build import coordinator
 from hermes_gateway.config import Config, config_path, systemd_notify_socket
 from hermes_gateway.control.admin import AdminRoutes
 from hermes_gateway.control.app import ControlServer, Handler
@@ -29,6 +30,7 @@ from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.hooks import collect_hooks, install_hooks
 from hermes_gateway.core.housekeeping import Housekeeper
+from hermes_gateway.core.ownership import Ownership
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
@@ -93,6 +95,15 @@ class Gateway:
             metrics=self.metrics,
             stream_for=self._stream_for,
         )
+        self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
+        if config.cluster.redis_url:
+            self.ownership = Ownership(
+                coordinator(config.cluster),
+                self.store,
+                self.runner,
+                self._route_here,
+                config.store.replay_max_age_s,
+            )
         self.tool_host = GatewayToolHost(
             runner=self.runner,
             delivery=self.delivery,
@@ -184,6 +195,12 @@ class Gateway:
         return "accepted"
 
     async def route(self, event: MessageEvent, inbox_id: int | None) -> None:
+        if self.ownership is not None:  # to the instance that owns the session
+            await self.ownership.route(event, inbox_id)
+        else:
+            await self._route_here(event, inbox_id)
+
+    async def _route_here(self, event: MessageEvent, inbox_id: int | None) -> None:
         command = parse_command(event.text)
         if command is not None:
             await self.commands.handle(command[0], command[1], event, inbox_id)
@@ -278,6 +295,9 @@ class Gateway:
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
         await replayer.load()  # before intake: what this run takes is not a leftover
+        if self.ownership is not None:  # replay only the sessions this instance now owns
+            await self.ownership.start()
+            await replayer.narrow(self.ownership.own)
         await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
@@ -320,6 +340,8 @@ class Gateway:
         if not drained:
             log.warning("gateway.drain_timeout", seconds=drain)
         await self.runner.interrupt_all()
+        if self.ownership is not None:  # the leases go at once: another instance takes over
+            await self.ownership.close()
         await self.delivery.close()  # undelivered replies wait in the inbox for the next start
         await asyncio.to_thread(self.pool.shutdown)
         for task in self._background:

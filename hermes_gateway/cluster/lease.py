@@ -53,6 +53,7 @@ class Control:
     text: str = ""
     inbox_id: int | None = None
     sender: str = ""
+    hops: int = 0  # times passed on already: the owner changed on the way
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     ref: str = ""
 

@@ -38,6 +38,8 @@ class Vitals:
             reasons.append("store: not open")
         elif (problem := g.store.problem) is not None:
             reasons.append(f"store: {problem}")
+        if g.ownership is not None and not g.ownership.coordinator.available:
+            reasons.append("cluster: coordination (Redis) unreachable; new messages wait")
         for name, adapter in g.adapters.items():
             h = adapter.health()
             if not h.ready:
@@ -67,6 +69,7 @@ class Vitals:
             "model": {"name": g.config.model.name, "configured": g.llm.configured},
             "busy_policy": g.config.runner.busy_policy,
             "quarantined": g.inbox.summaries(),
+            "cluster": None if g.ownership is None else g.ownership.status(),
         }
 
     def register_gauges(self) -> None:

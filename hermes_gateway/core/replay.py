@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -24,7 +24,7 @@ from hermes_gateway.core.quarantine import NOTICE, log_quarantined
 from hermes_gateway.core.run import with_text
 from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.core.sessions import Pending
-from hermes_gateway.errors import StoreError
+from hermes_gateway.errors import CoordinationUnavailable, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.seam.platform import Adapter, PreviewResumer, ReplyResumer
@@ -73,6 +73,25 @@ class Replayer:
         except StoreError as exc:
             log.error("replay.failed", error=str(exc))
             self._left = ([], [])
+
+    async def narrow(self, owns: Callable[[str], Awaitable[bool]]) -> None:
+        """Cluster mode: keep what was loaded only for the sessions ``owns`` takes (their
+        lease); the others are their owners' to answer, or the takeover sweep's."""
+        if self._left is None:
+            return
+        to_run, to_send = self._left
+        keys = {ev.session_key for _, ev in to_run} | {u.event.session_key for u in to_send}
+        mine = set()
+        for key in sorted(keys):
+            try:
+                if await owns(key):
+                    mine.add(key)
+            except CoordinationUnavailable as exc:
+                log.warning("replay.not_owned", session_key=key, error=str(exc))
+        self._left = (
+            [(i, ev) for i, ev in to_run if ev.session_key in mine],
+            [u for u in to_send if u.event.session_key in mine],
+        )
 
     async def run(self) -> None:
         if self._left is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -39,7 +40,7 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.seam.platform import StreamSink
-from hermes_gateway.store.store import Store
+from hermes_gateway.store.store import Fence, Store
 
 log = structlog.get_logger("hermes.runner")
 
@@ -70,6 +71,9 @@ class GatewayRunner:
         self._stream_for = stream_for or (lambda event: None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
+        # cluster mode: the fencing token of the session's lease, given to each new run
+        self.fence_for: Callable[[str], Fence | None] = lambda key: None
+        self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
 
     # -- intake -------------------------------------------------------------------------
 
@@ -122,6 +126,7 @@ class GatewayRunner:
 
     def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
         run = Run(items[0].event.session_key, items, carried or [])
+        run.fence = self.fence_for(run.key)
         if not self._table.acquire(run.key, run):
             raise RuntimeError(f"session {run.key} already has an active run")
         self._spawn(run)
@@ -227,7 +232,7 @@ class GatewayRunner:
         merge = self.config.busy_policy not in ("queue", "latest")
         items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
         if items:
-            nxt = Run(run.key, items, run.carry_forward)
+            nxt = Run(run.key, items, run.carry_forward, fence=self.fence_for(run.key))
             self._table.hand_over(run.key, run, nxt)
             self._spawn(nxt)
             return
@@ -280,6 +285,8 @@ class GatewayRunner:
             ctx.history.extend(record)
         self.agents.renew_agent(run.key)
         run.persist_task = self._background(self.settler.persist_abandoned(run, record))
+        self._persisting[run.key] = run.persist_task
+        run.persist_task.add_done_callback(lambda _t: self._persisting.pop(run.key, None))
         fut = run.future
         if fut is not None and not fut.done():
             self.pool.note_abandoned(1)
@@ -301,10 +308,31 @@ class GatewayRunner:
         self._table.release(key, run)
         return Stopped(run.items + run.carried + run.steered, dropped, run.persist_task)
 
+    def relinquish(self, key: str) -> None:
+        """Cluster mode: the session's lease passed to another instance. Its run here is given
+        up and what waits is forgotten, without a word: the new owner answers them from the
+        inbox (and the store refuses this run's writes)."""
+        run = self._table.active(key)
+        self._table.pop_all(key)
+        if run is not None:
+            self.abandon(run)
+            self._table.release(key, run)
+        self.agents.evict(key)  # its history may hold a turn the store refused
+
     # -- what other modules may know of a session -----------------------------------------
+
+    def knows(self, key: str, inbox_id: int) -> bool:
+        """Whether the entry is in the session's active run or waits in its pending slot."""
+        run = self._table.active(key)
+        ran = [] if run is None else run.items + run.carried + run.steered
+        return any(p.inbox_id == inbox_id for p in ran + self._table.pending(key))
 
     def busy(self, key: str) -> bool:
         return self._table.active(key) is not None
+
+    def idle(self, key: str) -> bool:
+        """Nothing runs, waits or is still being written for the session."""
+        return not self.busy(key) and not self.pending_count(key) and key not in self._persisting
 
     def pending_count(self, key: str) -> int:
         return self._table.pending_count(key)

@@ -156,6 +156,38 @@ class Store(InboxGuard):
 
         return await self._tx(run)
 
+    async def accepted(self, inbox_id: int) -> MessageEvent | None:
+        """The entry's message while it is unanswered (status accepted), else None."""
+        stmt = select(_INBOX.c.payload).where(
+            _INBOX.c.id == inbox_id, _INBOX.c.status == "accepted"
+        )
+
+        async def run(conn: AsyncConnection) -> MessageEvent | None:
+            payload = (await conn.execute(stmt)).scalar()
+            return None if payload is None else event_from_json(payload)
+
+        return await self._query(run)
+
+    async def unanswered(
+        self, *, older_than_s: float, max_age_s: float, session_key: str | None = None
+    ) -> list[tuple[int, MessageEvent]]:
+        """Unanswered entries accepted between ``max_age_s`` and ``older_than_s`` ago (of one
+        session, or of all), oldest first: what a cluster instance takes over."""
+        now = time.time()
+        where = [
+            _INBOX.c.status == "accepted",
+            _INBOX.c.accepted_at <= now - older_than_s,
+            _INBOX.c.accepted_at >= now - max_age_s,
+        ]
+        if session_key is not None:
+            where.append(_INBOX.c.session_key == session_key)
+        stmt = select(_INBOX.c.id, _INBOX.c.payload).where(*where).order_by(_INBOX.c.id).limit(1000)
+
+        async def run(conn: AsyncConnection) -> list[tuple[int, MessageEvent]]:
+            return [(int(i), event_from_json(p)) for i, p in await conn.execute(stmt)]
+
+        return await self._query(run)
+
     async def prune(self, retention_days: float) -> int:
         cutoff = time.time() - retention_days * 86400
         stmt = delete(_INBOX).where(_INBOX.c.status.in_(TERMINAL), _INBOX.c.updated_at < cutoff)

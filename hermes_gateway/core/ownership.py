@@ -1,0 +1,224 @@
+"""Cluster mode (`cluster.redis_url`): a session's messages run on the one instance holding
+its lease. A message taken elsewhere is passed to the owner as a notice pointing at its inbox
+row; the owner routes it as if it had taken it, so busy policies and commands behave as on one
+process. Leases are renewed while a session is busy here and released once it is idle; a lost
+lease gives the session up; sessions whose owner died are taken over from the inbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen
+from hermes_gateway.core.commands import parse_command
+from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.sessions import Pending
+from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.store.inbox import event_from_json
+from hermes_gateway.store.store import Fence, Store
+
+log = structlog.get_logger("hermes.cluster")
+Route = Callable[[MessageEvent, int | None], Awaitable[None]]
+MAX_HOPS = 3  # an owner that keeps changing under a notice: the inbox sweep answers it
+
+
+class Ownership:
+    """Routes each message through the session's lease; runs the renew, receive and takeover
+    loops. ``route_here`` is the one-process route (commands, else the runner)."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        store: Store,
+        runner: GatewayRunner,
+        route_here: Route,
+        max_age_s: float,
+    ) -> None:
+        self.coordinator = coordinator
+        self.store = store
+        self.runner = runner
+        self.route_here = route_here
+        self.max_age_s = max_age_s
+        self.leases: dict[str, Lease] = {}
+        self._seen = Seen()
+        self._tasks: list[asyncio.Task[None]] = []
+        runner.fence_for = self.fence
+
+    @property
+    def me(self) -> str:
+        return self.coordinator.instance_id
+
+    def fence(self, key: str) -> Fence | None:
+        lease = self.leases.get(key)
+        return None if lease is None else lease.fence
+
+    async def start(self) -> None:
+        with contextlib.suppress(CoordinationUnavailable):  # the loops keep trying
+            await self.coordinator.start()
+        beat = self.coordinator.lease_s / 3
+        for loop, name in (
+            (self._receive, "receive"),
+            (self._keep, "keep"),
+            (self._sweep, "sweep"),
+        ):
+            self._tasks.append(asyncio.create_task(_forever(loop, beat), name=f"cluster-{name}"))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for lease in list(self.leases.values()):
+            with contextlib.suppress(CoordinationUnavailable):
+                await self.coordinator.release(lease)
+        self.leases.clear()
+        await self.coordinator.close()
+
+    def status(self) -> dict[str, Any]:
+        """For `/status`: this instance, whether coordination answers, the sessions it owns."""
+        now = time.monotonic()
+        return {
+            "instance": self.me,
+            "available": self.coordinator.available,
+            "owned": {k: round(lease.deadline - now, 1) for k, lease in self.leases.items()},
+        }
+
+    # -- routing ------------------------------------------------------------------------
+
+    async def route(self, event: MessageEvent, inbox_id: int | None, hops: int = 0) -> None:
+        """Run ``event`` here if this instance owns (or now takes) its session, else pass it
+        to the owner. With coordination down it waits in the inbox for the sweep."""
+        key = event.session_key
+        try:
+            if await self.own(key):
+                await self.route_here(event, inbox_id)
+                return
+            owner = await self.coordinator.owner(key)
+        except CoordinationUnavailable as exc:
+            log.warning("cluster.message_waits", session_key=key, error=str(exc))
+            return
+        if owner is None or hops >= MAX_HOPS:  # released meanwhile, or passed around
+            log.info("cluster.message_waits", session_key=key, owner=owner, hops=hops)
+            return
+        payload = "" if inbox_id is not None else json.dumps(dataclasses.asdict(event))
+        notice = Control("queued", key, payload, inbox_id, self.me, hops + 1)
+        try:
+            await self.coordinator.send(owner, notice)
+        except CoordinationUnavailable as exc:
+            log.warning("cluster.message_waits", session_key=key, error=str(exc))
+
+    async def own(self, key: str) -> bool:
+        """This instance holds the session's lease, taking it if it is free; a new lease's
+        token is recorded in the store before anything of the session is read."""
+        held = self.leases.get(key)
+        if held is not None and held.live:
+            return True
+        lease = await self.coordinator.acquire(key)
+        if lease is None:
+            return False
+        if held is None or held.token != lease.token:
+            try:
+                await self.store.claim(lease.fence)
+            except (StoreError, FencedOut) as exc:
+                log.error("cluster.claim_failed", session_key=key, error=str(exc))
+                with contextlib.suppress(CoordinationUnavailable):
+                    await self.coordinator.release(lease)
+                raise CoordinationUnavailable(f"cannot record the lease: {exc}") from exc
+        self.leases[key] = lease
+        return True
+
+    # -- the loops ----------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        message = await self.coordinator.receive()
+        if self._seen.first_time(message) and message.kind == "queued":
+            await self._queued(message)
+        await self.coordinator.ack(message)
+
+    async def _queued(self, message: Control) -> None:
+        inbox_id = message.inbox_id
+        if inbox_id is None:
+            event: MessageEvent | None = event_from_json(message.text)
+        elif self.runner.knows(message.session_key, inbox_id):
+            return  # already here (the sweep or a replay took it first)
+        else:
+            event = await self.store.accepted(inbox_id)  # None: answered meanwhile
+        if event is not None:
+            await self.route(event, inbox_id, message.hops)
+
+    async def _keep(self) -> None:
+        """Renew the leases of busy sessions, release the idle ones, give up the lost ones."""
+        await asyncio.sleep(self.coordinator.lease_s / 3)
+        for key, lease in list(self.leases.items()):
+            if self.runner.idle(key):
+                del self.leases[key]
+                with contextlib.suppress(CoordinationUnavailable):
+                    await self.coordinator.release(lease)
+                continue
+            try:
+                renewed = await self.coordinator.renew(lease)
+            except CoordinationUnavailable:
+                renewed = lease if lease.live else None
+            if renewed is None:
+                log.warning("cluster.lease_lost", session_key=key, token=lease.token)
+                del self.leases[key]
+                self.runner.relinquish(key)
+            else:
+                self.leases[key] = renewed
+
+    async def _sweep(self) -> None:
+        """Take over sessions with unanswered entries and no owner (it died, a notice was
+        lost, coordination was down when they came): route their entries here, oldest first."""
+        await asyncio.sleep(self.coordinator.lease_s)
+        waiting = await self.store.unanswered(
+            older_than_s=self.coordinator.lease_s, max_age_s=self.max_age_s
+        )
+        by_key: dict[str, list[tuple[int, MessageEvent]]] = {}
+        for inbox_id, event in waiting:
+            by_key.setdefault(event.session_key, []).append((inbox_id, event))
+        for key, entries in by_key.items():
+            if key in self.leases or await self.coordinator.owner(key) is not None:
+                continue
+            if not await self.own(key):
+                continue
+            # read again under the lease: what was read before it may have been answered since
+            entries = await self.store.unanswered(
+                older_than_s=0, max_age_s=self.max_age_s, session_key=key
+            )
+            fresh = [(i, e) for i, e in entries if not self.runner.knows(key, i)]
+            log.info("cluster.takeover", session_key=key, entries=len(fresh))
+            await self._answer_in_order(fresh)
+
+    async def _answer_in_order(self, entries: list[tuple[int, MessageEvent]]) -> None:
+        """Consecutive messages as one turn (as a replay merges them), each command in its
+        place: a `/stop` after a message stops the run answering it, as the user meant."""
+        batch: list[Pending] = []
+        for inbox_id, event in [*entries, (-1, None)]:
+            if event is not None and parse_command(event.text) is None:
+                batch.append(Pending(event, inbox_id))
+                continue
+            if batch:
+                self.runner.resume(batch)
+                batch = []
+            if event is not None:
+                await self.route_here(event, inbox_id)
+
+
+async def _forever(step: Callable[[], Awaitable[Any]], pause: float) -> None:
+    """Run ``step`` again and again; a failure (coordination or store down) waits a beat."""
+    while True:
+        try:
+            await step()
+        except (CoordinationUnavailable, StoreError) as exc:
+            log.debug("cluster.loop_waits", error=str(exc))
+            await asyncio.sleep(pause)
+        except Exception:
+            log.exception("cluster.loop_failed")
+            await asyncio.sleep(pause)

@@ -1,0 +1,157 @@
+"""Two gateways on one store and one Redis (`cluster.redis_url`), in this test's loop, each with
+Telegram pointed at one fake: a message or a `/stop` taken by one instance acts on the run the
+other owns; a session whose owner stops renewing is taken over from the inbox, and the old
+owner's late answer is refused by the store, so the user gets exactly one reply."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.telegram.adapter import TelegramAdapter
+from hermes_gateway.core.sessions import Pending
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.server import Gateway
+from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.telegram import FakeTelegram
+from tests.harness import dm, eventually, make_config
+from tests.redis_server import SERVER, needs_redis
+
+pytestmark = [
+    needs_redis,
+    pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning"),
+]
+TOKEN = "123:ABC"
+
+
+@pytest.fixture
+def tg() -> Iterator[FakeTelegram]:
+    with FakeTelegram(token=TOKEN) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def fast_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TelegramAdapter, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramAdapter, "retry_first", 0.1)
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, **runner: Any
+) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """Instances "a" and "b" (ids unique to the test) sharing one SQLite store."""
+    suffix = uuid.uuid4().hex[:8]
+    gateways = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            section = {"enabled": True, "token": TOKEN, "allow_all": True}
+            section.update(base_url=tg.api_url, base_file_url=tg.file_url)
+            config = make_config(
+                tmp_path / name,
+                llm.base_url,
+                platforms={"telegram": section},
+                store={"url": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"},
+                cluster={"redis_url": SERVER, "instance_id": f"{name}-{suffix}", "lease_s": 1},
+                runner={"stop_grace_s": 0.5, "drain_timeout_s": 2, **runner},
+            )
+            gateway = Gateway(config)
+            await gateway.startup()
+            gateways.append(gateway)
+        yield gateways[0], gateways[1]
+    finally:
+        for gateway in reversed(gateways):
+            await gateway.shutdown()
+
+
+def runs_of(gateway: Gateway) -> list[str]:
+    """Records the texts of every run ``gateway``'s runner starts (its own wrapper)."""
+    started: list[str] = []
+    start = gateway.runner.start
+
+    def recording(items: list[Pending], carried: list[Pending] | None = None) -> Any:
+        started.append(" | ".join(p.event.text for p in items))
+        return start(items, carried)
+
+    gateway.runner.start = recording  # type: ignore[method-assign]
+    return started
+
+
+def message(chat: int, message_id: int, words: str) -> MessageEvent:
+    return dm(str(message_id), words, chat=str(chat))
+
+
+async def test_stop_taken_by_one_instance_stops_the_run_on_the_owner(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    chat = random.randint(10_000, 99_999)
+    fake_llm.push(text("a very long answer", delay=20))
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        ran_a, ran_b = runs_of(a), runs_of(b)
+        key = message(chat, 1, "x").session_key
+        assert await a.submit(message(chat, 1, "write an essay"), durable=True) == "accepted"
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        started = time.monotonic()
+        assert await b.submit(message(chat, 2, "/stop"), durable=True) == "accepted"
+        await eventually(lambda: not a.runner.busy(key), timeout=10)
+        stopped_after = time.monotonic() - started
+        [reply] = await tg.wait_sent(1, chat_id=chat)
+        status = a.vitals.status()["cluster"]
+    print(f"/stop across instances took {stopped_after * 1000:.0f} ms")
+    assert reply["text"].startswith("Stopped.")
+    assert ran_a == ["write an essay"] and ran_b == []  # the run and the stop were a's
+    assert status["instance"].startswith("a-") and status["available"] is True
+
+
+async def test_a_message_taken_by_another_instance_interrupts_the_owners_run(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    chat = random.randint(10_000, 99_999)
+    fake_llm.push(text(" ".join(f"w{i}" for i in range(200)), chunk_size=3, chunk_delay=0.05))
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        ran_a, ran_b = runs_of(a), runs_of(b)
+        await a.submit(message(chat, 1, "write a long essay"), durable=True)
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        await b.submit(message(chat, 2, "actually, just say hi"), durable=True)
+        replies = await tg.wait_sent(1, chat_id=chat, timeout=10)
+    assert [r["text"] for r in replies] == ["echo: actually, just say hi"]
+    assert ran_b == []  # b passed its message to the owner; the owner interrupted and merged
+    assert len(ran_a) == 1  # the follow-up turn is handed over, not started afresh
+    roles = [m["role"] for m in fake_llm.requests[1]["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+
+
+async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """a owns the session and stops renewing its lease (paused); b's sweep finds the
+    unanswered entry without an owner, takes the lease and answers; a's answer, ready later,
+    is refused by the store (stale token), so it never goes out."""
+    chat = random.randint(10_000, 99_999)
+    fake_llm.push(text("the paused owner's answer", delay=6))
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        ran_b = runs_of(b)
+        key = message(chat, 1, "x").session_key
+        await a.submit(message(chat, 1, "hello"), durable=True)
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        assert a.ownership is not None
+        for task in a.ownership._tasks:  # a's coordination stops: no renewal, as if paused
+            task.cancel()
+        await eventually(lambda: ran_b, timeout=10)  # b took the session over
+        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+        await eventually(lambda: not a.runner.busy(key), timeout=15)  # a's late answer came
+        await asyncio.sleep(0.5)  # and would have been sent by now
+        sent = [m["text"] for m in tg.messages_to(chat)]
+        to_run, to_send = await b.store.replayable(3600)
+    assert ran_b == ["hello"]
+    assert reply["text"] == "echo: hello" and sent == ["echo: hello"]
+    assert to_run == [] and to_send == []  # answered once, by b
