@@ -20,6 +20,7 @@ from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.config import RunnerConfig
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.handoff import ClusterSide
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.run import (
     CRASHED,
@@ -45,7 +46,7 @@ from hermes_gateway.store.store import Fence, Store
 log = structlog.get_logger("hermes.runner")
 
 
-class GatewayRunner:
+class GatewayRunner(ClusterSide):
     """Routes accepted messages to runs according to `runner.busy_policy`."""
 
     def __init__(
@@ -71,8 +72,7 @@ class GatewayRunner:
         self._stream_for = stream_for or (lambda event: None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
-        # cluster mode: the fencing token of the session's lease, given to each new run
-        self.fence_for: Callable[[str], Fence | None] = lambda key: None
+        self.fence_for: Callable[[str], Fence | None] = lambda key: None  # cluster: lease token
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
 
     # -- intake -------------------------------------------------------------------------
@@ -265,9 +265,10 @@ class GatewayRunner:
         run.carry_forward = run.carried + run.items + run.steered
         self._next(run)
 
-    def abandon(self, run: Run) -> None:
+    def abandon(self, run: Run, *, record: bool = True) -> None:
         """Give up on ``run`` now: the session is free at once, the stopped message stays in
-        the history, and whatever its thread returns later is logged and discarded."""
+        the history (unless not ``record``: then it stays unanswered in the inbox), and
+        whatever its thread returns later is logged and discarded."""
         answered = run.future is not None and run.future.done()
         # the answer is already being settled and delivered: let it finish, detached
         run.move(RunState.DETACHED if answered else RunState.ABANDONED)
@@ -278,19 +279,27 @@ class GatewayRunner:
             run.abandon.set_result("abandoned")
         if answered:
             return
-        record = [{"role": "user", "content": merge_text(run.items)}]
-        record.append({"role": "assistant", "content": INTERRUPTED_MARK})
-        ctx = self.agents.peek(run.key)
-        if ctx is not None:
-            ctx.history.extend(record)
-        self.agents.renew_agent(run.key)
-        run.persist_task = self._background(self.settler.persist_abandoned(run, record))
-        self._persisting[run.key] = run.persist_task
-        run.persist_task.add_done_callback(lambda _t: self._persisting.pop(run.key, None))
+        if record:
+            self._record_stopped(run)
         fut = run.future
         if fut is not None and not fut.done():
             self.pool.note_abandoned(1)
             fut.add_done_callback(lambda f: self._late_result(run, f))
+
+    def _record_stopped(self, run: Run) -> None:
+        turn = [{"role": "user", "content": merge_text(run.items)}]
+        turn.append({"role": "assistant", "content": INTERRUPTED_MARK})
+        ctx = self.agents.peek(run.key)
+        if ctx is not None:
+            ctx.history.extend(turn)
+        self.agents.renew_agent(run.key)
+        run.persist_task = self._background(self.settler.persist_abandoned(run, turn))
+        self._persisting[run.key] = task = run.persist_task
+        task.add_done_callback(
+            lambda t: (
+                self._persisting.pop(run.key, None) if self._persisting.get(run.key) is t else None
+            )
+        )
 
     def _late_result(self, run: Run, fut: asyncio.Future[RunResult]) -> None:
         self.pool.note_abandoned(-1)
@@ -308,31 +317,10 @@ class GatewayRunner:
         self._table.release(key, run)
         return Stopped(run.items + run.carried + run.steered, dropped, run.persist_task)
 
-    def relinquish(self, key: str) -> None:
-        """Cluster mode: the session's lease passed to another instance. Its run here is given
-        up and what waits is forgotten, without a word: the new owner answers them from the
-        inbox (and the store refuses this run's writes)."""
-        run = self._table.active(key)
-        self._table.pop_all(key)
-        if run is not None:
-            self.abandon(run)
-            self._table.release(key, run)
-        self.agents.evict(key)  # its history may hold a turn the store refused
-
     # -- what other modules may know of a session -----------------------------------------
-
-    def knows(self, key: str, inbox_id: int) -> bool:
-        """Whether the entry is in the session's active run or waits in its pending slot."""
-        run = self._table.active(key)
-        ran = [] if run is None else run.items + run.carried + run.steered
-        return any(p.inbox_id == inbox_id for p in ran + self._table.pending(key))
 
     def busy(self, key: str) -> bool:
         return self._table.active(key) is not None
-
-    def idle(self, key: str) -> bool:
-        """Nothing runs, waits or is still being written for the session."""
-        return not self.busy(key) and not self.pending_count(key) and key not in self._persisting
 
     def pending_count(self, key: str) -> int:
         return self._table.pending_count(key)
