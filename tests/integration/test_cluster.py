@@ -23,7 +23,7 @@ from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, text
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import dm, eventually, make_config
-from tests.redis_server import SERVER, needs_redis
+from tests.redis_server import SERVER, RedisProcess, needs_redis
 
 pytestmark = [
     needs_redis,
@@ -46,7 +46,7 @@ def fast_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, **runner: Any
+    tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, redis_url: str = SERVER, **runner: Any
 ) -> AsyncIterator[tuple[Gateway, Gateway]]:
     """Instances "a" and "b" (ids unique to the test) sharing one SQLite store."""
     suffix = uuid.uuid4().hex[:8]
@@ -61,7 +61,7 @@ async def cluster(
                 llm.base_url,
                 platforms={"telegram": section},
                 store={"url": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"},
-                cluster={"redis_url": SERVER, "instance_id": f"{name}-{suffix}", "lease_s": 1},
+                cluster={"redis_url": redis_url, "instance_id": f"{name}-{suffix}", "lease_s": 1},
                 runner={"stop_grace_s": 0.5, "drain_timeout_s": 2, **runner},
             )
             gateway = Gateway(config)
@@ -155,3 +155,33 @@ async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
     assert ran_b == ["hello"]
     assert reply["text"] == "echo: hello" and sent == ["echo: hello"]
     assert to_run == [] and to_send == []  # answered once, by b
+
+
+async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """No coordination, no run (a session could otherwise run on two instances): the message
+    stays in the inbox, /readyz says why, and it is answered, once, when Redis is back."""
+    redis = RedisProcess(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    redis.start()
+    chat = random.randint(10_000, 99_999)
+    try:
+        async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, b):
+            ran_a, ran_b = runs_of(a), runs_of(b)
+            redis.stop()
+            assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
+            await eventually(lambda: not a.vitals.readiness()[0])
+            await asyncio.sleep(1.5)  # longer than a lease: still nothing ran anywhere
+            assert ran_a == ran_b == [] and fake_llm.requests == []
+            ready, reasons = a.vitals.readiness()
+            redis.start()  # empty: no lease, no stream survived
+            [reply] = await tg.wait_sent(1, chat_id=chat, timeout=15)
+            await eventually(lambda: a.vitals.readiness()[0] and b.vitals.readiness()[0])
+            await asyncio.sleep(1.5)  # a second answer would come within a sweep
+            sent = [m["text"] for m in tg.messages_to(chat)]
+    finally:
+        redis.stop()
+    assert any("cluster: coordination (Redis) unreachable" in r for r in reasons)
+    assert reply["text"] == "echo: are you there?" and sent == [reply["text"]]
+    assert sorted(ran_a + ran_b) == ["are you there?"]
