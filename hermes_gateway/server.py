@@ -103,6 +103,7 @@ class Gateway:
                 self.runner,
                 self._route_here,
                 config.store.replay_max_age_s,
+                refuse=self._refuse,
             )
         self.tool_host = GatewayToolHost(
             runner=self.runner,
@@ -206,6 +207,14 @@ class Gateway:
             await self.commands.handle(command[0], command[1], event, inbox_id)
         else:
             await self.runner.dispatch(event, inbox_id)
+
+    async def _refuse(
+        self, event: MessageEvent, inbox_id: int | None, text: str, outcome: str
+    ) -> None:
+        """Cluster mode: a message this instance cannot run and whose reply cannot go
+        elsewhere (the local API's open request) is answered with why, and settled."""
+        out = OutboundMessage.to(event, text, "error", outcome=outcome)
+        await self.delivery.send(out, [inbox_id], outcome=outcome, status="dropped", event=event)
 
     async def writable(self) -> None:
         await self.store.circuit.wait_writable()

@@ -27,7 +27,16 @@ from hermes_gateway.store.store import Fence, Store
 
 log = structlog.get_logger("hermes.cluster")
 Route = Callable[[MessageEvent, int | None], Awaitable[None]]
+Refuse = Callable[[MessageEvent, int | None, str, str], Awaitable[None]]
 MAX_HOPS = 3  # an owner that keeps changing under a notice: the inbox sweep answers it
+# platforms whose reply can only reach the instance that took the message (an open HTTP
+# request): their messages are answered here or refused, never passed on or left waiting
+ANSWERED_WHERE_TAKEN = frozenset({"api"})
+ELSEWHERE = (
+    "This conversation is running on another gateway instance right now; send it there, or "
+    "again once it has answered."
+)
+NO_COORDINATION = "The gateway cannot coordinate with its other instances right now; retry soon."
 
 
 class Ownership:
@@ -41,11 +50,13 @@ class Ownership:
         runner: GatewayRunner,
         route_here: Route,
         max_age_s: float,
+        refuse: Refuse | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.store = store
         self.runner = runner
         self.route_here = route_here
+        self.refuse = refuse
         self.max_age_s = max_age_s
         self.leases: dict[str, Lease] = {}
         self._seen = Seen()
@@ -96,6 +107,7 @@ class Ownership:
         """Run ``event`` here if this instance owns (or now takes) its session, else pass it
         to the owner. With coordination down it waits in the inbox for the sweep."""
         key = event.session_key
+        here = event.platform in ANSWERED_WHERE_TAKEN and self.refuse is not None
         try:
             if await self.own(key):
                 await self.route_here(event, inbox_id)
@@ -103,6 +115,11 @@ class Ownership:
             owner = await self.coordinator.owner(key)
         except CoordinationUnavailable as exc:
             log.warning("cluster.message_waits", session_key=key, error=str(exc))
+            if here and self.refuse is not None:
+                await self.refuse(event, inbox_id, NO_COORDINATION, "coordination_unavailable")
+            return
+        if here and self.refuse is not None:
+            await self.refuse(event, inbox_id, ELSEWHERE, "owned_elsewhere")
             return
         if owner is None or hops >= MAX_HOPS:  # released meanwhile, or passed around
             log.info("cluster.message_waits", session_key=key, owner=owner, hops=hops)

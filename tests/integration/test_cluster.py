@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
@@ -22,7 +23,7 @@ from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, text
 from tests.fakes.telegram import FakeTelegram
-from tests.harness import dm, eventually, make_config
+from tests.harness import Client, dm, eventually, make_config
 from tests.redis_server import SERVER, RedisProcess, needs_redis
 
 pytestmark = [
@@ -185,3 +186,36 @@ async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
     assert any("cluster: coordination (Redis) unreachable" in r for r in reasons)
     assert reply["text"] == "echo: are you there?" and sent == [reply["text"]]
     assert sorted(ran_a + ran_b) == ["are you there?"]
+
+
+async def test_an_api_request_for_a_session_running_elsewhere_is_refused_not_lost(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """The local API's reply can only go back on the request's own connection: a request for
+    a session another instance runs gets 409 at once (and 503 with coordination down), never
+    a request left hanging for an answer delivered elsewhere."""
+    fake_llm.push(text("the long answer", delay=3))
+    redis = RedisProcess(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    redis.start()
+    try:
+        async with (
+            cluster(tmp_path, fake_llm, tg, redis.url) as (a, b),
+            aiohttp.ClientSession() as http,
+        ):
+            on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
+            on_b = Client(http, f"http://127.0.0.1:{b.control.port}")
+            first = asyncio.create_task(on_a.chat("take your time", user="ann"))
+            await eventually(lambda: len(fake_llm.requests) == 1)
+            started = time.monotonic()
+            elsewhere = await on_b.chat("me again", user="ann")
+            refused_after = time.monotonic() - started
+            answered = await first
+            redis.stop()
+            down = await on_b.chat("anyone?", user="bob")
+    finally:
+        redis.stop()
+    assert elsewhere["status"] == 409 and refused_after < 2.5  # not after a's 3 s answer
+    assert elsewhere["body"]["error"]["code"] == "session_busy_elsewhere"
+    assert answered["text"] == "the long answer"
+    assert down["status"] == 503 and "coordinate" in down["body"]["error"]["message"]
