@@ -102,6 +102,8 @@ class Gateway:
                 self.store,
                 self.runner,
                 self._route_here,
+                lambda: Replayer(self.store, self.runner, self.delivery, self.adapters, self.live),
+                self.delivery.owes,
                 config.store.replay_max_age_s,
                 refuse=self._refuse,
             )
@@ -303,10 +305,8 @@ class Gateway:
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
-        await replayer.load()  # before intake: what this run takes is not a leftover
-        if self.ownership is not None:  # replay only the sessions this instance now owns
-            await self.ownership.start()
-            await replayer.narrow(self.ownership.own)
+        if self.ownership is None:  # in a cluster each session is replayed under its lease
+            await replayer.load()  # before intake: what this run takes is not a leftover
         await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
@@ -315,7 +315,10 @@ class Gateway:
         for name, adapter in self.adapters.items():
             await adapter.start()
             log.info("adapter.started", platform=name)
-        self._spawn(replayer.run(), "replay")
+        if self.ownership is None:
+            self._spawn(replayer.run(), "replay")
+        else:  # its first sweep takes over the leftovers of sessions no instance owns
+            await self.ownership.start()
         self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
         self._spawn(self._warm_up(), "warm-up")
         self.notifier.notify("READY=1")

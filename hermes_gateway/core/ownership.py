@@ -2,7 +2,8 @@
 its lease. A message taken elsewhere is passed to the owner as a notice pointing at its inbox
 row; the owner routes it as if it had taken it, so busy policies and commands behave as on one
 process. Leases are renewed while a session is busy here and released once it is idle; a lost
-lease gives the session up; sessions whose owner died are taken over from the inbox."""
+lease gives the session up; sessions whose owner died are taken over from the inbox, replayed
+as after a restart."""
 
 from __future__ import annotations
 
@@ -17,9 +18,8 @@ from typing import Any
 import structlog
 
 from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen
-from hermes_gateway.core.commands import parse_command
+from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
-from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.store.inbox import event_from_json
@@ -49,6 +49,8 @@ class Ownership:
         store: Store,
         runner: GatewayRunner,
         route_here: Route,
+        new_replayer: Callable[[], Replayer],
+        owes: Callable[[str], bool],
         max_age_s: float,
         refuse: Refuse | None = None,
     ) -> None:
@@ -56,11 +58,15 @@ class Ownership:
         self.store = store
         self.runner = runner
         self.route_here = route_here
+        self.new_replayer = new_replayer
+        self.owes = owes  # a reply of the session is still being delivered in the background
         self.refuse = refuse
         self.max_age_s = max_age_s
         self.leases: dict[str, Lease] = {}
         self._seen = Seen()
         self._tasks: list[asyncio.Task[None]] = []
+        self._taking: set[str] = set()  # sessions being taken over (replayed) here
+        self._swept = False
         runner.fence_for = self.fence
 
     @property
@@ -174,7 +180,7 @@ class Ownership:
         """Renew the leases of busy sessions, release the idle ones, give up the lost ones."""
         await asyncio.sleep(self.coordinator.lease_s / 3)
         for key, lease in list(self.leases.items()):
-            if self.runner.idle(key):
+            if self.runner.idle(key) and not self.owes(key) and key not in self._taking:
                 del self.leases[key]
                 with contextlib.suppress(CoordinationUnavailable):
                     await self.coordinator.release(lease)
@@ -192,40 +198,33 @@ class Ownership:
 
     async def _sweep(self) -> None:
         """Take over sessions with unanswered entries and no owner (it died, a notice was
-        lost, coordination was down when they came): route their entries here, oldest first."""
+        lost, coordination was down when they came): replay them here as after a restart.
+        The first sweep, at start, takes entries of any age: it is this instance's replay."""
+        older_than_s = self.coordinator.lease_s if self._swept else 0.0
+        waiting = await self.store.unanswered(older_than_s=older_than_s, max_age_s=self.max_age_s)
+        for key in dict.fromkeys(event.session_key for _, event in waiting):
+            if key in self.leases or key in self._taking:
+                continue
+            if await self.coordinator.owner(key) is not None or not await self.own(key):
+                continue
+            self._taking.add(key)
+            task = asyncio.create_task(self._take_over(key), name=f"takeover:{key}")
+            self._tasks.append(task)
+            task.add_done_callback(self._tasks.remove)
+        self._swept = True
         await asyncio.sleep(self.coordinator.lease_s)
-        waiting = await self.store.unanswered(
-            older_than_s=self.coordinator.lease_s, max_age_s=self.max_age_s
-        )
-        by_key: dict[str, list[tuple[int, MessageEvent]]] = {}
-        for inbox_id, event in waiting:
-            by_key.setdefault(event.session_key, []).append((inbox_id, event))
-        for key, entries in by_key.items():
-            if key in self.leases or await self.coordinator.owner(key) is not None:
-                continue
-            if not await self.own(key):
-                continue
-            # read again under the lease: what was read before it may have been answered since
-            entries = await self.store.unanswered(
-                older_than_s=0, max_age_s=self.max_age_s, session_key=key
-            )
-            fresh = [(i, e) for i, e in entries if not self.runner.knows(key, i)]
-            log.info("cluster.takeover", session_key=key, entries=len(fresh))
-            await self._answer_in_order(fresh)
 
-    async def _answer_in_order(self, entries: list[tuple[int, MessageEvent]]) -> None:
-        """Consecutive messages as one turn (as a replay merges them), each command in its
-        place: a `/stop` after a message stops the run answering it, as the user meant."""
-        batch: list[Pending] = []
-        for inbox_id, event in [*entries, (-1, None)]:
-            if event is not None and parse_command(event.text) is None:
-                batch.append(Pending(event, inbox_id))
-                continue
-            if batch:
-                self.runner.resume(batch)
-                batch = []
-            if event is not None:
-                await self.route_here(event, inbox_id)
+    async def _take_over(self, key: str) -> None:
+        """The session's leftovers read under its lease (quarantine included), less what is
+        already here, then replayed; the lease is kept until that is done."""
+        log.info("cluster.takeover", session_key=key)
+        try:
+            replayer = self.new_replayer()
+            await replayer.load(key)
+            replayer.skip(self.runner.knows)
+            await replayer.run()
+        finally:
+            self._taking.discard(key)
 
 
 async def _forever(step: Callable[[], Awaitable[Any]], pause: float) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -24,7 +24,7 @@ from hermes_gateway.core.quarantine import NOTICE, log_quarantined
 from hermes_gateway.core.run import with_text
 from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.core.sessions import Pending
-from hermes_gateway.errors import CoordinationUnavailable, StoreError
+from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.seam.platform import Adapter, PreviewResumer, ReplyResumer
@@ -60,38 +60,31 @@ class Replayer:
     def config(self) -> Config:
         return self.live.now
 
-    async def load(self) -> None:
-        """Read what the last run left in the inbox. Call it before intake starts: read later,
-        a message this run already took would look left over and be answered twice."""
+    async def load(self, session_key: str | None = None) -> None:
+        """Read what the last run left in the inbox (of one session: a cluster takeover, under
+        its lease). Call it before intake starts: read later, a message this run already took
+        would look left over and be answered twice."""
         cfg = self.config.store
         self._loaded_at = time.time()
         try:
             # first: a message the last runs died on must not be among the ones run again
-            self.held = await self.store.quarantine(cfg.quarantine_after, cfg.replay_max_age_s)
+            self.held = await self.store.quarantine(
+                cfg.quarantine_after, cfg.replay_max_age_s, session_key
+            )
             log_quarantined(self.held)
-            self._left = await self.store.replayable(cfg.replay_max_age_s)
+            self._left = await self.store.replayable(cfg.replay_max_age_s, session_key)
         except StoreError as exc:
             log.error("replay.failed", error=str(exc))
             self._left = ([], [])
 
-    async def narrow(self, owns: Callable[[str], Awaitable[bool]]) -> None:
-        """Cluster mode: keep what was loaded only for the sessions ``owns`` takes (their
-        lease); the others are their owners' to answer, or the takeover sweep's."""
-        if self._left is None:
-            return
-        to_run, to_send = self._left
-        keys = {ev.session_key for _, ev in to_run} | {u.event.session_key for u in to_send}
-        mine = set()
-        for key in sorted(keys):
-            try:
-                if await owns(key):
-                    mine.add(key)
-            except CoordinationUnavailable as exc:
-                log.warning("replay.not_owned", session_key=key, error=str(exc))
-        self._left = (
-            [(i, ev) for i, ev in to_run if ev.session_key in mine],
-            [u for u in to_send if u.event.session_key in mine],
-        )
+    def skip(self, known: Callable[[str, int], bool]) -> None:
+        """Drop loaded entries ``known(session_key, inbox_id)`` says are being answered."""
+        if self._left is not None:
+            to_run, to_send = self._left
+            self._left = (
+                [(i, ev) for i, ev in to_run if not known(ev.session_key, i)],
+                [u for u in to_send if not known(u.event.session_key, u.inbox_id)],
+            )
 
     async def run(self) -> None:
         if self._left is None:

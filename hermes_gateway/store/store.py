@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, delete, select, update
+from sqlalchemy import ColumnElement, Table, and_, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -123,25 +123,28 @@ class Store(InboxGuard):
         return await self._query(run)
 
     async def replayable(
-        self, max_age_s: float
+        self, max_age_s: float, session_key: str | None = None
     ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
-        """Inbox work left over from the last run; entries too old to replay are expired."""
+        """Inbox work left over from the last run (of one session: a cluster takeover);
+        entries too old to replay are expired."""
         cutoff = time.time() - max_age_s
-        open_states = ("accepted", "done")
+        open_states: ColumnElement[bool] = _INBOX.c.status.in_(("accepted", "done"))
+        if session_key is not None:
+            open_states = and_(open_states, _INBOX.c.session_key == session_key)
 
         async def run(
             conn: AsyncConnection,
         ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
             expired = await conn.execute(
                 update(_INBOX)
-                .where(_INBOX.c.status.in_(open_states), _INBOX.c.accepted_at < cutoff)
+                .where(open_states, _INBOX.c.accepted_at < cutoff)
                 .values(status="expired", updated_at=time.time())
             )
             if expired.rowcount:
                 log.warning("inbox.expired", count=expired.rowcount, max_age_s=max_age_s)
             rows = await conn.execute(
                 select(*(_INBOX.c[name] for name in _REPLAY_COLUMNS))
-                .where(_INBOX.c.status.in_(open_states))
+                .where(open_states)
                 .order_by(_INBOX.c.id)
             )
             to_run: list[tuple[int, MessageEvent]] = []
@@ -171,11 +174,11 @@ class Store(InboxGuard):
     async def unanswered(
         self, *, older_than_s: float, max_age_s: float, session_key: str | None = None
     ) -> list[tuple[int, MessageEvent]]:
-        """Unanswered entries accepted between ``max_age_s`` and ``older_than_s`` ago (of one
-        session, or of all), oldest first: what a cluster instance takes over."""
+        """Unanswered entries (to run, or their reply to send) accepted between ``max_age_s``
+        and ``older_than_s`` ago, oldest first: what a cluster instance may take over."""
         now = time.time()
         where = [
-            _INBOX.c.status == "accepted",
+            _INBOX.c.status.in_(("accepted", "done")),
             _INBOX.c.accepted_at <= now - older_than_s,
             _INBOX.c.accepted_at >= now - max_age_s,
         ]

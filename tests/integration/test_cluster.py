@@ -219,3 +219,29 @@ async def test_an_api_request_for_a_session_running_elsewhere_is_refused_not_los
     assert elsewhere["body"]["error"]["code"] == "session_busy_elsewhere"
     assert answered["text"] == "the long answer"
     assert down["status"] == 503 and "coordinate" in down["body"]["error"]["message"]
+
+
+async def test_a_reply_computed_by_an_owner_that_died_is_sent_by_the_next_without_a_new_run(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """a's reply is stored but Telegram refuses it, so a offers it again in the background
+    and keeps the session meanwhile; then a dies. b takes the session over and sends the
+    stored reply: one model call, one message."""
+    chat = random.randint(10_000, 99_999)
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        key = message(chat, 1, "x").session_key
+        tg.fail_next("sendMessage", status=500, times=5)  # every attempt the adapter makes
+        await a.submit(message(chat, 1, "hello"), durable=True)
+        await eventually(lambda: a.delivery.owes(key), timeout=10)
+        await asyncio.sleep(1.5)  # past a lease: still a's, its reply still owed
+        assert a.ownership is not None and key in a.ownership.leases
+        assert b.ownership is not None and key not in b.ownership.leases
+        for task in [*a.ownership._tasks, *a.delivery._later]:  # a dies
+            task.cancel()
+        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+        await asyncio.sleep(1.5)  # a second copy would come within a sweep
+        sent = [m["text"] for m in tg.messages_to(chat)]
+        to_run, to_send = await b.store.replayable(3600)
+    assert reply["text"] == "echo: hello" and sent == ["echo: hello"]
+    assert len(fake_llm.requests) == 1  # the stored reply, not a new run
+    assert to_run == [] and to_send == []
