@@ -73,9 +73,12 @@ class Ownership:
     def me(self) -> str:
         return self.coordinator.instance_id
 
-    def fence(self, key: str) -> Fence | None:
+    def fence(self, key: str) -> Fence:
+        """The token a run of the session writes under. With no lease held (it was lost while
+        a takeover replay went on) token 0, which the store refuses once the session was
+        claimed: a run in cluster mode never writes unfenced."""
         lease = self.leases.get(key)
-        return None if lease is None else lease.fence
+        return Fence(key, 0) if lease is None else lease.fence
 
     async def start(self) -> None:
         with contextlib.suppress(CoordinationUnavailable):  # the loops keep trying
@@ -124,10 +127,13 @@ class Ownership:
             if here and self.refuse is not None:
                 await self.refuse(event, inbox_id, NO_COORDINATION, "coordination_unavailable")
             return
+        if owner is None and hops < MAX_HOPS:  # released meanwhile: try to take it again
+            await self.route(event, inbox_id, hops + 1)
+            return
         if here and self.refuse is not None:
             await self.refuse(event, inbox_id, ELSEWHERE, "owned_elsewhere")
             return
-        if owner is None or hops >= MAX_HOPS:  # released meanwhile, or passed around
+        if owner is None or hops >= MAX_HOPS:  # passed around: the sweep answers it
             log.info("cluster.message_waits", session_key=key, owner=owner, hops=hops)
             return
         payload = "" if inbox_id is not None else json.dumps(dataclasses.asdict(event))
