@@ -68,11 +68,12 @@ class Replayer:
         self._loaded_at = time.time()
         try:
             # first: a message the last runs died on must not be among the ones run again
+            one = {} if session_key is None else {"session_key": session_key}
             self.held = await self.store.quarantine(
-                cfg.quarantine_after, cfg.replay_max_age_s, session_key
+                cfg.quarantine_after, cfg.replay_max_age_s, **one
             )
             log_quarantined(self.held)
-            self._left = await self.store.replayable(cfg.replay_max_age_s, session_key)
+            self._left = await self.store.replayable(cfg.replay_max_age_s, **one)
         except StoreError as exc:
             log.error("replay.failed", error=str(exc))
             self._left = ([], [])
