@@ -1,10 +1,9 @@
-"""The Lua scripts that make a lease and its fencing token one atomic step on Redis.
+"""The Lua scripts that make a lease and its fencing token one atomic step on Redis: a lease is
+a hash {owner, token} with an expiry; the counter behind the tokens never expires."""
 
-A lease is a hash {owner, token} with an expiry; the token counter never expires. A new
-holder's token is the counter's next value or the server's clock in microseconds, whichever
-is larger, so a Redis that lost its data (restarted without persistence) still issues tokens
-above every earlier one, as long as its clock does not step back across the loss.
-"""
+# A new holder's token is the counter's next value or the server's clock in microseconds,
+# whichever is larger: a Redis that lost its data (restarted without persistence) still
+# issues tokens above every earlier one, as long as its clock does not step back meanwhile.
 
 # KEYS: lease, counter; ARGV: owner, ttl ms -> {1, token} granted, {0, holder} refused
 ACQUIRE = """

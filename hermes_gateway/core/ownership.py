@@ -1,9 +1,6 @@
-"""Cluster mode (`cluster.redis_url`): a session's messages run on the one instance holding
-its lease. A message taken elsewhere is passed to the owner as a notice pointing at its inbox
-row; the owner routes it as if it had taken it, so busy policies and commands behave as on one
-process. Leases are renewed while a session is busy here and released once it is idle; a lost
-lease gives the session up; sessions whose owner died are taken over from the inbox, replayed
-as after a restart."""
+"""Cluster mode (`cluster.redis_url`): each session's messages run on the instance holding its
+lease; others pass theirs to it. Leases are kept while busy, released when idle, given up when
+lost; sessions nobody owns are taken over from the inbox (docs/cluster.md)."""
 
 from __future__ import annotations
 
