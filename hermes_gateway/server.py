@@ -106,6 +106,7 @@ class Gateway:
                 self.delivery.owes,
                 config.store.replay_max_age_s,
                 refuse=self._refuse,
+                notify=self._notify,
             )
         self.tool_host = GatewayToolHost(
             runner=self.runner,
@@ -217,6 +218,10 @@ class Gateway:
         elsewhere (the local API's open request) is answered with why, and settled."""
         out = OutboundMessage.to(event, text, "error", outcome=outcome)
         await self.delivery.send(out, [inbox_id], outcome=outcome, status="dropped", event=event)
+
+    async def _notify(self, event: MessageEvent, text: str) -> None:
+        """A notice about ``event`` that settles nothing (it is still to be answered)."""
+        await self.delivery.send(OutboundMessage.to(event, text, "notice"), event=event)
 
     async def writable(self) -> None:
         await self.store.circuit.wait_writable()

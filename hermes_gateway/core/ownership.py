@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -25,6 +25,7 @@ from hermes_gateway.store.store import Fence, Store
 log = structlog.get_logger("hermes.cluster")
 Route = Callable[[MessageEvent, int | None], Awaitable[None]]
 Refuse = Callable[[MessageEvent, int | None, str, str], Awaitable[None]]
+Notify = Callable[[MessageEvent, str], Awaitable[None]]
 MAX_HOPS = 3  # an owner that keeps changing under a notice: the inbox sweep answers it
 # platforms whose reply can only reach the instance that took the message (an open HTTP
 # request): their messages are answered here or refused, never passed on or left waiting
@@ -34,6 +35,11 @@ ELSEWHERE = (
     "again once it has answered."
 )
 NO_COORDINATION = "The gateway cannot coordinate with its other instances right now; retry soon."
+WAITING = (
+    "I can't reach the service my gateway instances coordinate through, so your message waits; "
+    "I'll answer it as soon as it is back."
+)
+TELL_WAITING_AFTER_S = 30.0  # a message waiting this long for coordination: its user is told
 
 
 class Ownership:
@@ -50,6 +56,7 @@ class Ownership:
         owes: Callable[[str], bool],
         max_age_s: float,
         refuse: Refuse | None = None,
+        notify: Notify | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.store = store
@@ -58,6 +65,8 @@ class Ownership:
         self.new_replayer = new_replayer
         self.owes = owes  # a reply of the session is still being delivered in the background
         self.refuse = refuse
+        self.notify = notify
+        self._told: set[str] = set()  # sessions told their message waits for coordination
         self.max_age_s = max_age_s
         self.leases: dict[str, Lease] = {}
         self._seen = Seen()
@@ -123,6 +132,9 @@ class Ownership:
             log.warning("cluster.message_waits", session_key=key, error=str(exc))
             if here and self.refuse is not None:
                 await self.refuse(event, inbox_id, NO_COORDINATION, "coordination_unavailable")
+            elif inbox_id is not None and key not in self._told:
+                self._told.add(key)  # once per session and outage
+                self._later(self._tell_if_waiting(event, inbox_id), f"waiting:{key}")
             return
         if owner is None and hops < MAX_HOPS:  # released meanwhile: try to take it again
             await self.route(event, inbox_id, hops + 1)
@@ -139,6 +151,21 @@ class Ownership:
             await self.coordinator.send(owner, notice)
         except CoordinationUnavailable as exc:
             log.warning("cluster.message_waits", session_key=key, error=str(exc))
+
+    async def _tell_if_waiting(self, event: MessageEvent, inbox_id: int) -> None:
+        """Tell the user why no answer comes if the message still waits for coordination."""
+        await asyncio.sleep(TELL_WAITING_AFTER_S)
+        try:
+            waiting = not self.coordinator.available and await self.store.accepted(inbox_id)
+            if waiting and self.notify is not None:
+                await self.notify(event, WAITING)
+        finally:
+            self._told.discard(event.session_key)
+
+    def _later(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
 
     async def own(self, key: str) -> bool:
         """This instance holds the session's lease, taking it if it is free; a new lease's
@@ -211,9 +238,7 @@ class Ownership:
             if await self.coordinator.owner(key) is not None or not await self.own(key):
                 continue
             self._taking.add(key)
-            task = asyncio.create_task(self._take_over(key), name=f"takeover:{key}")
-            self._tasks.append(task)
-            task.add_done_callback(self._tasks.remove)
+            self._later(self._take_over(key), f"takeover:{key}")
         self._swept = True
         await asyncio.sleep(self.coordinator.lease_s)
 

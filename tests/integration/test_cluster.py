@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
+from hermes_gateway.core import ownership
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway
@@ -159,10 +160,12 @@ async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
 
 
 async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No coordination, no run (a session could otherwise run on two instances): the message
-    stays in the inbox, /readyz says why, and it is answered, once, when Redis is back."""
+    stays in the inbox, /readyz says why, its user is told it waits, and it is answered, once,
+    when Redis is back."""
+    monkeypatch.setattr(ownership, "TELL_WAITING_AFTER_S", 0.5)
     redis = RedisProcess(tmp_path / "redis")
     (tmp_path / "redis").mkdir()
     redis.start()
@@ -173,18 +176,20 @@ async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
             redis.stop()
             assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
             await eventually(lambda: not a.vitals.readiness()[0])
+            [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
             await asyncio.sleep(1.5)  # longer than a lease: still nothing ran anywhere
             assert ran_a == ran_b == [] and fake_llm.requests == []
             ready, reasons = a.vitals.readiness()
             redis.start()  # empty: no lease, no stream survived
-            [reply] = await tg.wait_sent(1, chat_id=chat, timeout=15)
+            await tg.wait_sent(2, chat_id=chat, timeout=15)
             await eventually(lambda: a.vitals.readiness()[0] and b.vitals.readiness()[0])
             await asyncio.sleep(1.5)  # a second answer would come within a sweep
             sent = [m["text"] for m in tg.messages_to(chat)]
     finally:
         redis.stop()
     assert any("cluster: coordination (Redis) unreachable" in r for r in reasons)
-    assert reply["text"] == "echo: are you there?" and sent == [reply["text"]]
+    assert notice["text"] == ownership.WAITING
+    assert sent == [ownership.WAITING, "echo: are you there?"]
     assert sorted(ran_a + ran_b) == ["are you there?"]
 
 
