@@ -299,6 +299,7 @@ def _check_semantics(config: Config) -> None:
     for spec, section in enabled:
         for key, reason in spec.problems(section):
             raise ConfigError(f"platforms.{spec.name}.{key}", reason)
+    _check_redis_url(config.cluster.redis_url)
     if config.watchdog.fatal_s * 1000 <= config.watchdog.warn_ms:
         raise ConfigError("watchdog.fatal_s", "must be longer than watchdog.warn_ms")
 
@@ -339,6 +340,20 @@ def _check_store_url(url: str | None) -> None:
     if module and importlib.util.find_spec(module) is None:
         raise ConfigError(
             "store.url", f"needs the {module} driver: pip install 'hermes-gateway[postgres]'"
+        )
+
+
+def _check_redis_url(url: str | None) -> None:
+    if url is None:
+        return
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(
+            "cluster.redis_url",
+            f"unsupported URL {url[:40]!r}: use redis://HOST:PORT/DB, rediss://... or unix:///PATH",
+        )
+    if importlib.util.find_spec("redis") is None:
+        raise ConfigError(
+            "cluster.redis_url", "needs redis-py: pip install 'hermes-gateway[cluster]'"
         )
 
 

@@ -231,6 +231,14 @@ class ToolsConfig(_Section):
         return self.platforms.get(platform, self.enabled)
 
 
+def _url_password(url: str | None) -> str:
+    """The password in ``scheme://user:password@host``, or ""."""
+    if not url or "@" not in url or "://" not in url:
+        return ""
+    credentials = url.split("://", 1)[1].rsplit("@", 1)[0]
+    return credentials.split(":", 1)[1] if ":" in credentials else credentials
+
+
 def _check_tool_names(names: tuple[str, ...]) -> None:
     from tools.catalog import BUILTIN_NAMES
 
@@ -293,6 +301,14 @@ class WatchdogConfig(_Section):
     fatal_s: float = Field(60, gt=0)
 
 
+class ClusterConfig(_Section):
+    redis_url: str | None = (
+        None  # redis://HOST:PORT/DB, rediss://..., unix:///PATH; None = one process
+    )
+    instance_id: str = Field("", max_length=128)  # empty = host name + pid
+    lease_s: float = Field(10, ge=1, le=300)
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console", "auto"] = "auto"
@@ -314,6 +330,7 @@ class Config(_Section):
     memory: MemoryConfig = MemoryConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
+    cluster: ClusterConfig = ClusterConfig()
     hooks: tuple[str, ...] = ()
     hook_timeout_s: float = Field(5, gt=0)
 
@@ -336,6 +353,7 @@ class Config(_Section):
             self.control.token or "",
             self.tools.vision.api_key,
             self.memory.embeddings.api_key,
+            _url_password(self.cluster.redis_url),
         ]
         for spec in platform_specs():
             section = getattr(self.platforms, spec.name)

@@ -9,6 +9,8 @@
     │   │   └── PartialDeliveryError   a reply failed after `parts_sent` of its parts went out
     │   └── PermanentAdapterError  blocked bot, chat not found, bad request: logged once
     ├── StoreError             the database failed (locked, read-only, full, unreachable)
+    ├── FencedOut              a session write under a lease another instance has since taken
+    ├── CoordinationUnavailable  the cluster's coordination store (Redis) cannot be reached
     ├── RequestError           a control-API request is invalid (carries an HTTP status)
     └── JobRequestError        a scheduled-job request that cannot be done (text says why)
 
@@ -69,6 +71,15 @@ class PermanentAdapterError(AdapterError):
 
 class StoreError(HermesError):
     """The database failed; the message stays in the inbox if it got that far."""
+
+
+class FencedOut(HermesError):
+    """The store refused a write for a session: it carried the fencing token of a lease that
+    another instance has since taken. Nothing of the write was stored."""
+
+
+class CoordinationUnavailable(HermesError):
+    """The coordination store cannot be reached: no lease can be taken or kept for now."""
 
 
 class RequestError(HermesError):

@@ -52,7 +52,9 @@ class Capabilities:
     can_react: bool = False  # put a reaction on the user's message
     can_ask_approval: bool = True  # a channel back to the user for a yes/no question
     has_threads: bool = False  # replies may go to a thread of the chat
-    can_push: bool = True  # speak in a chat unasked (a scheduled job's answer, a welcome)
+    # speak in a chat unasked (a scheduled job's answer, a welcome); a platform that cannot
+    # answers only the open request that asked, on the instance that took it (the local API)
+    can_push: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from hermes_gateway import __version__
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.agents.factory import AgentFactory, confine_tools
 from hermes_gateway.agents.tool_host import GatewayToolHost
+from hermes_gateway.cluster.build import coordinator
 from hermes_gateway.config import Config, config_path, systemd_notify_socket
 from hermes_gateway.control.admin import AdminRoutes
 from hermes_gateway.control.app import ControlServer, Handler
@@ -30,6 +31,7 @@ from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.hooks import collect_hooks, install_hooks
 from hermes_gateway.core.housekeeping import Housekeeper
+from hermes_gateway.core.ownership import Ownership
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
@@ -99,6 +101,19 @@ class Gateway:
             metrics=self.metrics,
             stream_for=self._stream_for,
         )
+        self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
+        if config.cluster.redis_url:
+            self.ownership = Ownership(
+                coordinator(config.cluster),
+                self.store,
+                self.runner,
+                self._route_here,
+                lambda: Replayer(self.store, self.runner, self.delivery, self.adapters, self.live),
+                self.delivery.owes,
+                config.store.replay_max_age_s,
+                refuse=self._refuse,
+                notify=self._notify,
+            )
         self.tool_host = GatewayToolHost(
             runner=self.runner,
             delivery=self.delivery,
@@ -204,11 +219,29 @@ class Gateway:
         return "accepted"
 
     async def route(self, event: MessageEvent, inbox_id: int | None) -> None:
+        if self.ownership is not None:  # to the instance that owns the session
+            await self.ownership.route(event, inbox_id)
+        else:
+            await self._route_here(event, inbox_id)
+
+    async def _route_here(self, event: MessageEvent, inbox_id: int | None) -> None:
         command = parse_command(event.text)
         if command is not None:
             await self.commands.handle(command[0], command[1], event, inbox_id)
         else:
             await self.runner.dispatch(event, inbox_id)
+
+    async def _refuse(
+        self, event: MessageEvent, inbox_id: int | None, text: str, outcome: str
+    ) -> None:
+        """Cluster mode: a message this instance cannot run and whose reply cannot go
+        elsewhere (the local API's open request) is answered with why, and settled."""
+        out = OutboundMessage.to(event, text, "error", outcome=outcome)
+        await self.delivery.send(out, [inbox_id], outcome=outcome, status="dropped", event=event)
+
+    async def _notify(self, event: MessageEvent, text: str) -> None:
+        """A notice about ``event`` that settles nothing (it is still to be answered)."""
+        await self.delivery.send(OutboundMessage.to(event, text, "notice"), event=event)
 
     async def writable(self) -> None:
         await self.store.circuit.wait_writable()
@@ -299,7 +332,8 @@ class Gateway:
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
-        await replayer.load()  # before intake: what this run takes is not a leftover
+        if self.ownership is None:  # in a cluster each session is replayed under its lease
+            await replayer.load()  # before intake: what this run takes is not a leftover
         await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
@@ -310,7 +344,10 @@ class Gateway:
         for name, adapter in self.adapters.items():
             await adapter.start()
             log.info("adapter.started", platform=name)
-        self._spawn(replayer.run(), "replay")
+        if self.ownership is None:
+            self._spawn(replayer.run(), "replay")
+        else:  # its first sweep takes over the leftovers of sessions no instance owns
+            await self.ownership.start()
         self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
         if self.scheduler is not None:  # adapters up: its answers can go out
             await self.scheduler.start(self._spawn)
@@ -348,6 +385,8 @@ class Gateway:
         if not drained:
             log.warning("gateway.drain_timeout", seconds=drain)
         await self.runner.interrupt_all()
+        if self.ownership is not None:  # the leases go at once: another instance takes over
+            await self.ownership.close()
         await self.delivery.close()  # undelivered replies wait in the inbox for the next start
         await asyncio.to_thread(self.pool.shutdown)
         if self.memory.service is not None:

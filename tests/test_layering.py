@@ -45,7 +45,7 @@ RANKS = [
     ["control"],
     ["scheduler"],
     ["core"],
-    ["agents", "seam"],
+    ["agents", "seam", "cluster"],
     ["memory"],
     ["store", "text", "guard"],
 ]

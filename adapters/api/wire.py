@@ -157,7 +157,8 @@ def failure(reply: OutboundMessage | Ended) -> RequestError | None:
 
     Chat platforms show these as one line of text; an API client gets a status its SDK
     raises on: 503 no model or the gateway stopping, 502 the model failed, 504 it timed out,
-    500 a crash, 429 the session's queue is full.
+    500 a crash, 429 the session's queue is full, 409 (cluster mode) the session runs on
+    another instance.
     """
     if isinstance(reply, Ended):
         if reply.why == "shutting_down":
@@ -171,8 +172,11 @@ def failure(reply: OutboundMessage | Ended) -> RequestError | None:
         return RequestError(502, reply.text, "model_error")
     if reply.outcome == "queue_full":
         return RequestError(429, reply.text, "queue_full")
+    if reply.outcome == "owned_elsewhere":  # cluster mode: its session runs elsewhere
+        return RequestError(409, reply.text, "session_busy_elsewhere")
     if reply.kind == "error":
-        status = 503 if reply.outcome == "store_unavailable" else 500
+        unavailable = ("store_unavailable", "coordination_unavailable")
+        status = 503 if reply.outcome in unavailable else 500
         return RequestError(status, reply.text, reply.outcome or "internal_error")
     return None
 

@@ -40,6 +40,8 @@ class Vitals:
             reasons.append(f"store: {problem}")
         if g.scheduler is not None and (stalled := g.scheduler.problem()) is not None:
             reasons.append(stalled)
+        if g.ownership is not None and not g.ownership.coordinator.available:
+            reasons.append("cluster: coordination (Redis) unreachable; new messages wait")
         for name, adapter in g.adapters.items():
             h = adapter.health()
             if not h.ready:
@@ -71,6 +73,7 @@ class Vitals:
             "quarantined": g.inbox.summaries(),
             "scheduler": g.scheduler.status() if g.scheduler is not None else {"enabled": False},
             "memory": g.memory.status(),
+            "cluster": None if g.ownership is None else g.ownership.status(),
         }
 
     def register_gauges(self) -> None:

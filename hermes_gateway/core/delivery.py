@@ -5,10 +5,11 @@ part while the process lives and at the next start."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
@@ -42,6 +43,7 @@ class Delivery:
         self.bus = bus
         self.metrics = metrics
         self._later: set[asyncio.Task[None]] = set()
+        self._owed: Counter[str] = Counter()  # session key -> replies still being settled
 
     async def send(
         self,
@@ -66,9 +68,7 @@ class Delivery:
         result, sent = await self._attempt(out, outcome, event)
         if result == "failed" and ids:
             later = replace(out, skip_parts=sent) if sent else out
-            task = asyncio.create_task(self._redeliver(later, ids, status, event))
-            self._later.add(task)
-            task.add_done_callback(self._later.discard)
+            self._later_for(out.session_key, self._redeliver(later, ids, status, event))
         elif ids:
             await self._settle(ids, status if result == "delivered" else "undeliverable", out)
         return result == "delivered"
@@ -86,9 +86,7 @@ class Delivery:
             # delivered but not recorded: a restart would answer it again, so record it as
             # soon as the store can write (a full disk freed, a lock released)
             log.error("delivery.settle_failed", error=str(exc), inbox_ids=ids, retry="later")
-            task = asyncio.create_task(self._settle_later(ids, final, out.text))
-            self._later.add(task)
-            task.add_done_callback(self._later.discard)
+            self._later_for(out.session_key, self._settle_later(ids, final, out.text))
 
     async def _settle_later(self, ids: list[int], final: str, reply: str) -> None:
         pause = 0.2
@@ -118,6 +116,25 @@ class Delivery:
                 return
             if sent > out.skip_parts:
                 out = replace(out, skip_parts=sent)
+
+    def _later_for(self, key: str, work: Coroutine[Any, Any, None]) -> None:
+        """Finish a reply in the background; until then the session ``owes`` it."""
+        task = asyncio.create_task(work)
+        self._later.add(task)
+        self._owed[key] += 1
+
+        def done(_task: asyncio.Task[None]) -> None:
+            self._later.discard(task)
+            self._owed[key] -= 1
+            if self._owed[key] <= 0:
+                del self._owed[key]
+
+        task.add_done_callback(done)
+
+    def owes(self, key: str) -> bool:
+        """A reply of the session is still being delivered or recorded in the background
+        (cluster mode keeps the session's lease until then: another instance would resend it)."""
+        return key in self._owed
 
     async def close(self) -> None:
         """Stop offering what is still undelivered: the replay at the next start sends it."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -60,19 +60,32 @@ class Replayer:
     def config(self) -> Config:
         return self.live.now
 
-    async def load(self) -> None:
-        """Read what the last run left in the inbox. Call it before intake starts: read later,
-        a message this run already took would look left over and be answered twice."""
+    async def load(self, session_key: str | None = None) -> None:
+        """Read what the last run left in the inbox (of one session: a cluster takeover, under
+        its lease). Call it before intake starts: read later, a message this run already took
+        would look left over and be answered twice."""
         cfg = self.config.store
         self._loaded_at = time.time()
         try:
             # first: a message the last runs died on must not be among the ones run again
-            self.held = await self.store.quarantine(cfg.quarantine_after, cfg.replay_max_age_s)
+            one = {} if session_key is None else {"session_key": session_key}
+            self.held = await self.store.quarantine(
+                cfg.quarantine_after, cfg.replay_max_age_s, **one
+            )
             log_quarantined(self.held)
-            self._left = await self.store.replayable(cfg.replay_max_age_s)
+            self._left = await self.store.replayable(cfg.replay_max_age_s, **one)
         except StoreError as exc:
             log.error("replay.failed", error=str(exc))
             self._left = ([], [])
+
+    def skip(self, known: Callable[[str, int], bool]) -> None:
+        """Drop loaded entries ``known(session_key, inbox_id)`` says are being answered."""
+        if self._left is not None:
+            to_run, to_send = self._left
+            self._left = (
+                [(i, ev) for i, ev in to_run if not known(ev.session_key, i)],
+                [u for u in to_send if not known(u.event.session_key, u.inbox_id)],
+            )
 
     async def run(self) -> None:
         if self._left is None:

@@ -12,6 +12,7 @@ from enum import Enum
 from agent_core import RunControl, RunResult
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.events import MessageEvent
+from hermes_gateway.store.fence import Fence
 
 QUEUE_FULL = (
     "I'm still working on your earlier messages and {n} more are already waiting, so I did "
@@ -94,6 +95,7 @@ class Run:
     carry_forward: list[Pending] = field(default_factory=list)
     persist_task: asyncio.Task[None] | None = None  # writing an abandoned run's stopped turn
     state: RunState = RunState.RUNNING
+    fence: Fence | None = None  # cluster mode: the session lease's token its writes carry
 
     def move(self, to: RunState) -> None:
         """Go to ``to``; raises `IllegalMove` if the lifecycle has no such step."""

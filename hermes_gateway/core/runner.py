@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -19,6 +20,7 @@ from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.config import RunnerConfig
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.handoff import ClusterSide
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.run import (
     CRASHED,
@@ -39,12 +41,12 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.seam.platform import StreamSink
-from hermes_gateway.store.store import Store
+from hermes_gateway.store.store import Fence, Store
 
 log = structlog.get_logger("hermes.runner")
 
 
-class GatewayRunner:
+class GatewayRunner(ClusterSide):
     """Routes accepted messages to runs according to `runner.busy_policy`."""
 
     def __init__(
@@ -70,6 +72,8 @@ class GatewayRunner:
         self._stream_for = stream_for or (lambda event: None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
+        self.fence_for: Callable[[str], Fence | None] = lambda key: None  # cluster: lease token
+        self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
 
     # -- intake -------------------------------------------------------------------------
 
@@ -122,6 +126,7 @@ class GatewayRunner:
 
     def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
         run = Run(items[0].event.session_key, items, carried or [])
+        run.fence = self.fence_for(run.key)
         if not self._table.acquire(run.key, run):
             raise RuntimeError(f"session {run.key} already has an active run")
         self._spawn(run)
@@ -227,7 +232,7 @@ class GatewayRunner:
         merge = self.config.busy_policy not in ("queue", "latest")
         items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
         if items:
-            nxt = Run(run.key, items, run.carry_forward)
+            nxt = Run(run.key, items, run.carry_forward, fence=self.fence_for(run.key))
             self._table.hand_over(run.key, run, nxt)
             self._spawn(nxt)
             return
@@ -260,9 +265,10 @@ class GatewayRunner:
         run.carry_forward = run.carried + run.items + run.steered
         self._next(run)
 
-    def abandon(self, run: Run) -> None:
+    def abandon(self, run: Run, *, record: bool = True) -> None:
         """Give up on ``run`` now: the session is free at once, the stopped message stays in
-        the history, and whatever its thread returns later is logged and discarded."""
+        the history (unless not ``record``: then it stays unanswered in the inbox), and
+        whatever its thread returns later is logged and discarded."""
         answered = run.future is not None and run.future.done()
         # the answer is already being settled and delivered: let it finish, detached
         run.move(RunState.DETACHED if answered else RunState.ABANDONED)
@@ -273,17 +279,27 @@ class GatewayRunner:
             run.abandon.set_result("abandoned")
         if answered:
             return
-        record = [{"role": "user", "content": merge_text(run.items)}]
-        record.append({"role": "assistant", "content": INTERRUPTED_MARK})
-        ctx = self.agents.peek(run.key)
-        if ctx is not None:
-            ctx.history.extend(record)
-        self.agents.renew_agent(run.key)
-        run.persist_task = self._background(self.settler.persist_abandoned(run, record))
+        if record:
+            self._record_stopped(run)
         fut = run.future
         if fut is not None and not fut.done():
             self.pool.note_abandoned(1)
             fut.add_done_callback(lambda f: self._late_result(run, f))
+
+    def _record_stopped(self, run: Run) -> None:
+        turn = [{"role": "user", "content": merge_text(run.items)}]
+        turn.append({"role": "assistant", "content": INTERRUPTED_MARK})
+        ctx = self.agents.peek(run.key)
+        if ctx is not None:
+            ctx.history.extend(turn)
+        self.agents.renew_agent(run.key)
+        run.persist_task = self._background(self.settler.persist_abandoned(run, turn))
+        self._persisting[run.key] = task = run.persist_task
+        task.add_done_callback(
+            lambda t: (
+                self._persisting.pop(run.key, None) if self._persisting.get(run.key) is t else None
+            )
+        )
 
     def _late_result(self, run: Run, fut: asyncio.Future[RunResult]) -> None:
         self.pool.note_abandoned(-1)

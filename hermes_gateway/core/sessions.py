@@ -78,6 +78,10 @@ class SessionTable(Generic[R]):
         slot = self._slots.get(key)
         return len(slot.pending) if slot else 0
 
+    def pending(self, key: str) -> list[Pending]:
+        slot = self._slots.get(key)
+        return list(slot.pending) if slot else []
+
     def pop_one(self, key: str) -> Pending | None:
         slot = self._slots.get(key)
         return slot.pending.popleft() if slot and slot.pending else None

@@ -15,7 +15,7 @@ from hermes_gateway.agents.cache import SessionContext
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.run import EMPTY_ANSWER, Run, inbox_ids
 from hermes_gateway.core.sessions import Pending
-from hermes_gateway.errors import StoreError
+from hermes_gateway.errors import FencedOut, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.store.store import Store
@@ -50,12 +50,14 @@ class Settler:
             ctx.history = result.compaction.history
         ctx.history.extend(result.new_messages)
         if result.status == "interrupted":
-            await self.persist(run, result, answered, reply="", status="answered")
+            if not await self.persist(run, result, answered, reply="", status="answered"):
+                return
             self.metrics.answered.labels(run.primary.platform, "interrupted").inc(len(answered))
             run.carry_forward = run.carried + answered
             return
         text = result.text or EMPTY_ANSWER
-        await self.persist(run, result, answered, reply=text, status="done")
+        if not await self.persist(run, result, answered, reply=text, status="done"):
+            return
         if self.on_turn is not None and result.status == "done" and turn_user(answered):
             self.on_turn(run.primary, "\n\n".join(p.event.text for p in answered), text)
         why = {"usage": result.usage, "error": result.error or ""}
@@ -63,7 +65,9 @@ class Settler:
 
     async def persist(
         self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
-    ) -> None:
+    ) -> bool:
+        """Store the turn; False when the store refused it because the session's lease passed
+        to another instance (cluster mode): then nothing of this run may go out."""
         messages = result.new_messages
         if result.compaction is not None:  # the marker first: a reload starts from it
             messages = [result.compaction.marker, *messages]
@@ -76,11 +80,16 @@ class Settler:
                 run.run_id,
                 status=status,
                 user_id=turn_user(items),
+                fence=run.fence,
             )
+        except FencedOut as exc:
+            log.warning("run.fenced_out", error=str(exc), reply="not sent")
+            return False
         except StoreError as exc:
             # the reply still goes out (the inbox entry is settled once the store can write),
             # but this turn is not in the history
             log.error("run.persist_failed", error=str(exc), reply="delivered unpersisted")
+        return True
 
     async def persist_abandoned(self, run: Run, record: list[dict[str, Any]]) -> None:
         ids = inbox_ids(run.items + run.steered)
@@ -93,8 +102,9 @@ class Settler:
                 run.run_id,
                 status="answered",
                 user_id=turn_user(run.items + run.steered),
+                fence=run.fence,
             )
-        except StoreError as exc:
+        except (StoreError, FencedOut) as exc:
             log.error("run.persist_failed", error=str(exc), run_id=run.run_id)
 
     async def reply(

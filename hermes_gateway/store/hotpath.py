@@ -9,6 +9,8 @@ from typing import Any, Protocol, cast
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hermes_gateway.store import fence as fencing
+from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.models import InboxRow, MessageRow, SessionRow
 
 Row = dict[str, Any]
@@ -59,9 +61,17 @@ class HotPath(Protocol):
     async def accept(self, row: Row) -> int | None:
         """The new inbox id; None (fast path) or IntegrityError (engine) for a redelivery."""
 
-    async def mark(self, ids: list[int], status: str, reply: str | None, now: float) -> None: ...
+    async def mark(
+        self, ids: list[int], status: str, reply: str | None, now: float, fence: Fence | None
+    ) -> None: ...
 
-    async def progress(self, ids: list[int], parts_sent: int, now: float) -> None: ...
+    async def progress(
+        self, ids: list[int], parts_sent: int, now: float, fence: Fence | None
+    ) -> None: ...
+
+    async def claim(self, fence: Fence, now: float) -> None:
+        """Record a new lease's token for its session; `FencedOut` if a newer one was seen.
+        Every call given a ``fence`` checks it in its own transaction the same way."""
 
     async def attempt(self, ids: list[int], delta: int) -> None:
         """+1 when a run starts on unanswered entries, -1 (never below 0) to take it back."""
@@ -71,7 +81,12 @@ class HotPath(Protocol):
     async def session_id(self, key: str, *, create: bool, now: float) -> int | None: ...
 
     async def complete_turn(
-        self, session_id: int, rows: list[Row], ids: list[int], settle: tuple[str, str, str, float]
+        self,
+        session_id: int,
+        rows: list[Row],
+        ids: list[int],
+        settle: tuple[str, str, str, float],
+        fence: Fence | None,
     ) -> None:
         """Append message rows and settle inbox entries: (status, reply, run_id, now)."""
 
@@ -88,14 +103,22 @@ class EngineHotPath:
         result = await self.conn.execute(_ACCEPT, row)
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
-    async def mark(self, ids: list[int], status: str, reply: str | None, now: float) -> None:
+    async def mark(
+        self, ids: list[int], status: str, reply: str | None, now: float, fence: Fence | None
+    ) -> None:
+        if fence is not None:
+            await fencing.check(self.conn, fence, now)
         params = {"ids": ids, "s": status, "now": now}
         if reply is None:
             await self.conn.execute(_MARK, params)
         else:
             await self.conn.execute(_MARK_REPLY, {**params, "new_reply": reply})
 
-    async def progress(self, ids: list[int], parts_sent: int, now: float) -> None:
+    async def progress(
+        self, ids: list[int], parts_sent: int, now: float, fence: Fence | None
+    ) -> None:
+        if fence is not None:
+            await fencing.check(self.conn, fence, now)
         await self.conn.execute(_PROGRESS, {"ids": ids, "parts": parts_sent, "now": now})
 
     async def attempt(self, ids: list[int], delta: int) -> None:
@@ -111,9 +134,19 @@ class EngineHotPath:
             sid = result.inserted_primary_key[0]  # type: ignore[index]
         return None if sid is None else int(sid)
 
+    async def claim(self, fence: Fence, now: float) -> None:
+        await fencing.check(self.conn, fence, now)
+
     async def complete_turn(
-        self, session_id: int, rows: list[Row], ids: list[int], settle: tuple[str, str, str, float]
+        self,
+        session_id: int,
+        rows: list[Row],
+        ids: list[int],
+        settle: tuple[str, str, str, float],
+        fence: Fence | None,
     ) -> None:
+        if fence is not None:
+            await fencing.check(self.conn, fence, settle[3])
         if rows:
             await self.conn.execute(_ADD_MESSAGES, rows)
         if ids:

@@ -66,15 +66,20 @@ class InboxGuard(StoreEngine):
         except StoreError as exc:
             log.error("inbox.attempt_failed", error=str(exc), inbox_ids=ids)
 
-    async def quarantine(self, after: int, max_age_s: float) -> list[Quarantined]:
-        """At start, before the replay: hold back every unanswered entry that ``after`` runs
-        started on and none ended. Entries too old to replay are left to expire."""
+    async def quarantine(
+        self, after: int, max_age_s: float, session_key: str | None = None
+    ) -> list[Quarantined]:
+        """At start, before the replay (of one session: a cluster takeover): hold back every
+        unanswered entry that ``after`` runs started on and none ended. Entries too old to
+        replay are left to expire."""
         cutoff = time.time() - max_age_s
-        held = (
+        held = [
             _INBOX.c.status == "accepted",
             _INBOX.c.attempts >= after,
             _INBOX.c.accepted_at >= cutoff,
-        )
+        ]
+        if session_key is not None:
+            held.append(_INBOX.c.session_key == session_key)
 
         async def run(conn: AsyncConnection) -> list[Quarantined]:
             rows = await conn.execute(select(*_LISTED).where(*held).order_by(_INBOX.c.id))

@@ -1,5 +1,6 @@
 """The database schema (SQLAlchemy 2 declarative): sessions, their messages, the inbox,
-pairing, scheduled jobs with their run ledger, and the long-term memory archive."""
+pairing, scheduled jobs with their run ledger, the long-term memory archive, and the fencing
+tokens of cluster session leases."""
 
 from __future__ import annotations
 
@@ -192,3 +193,16 @@ class MemoryRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     model: Mapped[str] = mapped_column(String(128), default="", server_default=text("''"))
+
+
+class FenceRow(Base):
+    """The newest fencing token a write for a session was made under (cluster mode only).
+
+    A write carrying a lower token comes from an instance whose lease on the session has
+    since passed to another (it was paused past its expiry): the store refuses it.
+    """
+
+    __tablename__ = "session_fence"
+    session_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -15,6 +15,7 @@ from typing import Any, cast
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hermes_gateway.store.fence import SQLITE_UPSERT, Fence, refuse
 from hermes_gateway.store.models import InboxRow, MessageRow, SessionRow
 
 _INBOX = cast(Table, InboxRow.__table__).name
@@ -56,6 +57,11 @@ _PREVIEW = f"UPDATE {_INBOX} SET preview = ? WHERE platform = ? AND chat_id = ? 
 
 def _in(n: int) -> str:
     return ", ".join("?" * n)
+
+
+def _fenced(fence: Fence | None, now: float) -> list[tuple[str, Any]]:
+    """The fencing check that opens a transaction (`_transaction` refuses a stale token)."""
+    return [] if fence is None else [(SQLITE_UPSERT, (fence.session_key, fence.token, now))]
 
 
 class SqliteFastPath:
@@ -106,20 +112,27 @@ class SqliteFastPath:
             return None
         return int(rowid)
 
-    async def mark(self, ids: list[int], status: str, reply: str | None, now: float) -> None:
+    async def mark(
+        self, ids: list[int], status: str, reply: str | None, now: float, fence: Fence | None
+    ) -> None:
         if reply is None:
             sql = f"UPDATE {_INBOX} SET status = ?, updated_at = ? WHERE id IN ({_in(len(ids))})"
-            await self._commit([(sql, (status, now, *ids))])
+            await self._commit([*_fenced(fence, now), (sql, (status, now, *ids))])
         else:
             sql = (
                 f"UPDATE {_INBOX} SET status = ?, reply = ?, updated_at = ? "
                 f"WHERE id IN ({_in(len(ids))})"
             )
-            await self._commit([(sql, (status, reply, now, *ids))])
+            await self._commit([*_fenced(fence, now), (sql, (status, reply, now, *ids))])
 
-    async def progress(self, ids: list[int], parts_sent: int, now: float) -> None:
+    async def progress(
+        self, ids: list[int], parts_sent: int, now: float, fence: Fence | None
+    ) -> None:
         sql = f"UPDATE {_INBOX} SET parts_sent = ?, updated_at = ? WHERE id IN ({_in(len(ids))})"
-        await self._commit([(sql, (parts_sent, now, *ids))])
+        await self._commit([*_fenced(fence, now), (sql, (parts_sent, now, *ids))])
+
+    async def claim(self, fence: Fence, now: float) -> None:
+        await self._commit(_fenced(fence, now))
 
     async def attempt(self, ids: list[int], delta: int) -> None:
         """`InboxGuard.begin_attempt` (+1) and `undo_attempt` (-1) on unanswered entries."""
@@ -147,8 +160,9 @@ class SqliteFastPath:
         rows: list[dict[str, Any]],
         ids: list[int],
         settle: tuple[str, str, str, float],
+        fence: Fence | None,
     ) -> None:
-        statements: list[tuple[str, Any]] = []
+        statements = _fenced(fence, settle[3])
         if rows:
             statements.append((_ADD_MESSAGE, [tuple(r[c] for c in MESSAGE_COLUMNS) for r in rows]))
         if ids:
@@ -157,7 +171,7 @@ class SqliteFastPath:
                 f"WHERE id IN ({_in(len(ids))})"
             )
             statements.append((sql, (*settle, *ids)))
-        if statements:
+        if rows or ids:
             await self._commit(statements)
 
     async def history(self, session_id: int) -> list[tuple[Any, ...]]:
@@ -182,6 +196,8 @@ def _transaction(conn: sqlite3.Connection, statements: list[tuple[str, Any]]) ->
                 conn.executemany(sql, params)
             else:
                 last = conn.execute(sql, params)
+                if sql is SQLITE_UPSERT and last.rowcount != 1:  # a newer token was seen
+                    raise refuse(Fence(*params[:2]))
         conn.commit()
     except BaseException:
         conn.rollback()

@@ -14,12 +14,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, delete, select, update
+from sqlalchemy import ColumnElement, Table, and_, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.context import restore as restore_compacted
 from hermes_gateway.events import MessageEvent
+from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.hotpath import HotPath
 from hermes_gateway.store.inbox import InboxGuard, Quarantined, event_from_json
 from hermes_gateway.store.models import InboxRow, MessageRow, SessionRow
@@ -74,17 +75,34 @@ class Store(InboxGuard):
         except IntegrityError:  # the engine's answer to a redelivery
             return None
 
-    async def mark(self, inbox_ids: Iterable[int], status: str, reply: str | None = None) -> None:
+    async def mark(
+        self,
+        inbox_ids: Iterable[int],
+        status: str,
+        reply: str | None = None,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """Move entries to ``status``; under a ``fence``, `FencedOut` and nothing written when
+        another instance has since taken the session (so for `progress` and `complete_turn`)."""
         ids = list(inbox_ids)
         if not ids:
             return
         now = time.time()
-        await self._hot(lambda db: db.mark(ids, status, reply, now))
+        await self._hot(lambda db: db.mark(ids, status, reply, now, fence))
 
-    async def progress(self, inbox_ids: list[int], parts_sent: int) -> None:
+    async def progress(
+        self, inbox_ids: list[int], parts_sent: int, *, fence: Fence | None = None
+    ) -> None:
         """Record that the first ``parts_sent`` parts of the entries' reply went out."""
         now = time.time()
-        await self._hot(lambda db: db.progress(inbox_ids, parts_sent, now))
+        await self._hot(lambda db: db.progress(inbox_ids, parts_sent, now, fence))
+
+    async def claim(self, fence: Fence) -> None:
+        """A new session lease: record its token before reading the session's inbox, so a
+        write under any older token fails from now on (`FencedOut` if this one is stale)."""
+        now = time.time()
+        await self._hot(lambda db: db.claim(fence, now))
 
     async def remember_preview(self, ev: MessageEvent, ref: str) -> None:
         """Record where the live preview answering ``ev`` is (its platform message reference)."""
@@ -105,25 +123,28 @@ class Store(InboxGuard):
         return await self._query(run)
 
     async def replayable(
-        self, max_age_s: float
+        self, max_age_s: float, session_key: str | None = None
     ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
-        """Inbox work left over from the last run; entries too old to replay are expired."""
+        """Inbox work left over from the last run (of one session: a cluster takeover);
+        entries too old to replay are expired."""
         cutoff = time.time() - max_age_s
-        open_states = ("accepted", "done")
+        open_states: ColumnElement[bool] = _INBOX.c.status.in_(("accepted", "done"))
+        if session_key is not None:
+            open_states = and_(open_states, _INBOX.c.session_key == session_key)
 
         async def run(
             conn: AsyncConnection,
         ) -> tuple[list[tuple[int, MessageEvent]], list[Undelivered]]:
             expired = await conn.execute(
                 update(_INBOX)
-                .where(_INBOX.c.status.in_(open_states), _INBOX.c.accepted_at < cutoff)
+                .where(open_states, _INBOX.c.accepted_at < cutoff)
                 .values(status="expired", updated_at=time.time())
             )
             if expired.rowcount:
                 log.warning("inbox.expired", count=expired.rowcount, max_age_s=max_age_s)
             rows = await conn.execute(
                 select(*(_INBOX.c[name] for name in _REPLAY_COLUMNS))
-                .where(_INBOX.c.status.in_(open_states))
+                .where(open_states)
                 .order_by(_INBOX.c.id)
             )
             to_run: list[tuple[int, MessageEvent]] = []
@@ -137,6 +158,38 @@ class Store(InboxGuard):
             return to_run, to_send
 
         return await self._tx(run)
+
+    async def accepted(self, inbox_id: int) -> MessageEvent | None:
+        """The entry's message while it is unanswered (status accepted), else None."""
+        stmt = select(_INBOX.c.payload).where(
+            _INBOX.c.id == inbox_id, _INBOX.c.status == "accepted"
+        )
+
+        async def run(conn: AsyncConnection) -> MessageEvent | None:
+            payload = (await conn.execute(stmt)).scalar()
+            return None if payload is None else event_from_json(payload)
+
+        return await self._query(run)
+
+    async def unanswered(
+        self, *, older_than_s: float, max_age_s: float, session_key: str | None = None
+    ) -> list[tuple[int, MessageEvent]]:
+        """Unanswered entries (to run, or their reply to send) accepted between ``max_age_s``
+        and ``older_than_s`` ago, oldest first: what a cluster instance may take over."""
+        now = time.time()
+        where = [
+            _INBOX.c.status.in_(("accepted", "done")),
+            _INBOX.c.accepted_at <= now - older_than_s,
+            _INBOX.c.accepted_at >= now - max_age_s,
+        ]
+        if session_key is not None:
+            where.append(_INBOX.c.session_key == session_key)
+        stmt = select(_INBOX.c.id, _INBOX.c.payload).where(*where).order_by(_INBOX.c.id).limit(1000)
+
+        async def run(conn: AsyncConnection) -> list[tuple[int, MessageEvent]]:
+            return [(int(i), event_from_json(p)) for i, p in await conn.execute(stmt)]
+
+        return await self._query(run)
 
     async def prune(self, retention_days: float) -> int:
         cutoff = time.time() - retention_days * 86400
@@ -187,6 +240,8 @@ class Store(InboxGuard):
         run_id: str,
         status: str = "done",
         user_id: str = "",
+        *,
+        fence: Fence | None = None,
     ) -> None:
         """Append a turn and settle its inbox entries in one transaction: all or nothing.
         ``user_id``: whose turn it is ("" when several users' messages were merged)."""
@@ -197,9 +252,14 @@ class Store(InboxGuard):
             sid = await self._session_id(db, session_key, create=True)
             assert sid is not None
             rows = [_message_row(sid, m, run_id, now, user_id) for m in messages]
-            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now))
+            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now), fence)
 
-        await self._hot(run)
+        try:
+            await self._hot(run)
+        except BaseException:
+            # the engine may have made the session row in the transaction rolled back
+            self._sids.pop(session_key, None)
+            raise
 
     async def reset_session(self, session_key: str) -> None:
         """Close the current session of this key; the next message starts a fresh one."""
@@ -260,4 +320,4 @@ def _to_message(
     return msg
 
 
-__all__ = ["Quarantined", "Store", "Undelivered", "event_from_json"]
+__all__ = ["Fence", "Quarantined", "Store", "Undelivered", "event_from_json"]

@@ -215,7 +215,7 @@ async def test_runs_of_different_sessions_overlap_up_to_the_pool(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     config = make_config(tmp_path, fake_llm.base_url, runner={"workers": 3})
-    fake_llm.delay = 0.3
+    fake_llm.delay = 1.0  # long enough that three runs overlap on a loaded machine
     async with running_gateway(config) as (gw, client):
         results = await asyncio.gather(*(client.chat("hi", user=f"u{i}") for i in range(9)))
     assert all(r["text"] == "echo: hi" for r in results)

@@ -1,0 +1,44 @@
+"""The Lua scripts that make a lease and its fencing token one atomic step on Redis: a lease is
+a hash {owner, token} with an expiry; the counter behind the tokens never expires."""
+
+# A new holder's token is the counter's next value or the server's clock in microseconds,
+# whichever is larger: a Redis that lost its data (restarted without persistence) still
+# issues tokens above every earlier one, as long as its clock does not step back meanwhile.
+
+# KEYS: lease, counter; ARGV: owner, ttl ms -> {1, token} granted, {0, holder} refused
+ACQUIRE = """
+local held = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if held[1] then
+  if held[1] ~= ARGV[1] then return {0, held[1]} end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, held[2]}
+end
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+local token = string.format('%.0f', math.max(last + 1, floor))
+redis.call('SET', KEYS[2], token)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, token}
+"""
+
+# KEYS: lease; ARGV: owner, ttl ms, token -> 1 extended, 0 not this holder's any more
+RENEW = """
+local held = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if held[1] == ARGV[1] and held[2] == ARGV[3] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: lease; ARGV: owner, token -> 1 released, 0 not this holder's
+RELEASE = """
+local held = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if held[1] == ARGV[1] and held[2] == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""

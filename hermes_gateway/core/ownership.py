@@ -1,0 +1,268 @@
+"""Cluster mode (`cluster.redis_url`): each session's messages run on the instance holding its
+lease; others pass theirs to it. Leases are kept while busy, released when idle, given up when
+lost; sessions nobody owns are taken over from the inbox (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen
+from hermes_gateway.core.replay import Replayer
+from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.platform_spec import capabilities
+from hermes_gateway.store.inbox import event_from_json
+from hermes_gateway.store.store import Fence, Store
+
+log = structlog.get_logger("hermes.cluster")
+Route = Callable[[MessageEvent, int | None], Awaitable[None]]
+Refuse = Callable[[MessageEvent, int | None, str, str], Awaitable[None]]
+Notify = Callable[[MessageEvent, str], Awaitable[None]]
+MAX_HOPS = 3  # an owner that keeps changing under a notice: the inbox sweep answers it
+ELSEWHERE = (
+    "This conversation is running on another gateway instance right now; send it there, or "
+    "again once it has answered."
+)
+NO_COORDINATION = "The gateway cannot coordinate with its other instances right now; retry soon."
+WAITING = (
+    "I can't reach the service my gateway instances coordinate through, so your message waits; "
+    "I'll answer it as soon as it is back."
+)
+TELL_WAITING_AFTER_S = 30.0  # a message waiting this long for coordination: its user is told
+
+
+class Ownership:
+    """Routes each message through the session's lease; runs the renew, receive and takeover
+    loops. ``route_here`` is the one-process route (commands, else the runner)."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        store: Store,
+        runner: GatewayRunner,
+        route_here: Route,
+        new_replayer: Callable[[], Replayer],
+        owes: Callable[[str], bool],
+        max_age_s: float,
+        refuse: Refuse | None = None,
+        notify: Notify | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.store = store
+        self.runner = runner
+        self.route_here = route_here
+        self.new_replayer = new_replayer
+        self.owes = owes  # a reply of the session is still being delivered in the background
+        self.refuse = refuse
+        self.notify = notify
+        self._told: set[str] = set()  # sessions told their message waits for coordination
+        self.max_age_s = max_age_s
+        self.leases: dict[str, Lease] = {}
+        self._seen = Seen()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._taking: set[str] = set()  # sessions being taken over (replayed) here
+        self._swept = False
+        runner.fence_for = self.fence
+
+    @property
+    def me(self) -> str:
+        return self.coordinator.instance_id
+
+    def fence(self, key: str) -> Fence:
+        """The token a run of the session writes under. With no lease held (it was lost while
+        a takeover replay went on) token 0, which the store refuses once the session was
+        claimed: a run in cluster mode never writes unfenced."""
+        lease = self.leases.get(key)
+        return Fence(key, 0) if lease is None else lease.fence
+
+    async def start(self) -> None:
+        with contextlib.suppress(CoordinationUnavailable):  # the loops keep trying
+            await self.coordinator.start()
+        beat = self.coordinator.lease_s / 3
+        for loop, name in (
+            (self._receive, "receive"),
+            (self._keep, "keep"),
+            (self._sweep, "sweep"),
+        ):
+            self._tasks.append(asyncio.create_task(_forever(loop, beat), name=f"cluster-{name}"))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for lease in list(self.leases.values()):
+            with contextlib.suppress(CoordinationUnavailable):
+                await self.coordinator.release(lease)
+        self.leases.clear()
+        await self.coordinator.close()
+
+    def status(self) -> dict[str, Any]:
+        """For `/status`: this instance, whether coordination answers, the sessions it owns."""
+        now = time.monotonic()
+        return {
+            "instance": self.me,
+            "available": self.coordinator.available,
+            "owned": {k: round(lease.deadline - now, 1) for k, lease in self.leases.items()},
+        }
+
+    # -- routing ------------------------------------------------------------------------
+
+    async def route(self, event: MessageEvent, inbox_id: int | None, hops: int = 0) -> None:
+        """Run ``event`` here if this instance owns (or now takes) its session, else pass it
+        to the owner. With coordination down it waits in the inbox for the sweep."""
+        key = event.session_key
+        # a platform that cannot speak unasked (the local API: an open HTTP request) is
+        # answered here or refused, never passed on or left waiting
+        here = not capabilities(event.platform).can_push and self.refuse is not None
+        try:
+            if await self.own(key):
+                await self.route_here(event, inbox_id)
+                return
+            owner = await self.coordinator.owner(key)
+        except CoordinationUnavailable as exc:
+            log.warning("cluster.message_waits", session_key=key, error=str(exc))
+            if here and self.refuse is not None:
+                await self.refuse(event, inbox_id, NO_COORDINATION, "coordination_unavailable")
+            elif inbox_id is not None and key not in self._told:
+                self._told.add(key)  # once per session and outage
+                self._later(self._tell_if_waiting(event, inbox_id), f"waiting:{key}")
+            return
+        if owner is None and hops < MAX_HOPS:  # released meanwhile: try to take it again
+            await self.route(event, inbox_id, hops + 1)
+            return
+        if here and self.refuse is not None:
+            await self.refuse(event, inbox_id, ELSEWHERE, "owned_elsewhere")
+            return
+        if owner is None or hops >= MAX_HOPS:  # passed around: the sweep answers it
+            log.info("cluster.message_waits", session_key=key, owner=owner, hops=hops)
+            return
+        payload = "" if inbox_id is not None else json.dumps(dataclasses.asdict(event))
+        notice = Control("queued", key, payload, inbox_id, self.me, hops + 1)
+        try:
+            await self.coordinator.send(owner, notice)
+        except CoordinationUnavailable as exc:
+            log.warning("cluster.message_waits", session_key=key, error=str(exc))
+
+    async def _tell_if_waiting(self, event: MessageEvent, inbox_id: int) -> None:
+        """Tell the user why no answer comes if the message still waits for coordination."""
+        await asyncio.sleep(TELL_WAITING_AFTER_S)
+        try:
+            waiting = not self.coordinator.available and await self.store.accepted(inbox_id)
+            if waiting and self.notify is not None:
+                await self.notify(event, WAITING)
+        finally:
+            self._told.discard(event.session_key)
+
+    def _later(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    async def own(self, key: str) -> bool:
+        """This instance holds the session's lease, taking it if it is free; a new lease's
+        token is recorded in the store before anything of the session is read."""
+        held = self.leases.get(key)
+        if held is not None and held.live:
+            return True
+        lease = await self.coordinator.acquire(key)
+        if lease is None:
+            return False
+        if held is None or held.token != lease.token:
+            try:
+                await self.store.claim(lease.fence)
+            except (StoreError, FencedOut) as exc:
+                log.error("cluster.claim_failed", session_key=key, error=str(exc))
+                with contextlib.suppress(CoordinationUnavailable):
+                    await self.coordinator.release(lease)
+                raise CoordinationUnavailable(f"cannot record the lease: {exc}") from exc
+        self.leases[key] = lease
+        return True
+
+    # -- the loops ----------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        message = await self.coordinator.receive()
+        if self._seen.first_time(message) and message.kind == "queued":
+            await self._queued(message)
+        await self.coordinator.ack(message)
+
+    async def _queued(self, message: Control) -> None:
+        inbox_id = message.inbox_id
+        if inbox_id is None:
+            event: MessageEvent | None = event_from_json(message.text)
+        elif self.runner.knows(message.session_key, inbox_id):
+            return  # already here (the sweep or a replay took it first)
+        else:
+            event = await self.store.accepted(inbox_id)  # None: answered meanwhile
+        if event is not None:
+            await self.route(event, inbox_id, message.hops)
+
+    async def _keep(self) -> None:
+        """Renew the leases of busy sessions, release the idle ones, give up the lost ones."""
+        await asyncio.sleep(self.coordinator.lease_s / 3)
+        for key, lease in list(self.leases.items()):
+            if self.runner.idle(key) and not self.owes(key) and key not in self._taking:
+                del self.leases[key]
+                with contextlib.suppress(CoordinationUnavailable):
+                    await self.coordinator.release(lease)
+                continue
+            try:
+                renewed = await self.coordinator.renew(lease)
+            except CoordinationUnavailable:
+                renewed = lease if lease.live else None
+            if renewed is None:
+                log.warning("cluster.lease_lost", session_key=key, token=lease.token)
+                del self.leases[key]
+                self.runner.relinquish(key)
+            else:
+                self.leases[key] = renewed
+
+    async def _sweep(self) -> None:
+        """Take over sessions with unanswered entries and no owner (it died, a notice was
+        lost, coordination was down when they came): replay them here as after a restart.
+        The first sweep, at start, takes entries of any age: it is this instance's replay."""
+        older_than_s = self.coordinator.lease_s if self._swept else 0.0
+        waiting = await self.store.unanswered(older_than_s=older_than_s, max_age_s=self.max_age_s)
+        for key in dict.fromkeys(event.session_key for _, event in waiting):
+            if key in self.leases or key in self._taking:
+                continue
+            if await self.coordinator.owner(key) is not None or not await self.own(key):
+                continue
+            self._taking.add(key)
+            self._later(self._take_over(key), f"takeover:{key}")
+        self._swept = True
+        await asyncio.sleep(self.coordinator.lease_s)
+
+    async def _take_over(self, key: str) -> None:
+        """The session's leftovers read under its lease (quarantine included), less what is
+        already here, then replayed; the lease is kept until that is done."""
+        log.info("cluster.takeover", session_key=key)
+        try:
+            replayer = self.new_replayer()
+            await replayer.load(key)
+            replayer.skip(self.runner.knows)
+            await replayer.run()
+        finally:
+            self._taking.discard(key)
+
+
+async def _forever(step: Callable[[], Awaitable[Any]], pause: float) -> None:
+    """Run ``step`` again and again; a failure (coordination or store down) waits a beat."""
+    while True:
+        try:
+            await step()
+        except (CoordinationUnavailable, StoreError) as exc:
+            log.debug("cluster.loop_waits", error=str(exc))
+            await asyncio.sleep(pause)
+        except Exception:
+            log.exception("cluster.loop_failed")
+            await asyncio.sleep(pause)

@@ -1,0 +1,252 @@
+"""Two gateways on one store and one Redis (`cluster.redis_url`), in this test's loop, each with
+Telegram pointed at one fake: a message or a `/stop` taken by one instance acts on the run the
+other owns; a session whose owner stops renewing is taken over from the inbox, and the old
+owner's late answer is refused by the store, so the user gets exactly one reply."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from adapters.telegram.adapter import TelegramAdapter
+from hermes_gateway.core import ownership
+from hermes_gateway.core.sessions import Pending
+from hermes_gateway.events import MessageEvent
+from hermes_gateway.server import Gateway
+from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.telegram import FakeTelegram
+from tests.harness import Client, dm, eventually, make_config
+from tests.redis_server import SERVER, RedisProcess, needs_redis
+
+pytestmark = [
+    needs_redis,
+    pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning"),
+]
+TOKEN = "123:ABC"
+
+
+@pytest.fixture
+def tg() -> Iterator[FakeTelegram]:
+    with FakeTelegram(token=TOKEN) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def fast_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TelegramAdapter, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramAdapter, "retry_first", 0.1)
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, redis_url: str = SERVER, **runner: Any
+) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """Instances "a" and "b" (ids unique to the test) sharing one SQLite store."""
+    suffix = uuid.uuid4().hex[:8]
+    gateways = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            section = {"enabled": True, "token": TOKEN, "allow_all": True}
+            section.update(base_url=tg.api_url, base_file_url=tg.file_url)
+            config = make_config(
+                tmp_path / name,
+                llm.base_url,
+                platforms={"telegram": section},
+                store={"url": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"},
+                cluster={"redis_url": redis_url, "instance_id": f"{name}-{suffix}", "lease_s": 1},
+                runner={"stop_grace_s": 0.5, "drain_timeout_s": 2, **runner},
+            )
+            gateway = Gateway(config)
+            await gateway.startup()
+            gateways.append(gateway)
+        yield gateways[0], gateways[1]
+    finally:
+        for gateway in reversed(gateways):
+            await gateway.shutdown()
+
+
+def runs_of(gateway: Gateway) -> list[str]:
+    """Records the texts of every run ``gateway``'s runner starts (its own wrapper)."""
+    started: list[str] = []
+    start = gateway.runner.start
+
+    def recording(items: list[Pending], carried: list[Pending] | None = None) -> Any:
+        started.append(" | ".join(p.event.text for p in items))
+        return start(items, carried)
+
+    gateway.runner.start = recording  # type: ignore[method-assign]
+    return started
+
+
+def message(chat: int, message_id: int, words: str) -> MessageEvent:
+    return dm(str(message_id), words, chat=str(chat))
+
+
+async def test_stop_taken_by_one_instance_stops_the_run_on_the_owner(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    chat = random.randint(10_000, 99_999)
+    fake_llm.push(text("a very long answer", delay=20))
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        ran_a, ran_b = runs_of(a), runs_of(b)
+        key = message(chat, 1, "x").session_key
+        assert await a.submit(message(chat, 1, "write an essay"), durable=True) == "accepted"
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        started = time.monotonic()
+        assert await b.submit(message(chat, 2, "/stop"), durable=True) == "accepted"
+        await eventually(lambda: not a.runner.busy(key), timeout=10)
+        stopped_after = time.monotonic() - started
+        [reply] = await tg.wait_sent(1, chat_id=chat)
+        status = a.vitals.status()["cluster"]
+    print(f"/stop across instances took {stopped_after * 1000:.0f} ms")
+    assert reply["text"].startswith("Stopped.")
+    assert ran_a == ["write an essay"] and ran_b == []  # the run and the stop were a's
+    assert status["instance"].startswith("a-") and status["available"] is True
+
+
+async def test_a_message_taken_by_another_instance_interrupts_the_owners_run(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    chat = random.randint(10_000, 99_999)
+    fake_llm.push(text(" ".join(f"w{i}" for i in range(200)), chunk_size=3, chunk_delay=0.05))
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        ran_a, ran_b = runs_of(a), runs_of(b)
+        await a.submit(message(chat, 1, "write a long essay"), durable=True)
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        await b.submit(message(chat, 2, "actually, just say hi"), durable=True)
+        replies = await tg.wait_sent(1, chat_id=chat, timeout=10)
+    assert [r["text"] for r in replies] == ["echo: actually, just say hi"]
+    assert ran_b == []  # b passed its message to the owner; the owner interrupted and merged
+    assert len(ran_a) == 1  # the follow-up turn is handed over, not started afresh
+    roles = [m["role"] for m in fake_llm.requests[1]["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+
+
+async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """a owns the session and stops renewing its lease (paused); b's sweep finds the
+    unanswered entry without an owner, takes the lease and answers; a's answer, ready later,
+    is refused by the store (stale token), so it never goes out."""
+    chat = random.randint(10_000, 99_999)
+    fake_llm.push(text("the paused owner's answer", delay=6))
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        ran_b = runs_of(b)
+        key = message(chat, 1, "x").session_key
+        await a.submit(message(chat, 1, "hello"), durable=True)
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        assert a.ownership is not None
+        for task in a.ownership._tasks:  # a's coordination stops: no renewal, as if paused
+            task.cancel()
+        await eventually(lambda: ran_b, timeout=10)  # b took the session over
+        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+        await eventually(lambda: not a.runner.busy(key), timeout=15)  # a's late answer came
+        await asyncio.sleep(0.5)  # and would have been sent by now
+        sent = [m["text"] for m in tg.messages_to(chat)]
+        to_run, to_send = await b.store.replayable(3600)
+    assert ran_b == ["hello"]
+    assert reply["text"] == "echo: hello" and sent == ["echo: hello"]
+    assert to_run == [] and to_send == []  # answered once, by b
+
+
+async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No coordination, no run (a session could otherwise run on two instances): the message
+    stays in the inbox, /readyz says why, its user is told it waits, and it is answered, once,
+    when Redis is back."""
+    monkeypatch.setattr(ownership, "TELL_WAITING_AFTER_S", 0.5)
+    redis = RedisProcess(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    redis.start()
+    chat = random.randint(10_000, 99_999)
+    try:
+        async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, b):
+            ran_a, ran_b = runs_of(a), runs_of(b)
+            redis.stop()
+            assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
+            await eventually(lambda: not a.vitals.readiness()[0])
+            [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+            await asyncio.sleep(1.5)  # longer than a lease: still nothing ran anywhere
+            assert ran_a == ran_b == [] and fake_llm.requests == []
+            ready, reasons = a.vitals.readiness()
+            redis.start()  # empty: no lease, no stream survived
+            await tg.wait_sent(2, chat_id=chat, timeout=15)
+            await eventually(lambda: a.vitals.readiness()[0] and b.vitals.readiness()[0])
+            await asyncio.sleep(1.5)  # a second answer would come within a sweep
+            sent = [m["text"] for m in tg.messages_to(chat)]
+    finally:
+        redis.stop()
+    assert any("cluster: coordination (Redis) unreachable" in r for r in reasons)
+    assert notice["text"] == ownership.WAITING
+    assert sent == [ownership.WAITING, "echo: are you there?"]
+    assert sorted(ran_a + ran_b) == ["are you there?"]
+
+
+async def test_an_api_request_for_a_session_running_elsewhere_is_refused_not_lost(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """The local API's reply can only go back on the request's own connection: a request for
+    a session another instance runs gets 409 at once (and 503 with coordination down), never
+    a request left hanging for an answer delivered elsewhere."""
+    fake_llm.push(text("the long answer", delay=3))
+    redis = RedisProcess(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    redis.start()
+    try:
+        async with (
+            cluster(tmp_path, fake_llm, tg, redis.url) as (a, b),
+            aiohttp.ClientSession() as http,
+        ):
+            on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
+            on_b = Client(http, f"http://127.0.0.1:{b.control.port}")
+            first = asyncio.create_task(on_a.chat("take your time", user="ann"))
+            await eventually(lambda: len(fake_llm.requests) == 1)
+            started = time.monotonic()
+            elsewhere = await on_b.chat("me again", user="ann")
+            refused_after = time.monotonic() - started
+            answered = await first
+            redis.stop()
+            down = await on_b.chat("anyone?", user="bob")
+    finally:
+        redis.stop()
+    assert elsewhere["status"] == 409 and refused_after < 2.5  # not after a's 3 s answer
+    assert elsewhere["body"]["error"]["code"] == "session_busy_elsewhere"
+    assert answered["text"] == "the long answer"
+    assert down["status"] == 503 and "coordinate" in down["body"]["error"]["message"]
+
+
+async def test_a_reply_computed_by_an_owner_that_died_is_sent_by_the_next_without_a_new_run(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """a's reply is stored but Telegram refuses it, so a offers it again in the background
+    and keeps the session meanwhile; then a dies. b takes the session over and sends the
+    stored reply: one model call, one message."""
+    chat = random.randint(10_000, 99_999)
+    async with cluster(tmp_path, fake_llm, tg) as (a, b):
+        key = message(chat, 1, "x").session_key
+        tg.fail_next("sendMessage", status=500, times=5)  # every attempt the adapter makes
+        await a.submit(message(chat, 1, "hello"), durable=True)
+        await eventually(lambda: a.delivery.owes(key), timeout=10)
+        await asyncio.sleep(1.5)  # past a lease: still a's, its reply still owed
+        assert a.ownership is not None and key in a.ownership.leases
+        assert b.ownership is not None and key not in b.ownership.leases
+        for task in [*a.ownership._tasks, *a.delivery._later]:  # a dies
+            task.cancel()
+        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+        await asyncio.sleep(1.5)  # a second copy would come within a sweep
+        sent = [m["text"] for m in tg.messages_to(chat)]
+        to_run, to_send = await b.store.replayable(3600)
+    assert reply["text"] == "echo: hello" and sent == ["echo: hello"]
+    assert len(fake_llm.requests) == 1  # the stored reply, not a new run
+    assert to_run == [] and to_send == []
