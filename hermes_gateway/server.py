@@ -158,6 +158,8 @@ class Gateway:
             from hermes_gateway.scheduler.service import SchedulerService
 
             self.scheduler = SchedulerService(self)
+            if self.dashboard is not None:
+                self.dashboard.jobs = self.scheduler.board  # the Jobs page appears
         self.notifier = SystemdNotifier(systemd_notify_socket())
         self.watchdog: LoopWatchdog | None = None
         self.sentinel: Sentinel | None = None

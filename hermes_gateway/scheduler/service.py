@@ -16,6 +16,7 @@ import structlog
 from prometheus_client import Counter
 
 from hermes_gateway.config_schema import SchedulerConfig
+from hermes_gateway.scheduler.board import JobBoard
 from hermes_gateway.scheduler.desk import JobDesk
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.outbox import JobOutbox
@@ -60,6 +61,7 @@ class SchedulerService:
             self.ledger, self.scheduler, section, config.scheduler.timezone or "UTC"
         )
         JobRoutes(self.desk, self.ledger).mount(gateway.control.add_route)
+        self.board = JobBoard(self.desk)  # the dashboard's Jobs page, when it is on
         gateway.tool_host.jobs = self.desk
         gateway.commands.jobs = self.desk
         self._register(gateway)

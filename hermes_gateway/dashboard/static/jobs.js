@@ -1,15 +1,48 @@
-/* Jobs: shown only when a scheduler registered its jobs with the dashboard. */
+/* Jobs: each job with its newest runs (status, delivery, answer), and Run now, Pause, Resume.
+   Everything a model or user wrote goes in as text. */
 "use strict";
 (() => {
-  const head = document.querySelector("#jobs thead tr");
   const tbody = document.querySelector("#jobs tbody");
-  function render(jobs) {
-    const columns = jobs.length ? Object.keys(jobs[0]) : [];
-    head.replaceChildren(...columns.map((c) => H.el("th", {}, c)), H.el("th", {}));
-    H.fill(tbody, jobs.map((job) => H.el("tr", {},
-      ...columns.map((c) => H.el("td", {}, job[c] === null ? "" : job[c])),
-      H.el("td", {}, ...["run", "pause", "resume"].map((a) =>
-        H.button(a, "", async () => { await H.post("/api/jobs/" + encodeURIComponent(job.id) + "/" + a); H.flash(a + ": " + job.id); }))))));
+  const LABEL = { run: "Run now", pause: "Pause", resume: "Resume" };
+
+  function action(job, what) {
+    return H.button(LABEL[what], what === "pause" ? "quiet" : "", async () => {
+      const done = await H.post("/api/jobs/" + encodeURIComponent(job.id) + "/" + what);
+      H.flash(done.result);
+    });
   }
-  H.stream("jobs", { jobs(data) { render(data.jobs); } });
+
+  function runs(job) {
+    if (!job.runs.length) return H.el("p", { class: "muted" }, "No runs yet.");
+    const head = H.el("tr", {}, ...["Slot", "Kind", "Status", "Delivery", "Took", "Answer"]
+      .map((t) => H.el("th", {}, t)));
+    const rows = job.runs.map((r) => H.el("tr", { "data-run": String(r.id), "data-status": r.status },
+      H.el("td", {}, r.slot), H.el("td", {}, r.kind), H.el("td", { class: "status" }, r.status),
+      H.el("td", { class: "delivery" }, r.delivery),
+      H.el("td", {}, r.seconds === null ? "–" : r.seconds + " s"),
+      H.el("td", { class: "text" }, H.el("pre", { class: "output" }, r.output),
+        r.error ? H.el("span", { class: "error" }, r.error) : null)));
+    return H.el("table", { class: "runs" }, H.el("thead", {}, head), H.el("tbody", {}, ...rows));
+  }
+
+  function rows(job) {
+    const buttons = [action(job, "run")];
+    if (job.state === "active") buttons.push(action(job, "pause"));
+    if (job.state === "paused") buttons.push(action(job, "resume"));
+    const main = H.el("tr", { "data-job": job.id, "data-state": job.state, class: "job" },
+      H.el("td", { class: "name", title: job.prompt }, job.name), H.el("td", {}, job.chat),
+      H.el("td", {}, job.schedule), H.el("td", {}, job.zone), H.el("td", {}, job.next_run || "–"),
+      H.el("td", { class: "state" }, job.state), H.el("td", {}, job.runs_total),
+      H.el("td", { class: "actions" }, ...buttons));
+    const detail = H.el("tr", { "data-runs-of": job.id, class: "detail" },
+      H.el("td", { colSpan: 8 }, runs(job)));
+    return [main, detail];
+  }
+
+  H.stream("jobs", {
+    jobs(data) {
+      const made = data.jobs.flatMap(rows);
+      H.fill(tbody, made);
+    },
+  });
 })();
