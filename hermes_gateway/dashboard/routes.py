@@ -118,7 +118,7 @@ class _Handlers:
         elif topic == "sessions":
             produce = polled(self._read(views.sessions), "sessions", every, stopping)
         elif topic == "inbox":
-            produce = polled(self._read(views.inbox), "inbox", every, stopping)
+            produce = polled(lambda: views.inbox(self.g), "inbox", every, stopping)
         elif topic == "pairing":
             produce = polled(lambda: views.pairing(self.g), "pairing", every, stopping)
         elif topic == "jobs" and self.d.jobs is not None:

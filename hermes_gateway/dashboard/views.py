@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 PREVIEW_CHARS = 200
 HISTORY_SHOWN = 30
+INBOX_SHOWN = 50  # entries per Inbox list, the most recently changed
+WAITING_AFTER_S = 10.0
 
 
 def overview(gateway: Gateway, series: TimeSeries) -> dict[str, Any]:
@@ -81,8 +83,28 @@ async def history(gateway: Gateway, key: str) -> tuple[list[dict[str, str]], str
     return shown, None
 
 
-def inbox(gateway: Gateway) -> dict[str, Any]:
-    return {"quarantined": gateway.inbox.summaries()}
+async def inbox(gateway: Gateway) -> dict[str, Any]:
+    """Quarantined (this process's list), undeliverable, and waiting: unanswered entries
+    (to run, or a reply to send) that no session of this process is working on."""
+    out: dict[str, Any] = {
+        "quarantined": gateway.inbox.summaries(),
+        "undeliverable": [],
+        "waiting": [],
+        "error": None,
+    }
+    store = gateway.store
+    try:
+        out["undeliverable"] = await store.entries(("undeliverable",), limit=INBOX_SHOWN)
+        # an entry just accepted is on its way to a run: not waiting yet
+        found = await store.entries(
+            ("accepted", "done"), limit=INBOX_SHOWN * 4, older_than_s=WAITING_AFTER_S
+        )
+    except StoreError as exc:
+        out["error"] = f"the store cannot be read: {exc}"
+        return out
+    busy = set(gateway.runner.session_keys())
+    out["waiting"] = [e for e in found if e["session_key"] not in busy][:INBOX_SHOWN]
+    return out
 
 
 async def pairing(gateway: Gateway) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The inbox's crash-loop guard: the attempt a run commits before it works on its messages,
-the quarantine at start of what was in flight across too many crashes, and the operator's
-retry and drop. Also how an inbox row's payload becomes a `MessageEvent` again.
+the quarantine at start of what was in flight across too many crashes, the operator's retry
+and drop, and entries listed by status. Also how a row's payload becomes a `MessageEvent` again.
 """
 
 from __future__ import annotations
@@ -22,6 +22,16 @@ from hermes_gateway.store.models import InboxRow
 log = structlog.get_logger("hermes.store")
 _INBOX = cast(Table, InboxRow.__table__)
 _LISTED = (_INBOX.c.id, _INBOX.c.payload, _INBOX.c.attempts, _INBOX.c.accepted_at)
+_SHOWN = (
+    _INBOX.c.id,
+    _INBOX.c.status,
+    _INBOX.c.payload,
+    _INBOX.c.reply,
+    _INBOX.c.attempts,
+    _INBOX.c.accepted_at,
+    _INBOX.c.updated_at,
+)
+PREVIEW_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +152,55 @@ class InboxGuard(StoreEngine):
             return bool((await conn.execute(stmt)).rowcount)
 
         return await self._tx(run)
+
+    async def entries(
+        self, statuses: tuple[str, ...], *, limit: int, older_than_s: float = 0.0
+    ) -> list[dict[str, Any]]:
+        """Inbox entries in ``statuses`` (accepted at least ``older_than_s`` ago), most
+        recently changed first, at most ``limit``: who, when, the message's and the reply's
+        first words. For the dashboard's Inbox page."""
+        stmt = (
+            select(*_SHOWN)
+            .where(
+                _INBOX.c.status.in_(statuses),
+                _INBOX.c.accepted_at <= time.time() - older_than_s,
+            )
+            .order_by(_INBOX.c.updated_at.desc(), _INBOX.c.id.desc())
+            .limit(limit)
+        )
+
+        async def run(conn: AsyncConnection) -> list[dict[str, Any]]:
+            return [_shown(*row) for row in await conn.execute(stmt)]
+
+        return await self._query(run)
+
+
+def _shown(
+    inbox_id: int,
+    status: str,
+    payload: str,
+    reply: str | None,
+    attempts: int,
+    accepted_at: float,
+    updated_at: float,
+) -> dict[str, Any]:
+    event = event_from_json(payload)
+    return {
+        "id": int(inbox_id),
+        "status": status,
+        "platform": event.platform,
+        "session_key": event.session_key,
+        "user_name": event.user_name,
+        "attempts": int(attempts),
+        "accepted_at": float(accepted_at),
+        "updated_at": float(updated_at),
+        "text": _cut(event.text),
+        "reply": _cut(reply or ""),
+    }
+
+
+def _cut(text: str, most: int = PREVIEW_CHARS) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _entry(inbox_id: int, payload: str, attempts: int, accepted_at: float) -> Quarantined:

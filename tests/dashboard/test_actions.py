@@ -4,15 +4,17 @@ message, a drop discards it, and the page's stream shows the list shrink."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from hermes_gateway.dashboard import views
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.store.store import Store
-from tests.fakes.openai import FakeOpenAI
+from tests.fakes.openai import FakeOpenAI, hang
 from tests.harness import eventually, make_config, running_gateway
 
 
@@ -92,3 +94,56 @@ async def test_retry_and_drop_from_the_inbox_page(tmp_path: Path, fake_llm: Fake
         assert await answered()
         assert await client.history(user="user1") == []
         await eventually(lambda: len(fake_llm.requests) == 1)
+
+
+def _event(platform: str, n: int, text: str) -> MessageEvent:
+    return MessageEvent.create(
+        platform=platform,
+        chat_type="dm",
+        chat_id=f"c{n}",
+        user_id=f"u{n}",
+        message_id=f"w{n}",
+        text=text,
+        user_name=f"<i>user{n}</i>",
+    )
+
+
+async def test_the_inbox_lists_undeliverable_and_waiting_messages(
+    tmp_path: Path, fake_llm: FakeOpenAI, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(views, "WAITING_AFTER_S", 0.0)  # no entry needs to age here
+    config = make_config(tmp_path, fake_llm.base_url, dashboard={"push_interval_s": 0.1})
+    store = Store(config.store_url)
+    await store.open()
+    # telegram is not enabled here: the replay leaves its entries waiting
+    lost = await store.accept(_event("telegram", 1, "you <b>blocked</b> me"))
+    to_send = await store.accept(_event("telegram", 2, "answered, not sent"))
+    to_run = await store.accept(_event("telegram", 3, "not answered yet"))
+    assert lost and to_send and to_run
+    await store.mark([lost], "undeliverable", "a reply nobody got")
+    await store.mark([to_send], "done", "a reply to send")
+    await store.close()
+    fake_llm.push(hang(30))
+    async with running_gateway(config) as (gw, client):
+        running = asyncio.create_task(client.chat("think hard", user="bob"))
+        await eventually(lambda: "api:dm:bob" in gw.runner.session_keys())
+        base = f"{client.base}/dashboard"
+        async with client.http.get(f"{base}/events/inbox") as resp:
+            stream = Stream(resp)
+            listed = await stream.next("inbox")
+        assert listed["error"] is None and listed["quarantined"] == []
+        [entry] = listed["undeliverable"]
+        assert (entry["id"], entry["text"], entry["reply"]) == (
+            lost,
+            "you <b>blocked</b> me",
+            "a reply nobody got",
+        )
+        assert entry["user_name"] == "<i>user1</i>" and entry["platform"] == "telegram"
+        # bob's message is being answered: it is not waiting
+        assert sorted((e["id"], e["status"]) for e in listed["waiting"]) == [
+            (to_send, "done"),
+            (to_run, "accepted"),
+        ]
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
