@@ -1,6 +1,7 @@
 """The dashboard in a real browser (Debian's chromium, headless, driven by Playwright) against a
-real `hermes gateway run` on the fake Telegram and the fake model. Screenshots of every page go
-to the test's tmp directory (`screenshots/`)."""
+real `hermes gateway run` on the fake Telegram and the fake model (with the scheduler and the
+`cronjob` tool for the Jobs page). Screenshots of every page go to the test's tmp directory
+(`screenshots/`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from tests.e2e.daemon import GatewayProcess
-from tests.fakes.openai import FakeOpenAI, hang, text
+from tests.fakes.openai import FakeOpenAI, Response, hang, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.fakes.telegram import FakeTelegram
 
@@ -242,5 +243,93 @@ def test_without_the_token_every_page_and_action_is_refused(
         page.goto(f"{base}/inbox")
         page.wait_for_selector("#empty:not([hidden])", timeout=WAIT_MS)
         page.screenshot(path=shots / "inbox.png", full_page=True)
+    finally:
+        gw.kill()
+
+
+STRETCH = "Tell the user it is time to stretch."
+
+
+def _scheduling(tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram) -> GatewayProcess:
+    telegram = {"enabled": True, "token": TOKEN, "base_url": tg.api_url}
+    telegram |= {"base_file_url": tg.file_url, "allowed_users": [555]}
+    return _gateway(
+        tmp_path,
+        llm,
+        tg,
+        platforms={"telegram": telegram},
+        tools={"enabled": ["cronjob"]},
+        scheduler={"enabled": True, "timezone": "UTC", "tick_s": 0.2},
+    )
+
+
+def _model(body: dict[str, Any]) -> Response:
+    """The chat's turn creates a nightly job; the job's own turn answers with markup."""
+    said = str(body["messages"][-1].get("content") or "")
+    if body["messages"][-1]["role"] == "tool":
+        return text(f"Done. {said}")
+    if STRETCH in said:
+        return text(f"Stretch now! {HOSTILE}")
+    if "every night" in said:
+        create = {"action": "create", "prompt": STRETCH, "schedule": "0 3 * * *"}
+        return tool_calls(("cronjob", create | {"name": "nightly <b>stretch</b>"}))
+    return text(f"echo: {said}")
+
+
+def test_the_jobs_page_runs_pauses_and_resumes_a_job(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, page: Any, shots: Path
+) -> None:
+    fake_llm.responder = _model
+    gw = _scheduling(tmp_path, fake_llm, tg)
+    try:
+        tg.send_text(555, "every night at 3, remind me to stretch")
+        wait_until(lambda: tg.messages_to(555), timeout=20)
+        page.goto(f"{gw.url}/dashboard/jobs")
+        job = "#jobs tr.job"
+        page.wait_for_selector(f'{job}[data-state="active"]', timeout=WAIT_MS)
+        cells = [page.locator(f"{job} td").nth(i).inner_text() for i in range(7)]
+        assert cells[0] == "nightly <b>stretch</b>"  # the name, as text
+        assert cells[1:4] == ["telegram:555", "0 3 * * *", "UTC"]
+        assert cells[4].endswith("03:00 UTC") and cells[6] == "0"
+        assert "No runs yet." in page.inner_text("#jobs tr.detail")
+
+        page.click(f"{job} button:has-text('Run now')")
+        done = '#jobs tr[data-run][data-status="succeeded"]'
+        page.wait_for_selector(done, timeout=WAIT_MS)
+        page.wait_for_selector(f"{done} td.delivery:has-text('delivered')", timeout=WAIT_MS)
+        assert page.inner_text(f"{done} pre.output") == f"Stretch now! {HOSTILE}"
+        assert page.locator("#jobs img, #jobs b").count() == 0
+        assert page.evaluate("window.pwned") is None
+        assert tg.messages_to(555)[-1]["text"].startswith("Stretch now!")
+        page.screenshot(path=shots / "jobs.png", full_page=True)
+
+        page.click(f"{job} button:has-text('Pause')")
+        page.wait_for_selector(f'{job}[data-state="paused"]', timeout=WAIT_MS)
+        assert page.locator(f"{job} button:has-text('Pause')").count() == 0
+        page.click(f"{job} button:has-text('Resume')")
+        page.wait_for_selector(f'{job}[data-state="active"]', timeout=WAIT_MS)
+        [listed] = httpx.get(f"{gw.url}/v1/cron/jobs", timeout=5).json()["jobs"]
+        assert (listed["state"], listed["runs"]) == ("active", 0)  # run now left the schedule
+    finally:
+        gw.kill()
+
+
+def test_the_inbox_shows_an_answer_the_platform_refused(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, page: Any, shots: Path
+) -> None:
+    gw = _scheduling(tmp_path, fake_llm, tg)
+    try:
+        tg.fail_next("sendMessage", status=403, times=3)  # the user blocked the bot
+        tg.send_text(555, f"are you there? {HOSTILE}")
+        page.goto(f"{gw.url}/dashboard/inbox")
+        row = "#undeliverable tbody tr"
+        page.wait_for_selector(row, timeout=WAIT_MS)
+        assert page.locator(f"{row} td.text").nth(0).inner_text() == f"are you there? {HOSTILE}"
+        assert page.inner_text(f"{row} td.reply") == f"echo: are you there? {HOSTILE}"
+        assert page.locator("main img").count() == 0
+        assert page.evaluate("window.pwned") is None
+        assert page.locator("#empty").is_visible()  # nothing quarantined
+        assert page.locator("#waiting-empty").is_visible()
+        page.screenshot(path=shots / "inbox-undeliverable.png", full_page=True)
     finally:
         gw.kill()

@@ -6,7 +6,7 @@
   const LABEL = { run: "Run now", pause: "Pause", resume: "Resume" };
 
   function action(job, what) {
-    return H.button(LABEL[what], what === "pause" ? "quiet" : "", async () => {
+    return H.button(LABEL[what], "", async () => {
       const done = await H.post("/api/jobs/" + encodeURIComponent(job.id) + "/" + what);
       H.flash(done.result);
     });
