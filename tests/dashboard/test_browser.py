@@ -216,11 +216,13 @@ def test_without_the_token_every_page_and_action_is_refused(
     gw = _gateway(tmp_path, fake_llm, tg, control=control)
     try:
         base = f"{gw.url}/dashboard"
-        for path in ("/", "/sessions", "/inbox", "/logs", "/pairing", "/chat", "/session?key=x"):
+        pages = ("/", "/sessions", "/inbox", "/jobs", "/logs", "/pairing", "/chat")
+        for path in (*pages, "/session?key=x"):
             page.goto(base + path)
             assert page.url == f"{base}/login", path
             assert page.locator("input[name=token]").is_visible()
-        for action in ("/api/sessions/stop", "/api/inbox/1/retry", "/api/pairing/approve"):
+        actions = ("/api/sessions/stop", "/api/inbox/1/retry", "/api/pairing/approve")
+        for action in (*actions, "/api/jobs/abc/run"):
             response = page.request.post(base + action, data={"key": "x"})
             assert response.status == 401, action
         assert page.request.get(f"{base}/events/overview").status == 401
