@@ -4,6 +4,7 @@ resume through it, an unknown job, and a run's answer carrying markup kept as pl
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +15,29 @@ from hermes_gateway.scheduler.board import OUTPUT_CHARS, RUNS_SHOWN, JobBoard
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, Response, text
 from tests.harness import make_config, running_gateway
+from tests.integration.test_postgres import SERVER
+from tests.scheduler.test_ledger import postgres_database
 
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 
 
-def scheduling(tmp_path: Path, llm: FakeOpenAI) -> Any:
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, str]]:
+    """The store section: the default SQLite file, or a database on the test PostgreSQL."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    if not SERVER:
+        pytest.skip("set HERMES_TEST_POSTGRES (CI does)")
+    async with postgres_database() as url:
+        yield {"url": url}
+
+
+def scheduling(tmp_path: Path, llm: FakeOpenAI, store: dict[str, str] | None = None) -> Any:
     return make_config(
         tmp_path,
         llm.base_url,
+        store=store or {},
         runner={"stop_grace_s": 0.2},
         tools={"enabled": ["cronjob"]},
         scheduler={"enabled": True, "timezone": "UTC", "tick_s": 0.1, "min_interval_s": 1},
@@ -42,10 +58,10 @@ async def until(probe: Any, timeout: float = 20) -> Any:
 
 
 async def test_a_snapshot_lists_jobs_with_their_newest_runs(
-    tmp_path: Path, fake_llm: FakeOpenAI
+    tmp_path: Path, fake_llm: FakeOpenAI, store: dict[str, str]
 ) -> None:
     fake_llm.responder = lambda body: text("x" * (OUTPUT_CHARS + 50))
-    async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, _):
+    async with running_gateway(scheduling(tmp_path, fake_llm, store)) as (gw, _):
         b = board(gw)
         assert await b.snapshot() == []
         desk = b.desk
