@@ -5,6 +5,7 @@ into the inbox, so neither a crash nor a store that cannot write loses one."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ class Poller:
         allowed_updates: Sequence[str],
         on_error: OnError,
         writable: Callable[[], Awaitable[None]],
+        budget: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.bot = bot
         self.request = request
@@ -68,6 +70,9 @@ class Poller:
         self.allowed_updates = list(allowed_updates)
         self.on_error = on_error
         self.writable = writable  # returns once the store can take updates again
+        # seconds a getUpdates may wait and still end while this instance leads polling (in
+        # a cluster: so no two instances' long polls overlap and Telegram answers 409)
+        self.budget = budget
         self.refused_pause = 0.0  # after the store refused an update: grows while it does
         self.offset: int | None = None  # the next update wanted: confirms all before it
         self._confirmed: int | None = None  # the offset Telegram last saw
@@ -79,8 +84,12 @@ class Poller:
         backoff = Backoff(self.backoff_first, self.backoff_max, factor=1.5, jitter=0)
         while True:
             pause = 0.0
+            wait = min(self.timeout, self.budget())
+            if wait < 1.0:  # the lease is being renewed (or is lost: the adapter stops this)
+                await asyncio.sleep(0.2)
+                continue
             try:
-                items = await self._fetch(self.timeout)
+                items = await self._fetch(wait)
             except InvalidToken as exc:  # its text may quote the token
                 raise AdapterAuthError("Telegram rejected the bot token while polling") from exc
             except RetryAfter as exc:
