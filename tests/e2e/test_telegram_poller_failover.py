@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.daemon import GatewayProcess
@@ -28,6 +31,7 @@ pytestmark = [
 ]
 TOKEN = "123:ABC"
 LEASE_S = 3
+ROLE = "telegram-poller:123"  # the leader lease of the bot: its id is the token's first part
 CHATS = list(range(555, 565))  # one message per chat: no busy policy merges two
 
 
@@ -78,6 +82,23 @@ def leading(gateway: GatewayProcess) -> bool:
     return bool(events(gateway, "telegram.poller_leading"))
 
 
+def survey(gateway: GatewayProcess) -> dict[str, Any]:
+    """The cluster as this instance's `/status` shows it."""
+    cluster = httpx.get(f"{gateway.url}/status", timeout=5).json()["cluster"]
+    return dict(cluster.get("survey") or {})
+
+
+def polled_by(gateway: GatewayProcess) -> str | None:
+    leader = survey(gateway).get("leaders", {}).get(ROLE)
+    return None if leader is None else str(leader["owner"])
+
+
+def cli_status(gateway: GatewayProcess) -> str:
+    cmd = [sys.executable, "-m", "hermes_gateway", "gateway", "status", "--cluster"]
+    cmd += ["--url", gateway.url, "--config", str(gateway.config_path)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False).stdout
+
+
 def replies(fake: FakeTelegram) -> Counter[str]:
     return Counter(m["text"] for chat in CHATS for m in fake.messages_to(chat))
 
@@ -102,6 +123,9 @@ def test_one_poller_and_a_stand_by_takes_over(
         wait_until(lambda: sum(replies(tg).values()) == 5, timeout=30)
         time.sleep(LEASE_S)  # several renewals and long polls: the stand-by still waits
         assert not leading(second)
+        wait_until(lambda: set(survey(second).get("instances", ())) == {"a", "b"}, timeout=10)
+        assert polled_by(second) == "a" == polled_by(first)
+        report = cli_status(second) if how == "kill" else ""
         if how == "kill":
             first.kill()
         else:
@@ -112,6 +136,7 @@ def test_one_poller_and_a_stand_by_takes_over(
         wait_until(lambda: leading(second), timeout=LEASE_S * 4)
         took_over = time.monotonic() - gone
         wait_until(lambda: sum(replies(tg).values()) >= 10, timeout=30)
+        wait_until(lambda: polled_by(second) == "b", timeout=LEASE_S * 3)
         time.sleep(1)  # a reply sent twice would show now
         got = replies(tg)
     finally:
@@ -120,6 +145,9 @@ def test_one_poller_and_a_stand_by_takes_over(
     expected = [f"echo: before {n}" for n in range(5)] + [f"echo: after {n}" for n in range(5)]
     assert got == Counter(expected), (got, first.stderr(), second.stderr())
     assert conflicts(tg) == []
+    if how == "kill":  # the operator's view while both ran
+        assert f"{ROLE}" in report and "a (held" in report, report
+        assert "instances" in report and "standing by" in report, report
     # SIGKILL: the lease runs out (plus one stand-by retry); SIGTERM: it is released at once
     assert took_over < LEASE_S + 3, took_over
     print(f"{how}: the stand-by polled {took_over:.2f} s after the leader went")
