@@ -47,6 +47,7 @@ class Poller:
     """One getUpdates loop; `run` until cancelled, then `confirm` what was taken."""
 
     backoff_first, backoff_max = 1.0, 30.0  # after an error (PTB's Updater used the same)
+    short_poll_pause = 0.5  # between short polls (a lease too short for a long poll)
     paused_check_s = 10.0  # while the store cannot write: a getUpdates that takes nothing
 
     def __init__(
@@ -83,11 +84,12 @@ class Poller:
         await self.request.initialize()  # its own connections (idempotent)
         backoff = Backoff(self.backoff_first, self.backoff_max, factor=1.5, jitter=0)
         while True:
-            pause = 0.0
-            wait = min(self.timeout, self.budget())
-            if wait < 1.0:  # the lease is being renewed (or is lost: the adapter stops this)
+            pause, budget = 0.0, self.budget()
+            if budget <= 0:  # not leading (the adapter stops this loop when the lease is lost)
                 await asyncio.sleep(0.2)
                 continue
+            # getUpdates waits whole seconds: under one second left, a short poll, then a pause
+            wait = min(self.timeout, budget) if budget >= 1.0 else 0.0
             try:
                 items = await self._fetch(wait)
             except InvalidToken as exc:  # its text may quote the token
@@ -105,6 +107,8 @@ class Poller:
                 if refused:
                     await self._wait_for_store()
                     continue
+                if not items and not wait:
+                    pause = self.short_poll_pause
                 if items and not taken:
                     # nothing in the answer had an id, so nothing can be confirmed: asking again
                     # at once would get the same answer, in a tight loop

@@ -37,6 +37,7 @@ WAITING = (
     "I can't reach the service my gateway instances coordinate through, so your message waits; "
     "I'll answer it as soon as it is back."
 )
+SURVEY_EVERY_S = 5.0  # at most this often a scan of the coordination store (for /status)
 TELL_WAITING_AFTER_S = 30.0  # a message waiting this long for coordination: its user is told
 
 
@@ -71,7 +72,7 @@ class Ownership:
         self._tasks: list[asyncio.Task[None]] = []
         self._taking: set[str] = set()  # sessions being taken over (replayed) here
         self._swept = False
-        self.survey: Survey | None = None  # the whole cluster, refreshed every lease
+        self.survey: Survey | None = None  # the whole cluster, refreshed now and then
         self.surveyed = 0.0  # monotonic time of that survey
         runner.fence_for = self.fence
 
@@ -238,7 +239,7 @@ class Ownership:
         """Refresh the cluster's survey for `/status` (a scan of the coordination store)."""
         with contextlib.suppress(CoordinationUnavailable):
             self.survey, self.surveyed = await self.coordinator.survey(), time.monotonic()
-        await asyncio.sleep(self.coordinator.lease_s)
+        await asyncio.sleep(max(self.coordinator.lease_s, SURVEY_EVERY_S))
 
     async def _sweep(self) -> None:
         """Take over sessions with unanswered entries and no owner (it died, a notice was
