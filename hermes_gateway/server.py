@@ -31,6 +31,7 @@ from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.hooks import collect_hooks, install_hooks
 from hermes_gateway.core.housekeeping import Housekeeper
+from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
 from hermes_gateway.core.ownership import Ownership
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
@@ -50,6 +51,7 @@ from hermes_gateway.seam.pairing import PairingBook
 from hermes_gateway.seam.platform import (
     Adapter,
     Admitted,
+    Leadership,
     StreamSink,
     SubmitOutcome,
     adapter_class,
@@ -114,6 +116,7 @@ class Gateway:
                 refuse=self._refuse,
                 notify=self._notify,
             )
+        self.leaders: dict[str, ClusterLeader] = {}  # singleton work led through the cluster
         self.tool_host = GatewayToolHost(
             runner=self.runner,
             delivery=self.delivery,
@@ -257,6 +260,16 @@ class Gateway:
         if ctx is not None:
             return list(ctx.history)
         return await self.store.history(session_key)
+
+    def leadership(self, role: str) -> Leadership:
+        """One process leads every role; in a cluster a leader lease decides (kept in
+        `leaders` for `/status`)."""
+        if self.ownership is None:
+            return SoleLeader(role)
+        leader = self.leaders.get(role)
+        if leader is None:
+            leader = self.leaders[role] = ClusterLeader(self.ownership.coordinator, role)
+        return leader
 
     async def remember_preview(self, event: MessageEvent, ref: str) -> None:
         with contextlib.suppress(StoreError):  # the preview goes on; only a replay misses it

@@ -83,6 +83,8 @@ class TelegramAdapter:
             connection_pool_size=16, read_timeout=t, write_timeout=t, connect_timeout=t
         )
         self.app = self._build_app()
+        # one poller per bot token in a cluster (always this one on a single process)
+        self.lead = host.leadership(f"telegram-poller:{self.config.token.split(':')[0]}")
         self.poller: Poller | None = None
         self._polling: asyncio.Task[None] | None = None
         if self.config.mode == "polling":
@@ -96,6 +98,7 @@ class TelegramAdapter:
         self._accepting = False
         self._lock_warned = False
         self._commands_set = False
+        self._standby = False  # waiting for another instance to stop polling this bot
         self.supervisor = Supervisor(
             self.name,
             self._connect_once,
@@ -104,7 +107,7 @@ class TelegramAdapter:
             # no getUpdates started for this long: polling is stuck outside a request
             stall=StallWatch(
                 self._stall_after + Poller.backoff_max,
-                self.monitor.idle,
+                lambda: 0.0 if self._standby else self.monitor.idle(),
                 self.watch_interval,
                 "telegram.polling_restart",
             ),
@@ -156,6 +159,7 @@ class TelegramAdapter:
             allowed_updates=ALLOWED_UPDATES,
             on_error=self._on_poll_error,
             writable=self.host.writable,
+            budget=self.lead.remaining,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -173,8 +177,9 @@ class TelegramAdapter:
         """Stop intake: no more polling or webhook updates; sending still works."""
         self._accepting = False
         await self.supervisor.stop()  # polling among it
-        if self.poller is not None and self._live:
+        if self.poller is not None and self._live and self.lead.leading:
             await self.poller.confirm()
+        await self.lead.release()  # after the confirm: a stand-by takes over from there
         if self.app.running:
             await bounded(self.app.stop(), 5, "telegram.app_stop")
         self._live = False
@@ -193,7 +198,7 @@ class TelegramAdapter:
 
     def health(self) -> Health:
         health = self.supervisor.health
-        if health.ready and self.poller is not None:
+        if health.ready and self.poller is not None and not self._standby:
             problem = self.monitor.problem(self._stall_after)
             if problem is not None:
                 return Health(False, problem)
@@ -206,8 +211,13 @@ class TelegramAdapter:
         return self.poll_timeout + self.request_timeout + self.stall_grace
 
     async def _connect_once(self) -> None:
-        """Connect and take updates until polling ends (a webhook: until stopped)."""
+        """Connect and take updates until polling ends (a webhook: until stopped). In a
+        cluster only the instance leading ``telegram-poller:<bot id>`` polls; the others stay
+        connected for sending and stand by."""
+        if self.poller is not None and not self.lead.leading:
+            await self._stand_by()
         if not await asyncio.to_thread(self.lock.acquire):
+            await self.lead.release()  # a gateway outside the cluster polls on this host
             (log.debug if self._lock_warned else log.error)(
                 "telegram.token_in_use", lock=str(self.lock.path)
             )
@@ -216,10 +226,7 @@ class TelegramAdapter:
             raise RetryLater(self.lock_retry, in_use)
         if not self.supervisor.failures:  # else the last failure stays in /readyz meanwhile
             self.supervisor.down("connecting to Telegram")
-        try:
-            me = await self._bring_up()
-        except AdapterAuthError as exc:
-            raise self._rejected(exc) from exc
+        me = await self._connect()
         self._live = True
         self.supervisor.ready(f"@{me.username} {self.config.mode} live")
         log.info("telegram.connected", bot=me.username, mode=self.config.mode)
@@ -227,6 +234,28 @@ class TelegramAdapter:
             await hold()
         else:
             await self._poll(self.poller)
+
+    async def _connect(self) -> BotIdentity:
+        try:
+            return await self._bring_up()
+        except AdapterAuthError as exc:
+            raise self._rejected(exc) from exc
+
+    async def _stand_by(self) -> None:
+        """Connected for sending, wait until this instance leads polling; the poller then
+        starts from the offset Telegram kept (what the last leader confirmed)."""
+        me = await self._connect()
+        self._standby = True
+        self.supervisor.ready(f"@{me.username} polling stand-by: another instance polls")
+        log.info("telegram.poller_standby", bot=me.username)
+        try:
+            await self.lead.acquire()
+        finally:
+            self._standby = False
+        assert self.poller is not None
+        self.poller.offset = None
+        self.monitor.reset()
+        log.info("telegram.poller_leading", bot=me.username)
 
     async def _bring_up(self) -> BotIdentity:
         try:
@@ -259,14 +288,22 @@ class TelegramAdapter:
         self.monitor.reset()
 
     async def _poll(self, poller: Poller) -> None:
-        """Run the polling loop until it ends; its end (a bug, a cancel) is a failure."""
+        """Run the polling loop until it ends or leading is lost; its end (a bug, a cancel)
+        is a failure, a lost lead a return to standing by."""
         polling = self._polling = asyncio.create_task(poller.run(), name="adapter:telegram:polling")
+        lost = asyncio.create_task(self.lead.lost(), name="adapter:telegram:lead-lost")
         try:
-            await asyncio.wait({polling})
+            await asyncio.wait({polling, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            polling.cancel()
-            await asyncio.gather(polling, return_exceptions=True)
-        error = None if polling.cancelled() else polling.exception()
+            for task in (polling, lost):
+                task.cancel()
+            await asyncio.gather(polling, lost, return_exceptions=True)
+        if not polling.cancelled() or lost.cancelled():
+            error = None if polling.cancelled() else polling.exception()
+        else:  # another instance polls now: this one must not, and stands by again
+            await asyncio.to_thread(self.lock.release)
+            await self.lead.release()
+            raise RetryLater(0.0)
         if isinstance(error, AdapterAuthError):  # revoked while running: nothing to retry
             self._live = False
             raise self._rejected(error) from error

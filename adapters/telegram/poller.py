@@ -5,6 +5,7 @@ into the inbox, so neither a crash nor a store that cannot write loses one."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ class Poller:
     """One getUpdates loop; `run` until cancelled, then `confirm` what was taken."""
 
     backoff_first, backoff_max = 1.0, 30.0  # after an error (PTB's Updater used the same)
+    short_poll_pause = 0.5  # between short polls (a lease too short for a long poll)
     paused_check_s = 10.0  # while the store cannot write: a getUpdates that takes nothing
 
     def __init__(
@@ -59,6 +61,7 @@ class Poller:
         allowed_updates: Sequence[str],
         on_error: OnError,
         writable: Callable[[], Awaitable[None]],
+        budget: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.bot = bot
         self.request = request
@@ -68,6 +71,9 @@ class Poller:
         self.allowed_updates = list(allowed_updates)
         self.on_error = on_error
         self.writable = writable  # returns once the store can take updates again
+        # seconds a getUpdates may wait and still end while this instance leads polling (in
+        # a cluster: so no two instances' long polls overlap and Telegram answers 409)
+        self.budget = budget
         self.refused_pause = 0.0  # after the store refused an update: grows while it does
         self.offset: int | None = None  # the next update wanted: confirms all before it
         self._confirmed: int | None = None  # the offset Telegram last saw
@@ -78,9 +84,14 @@ class Poller:
         await self.request.initialize()  # its own connections (idempotent)
         backoff = Backoff(self.backoff_first, self.backoff_max, factor=1.5, jitter=0)
         while True:
-            pause = 0.0
+            pause, budget = 0.0, self.budget()
+            if budget <= 0:  # not leading (the adapter stops this loop when the lease is lost)
+                await asyncio.sleep(0.2)
+                continue
+            # getUpdates waits whole seconds: under one second left, a short poll, then a pause
+            wait = min(self.timeout, budget) if budget >= 1.0 else 0.0
             try:
-                items = await self._fetch(self.timeout)
+                items = await self._fetch(wait)
             except InvalidToken as exc:  # its text may quote the token
                 raise AdapterAuthError("Telegram rejected the bot token while polling") from exc
             except RetryAfter as exc:
@@ -96,6 +107,8 @@ class Poller:
                 if refused:
                     await self._wait_for_store()
                     continue
+                if not items and not wait:
+                    pause = self.short_poll_pause
                 if items and not taken:
                     # nothing in the answer had an id, so nothing can be confirmed: asking again
                     # at once would get the same answer, in a tight loop

@@ -91,6 +91,9 @@ def _gateway_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _scope(_with_config(gsub.add_parser(name, help=f"{name} the installed service")))
     status = _with_config(gsub.add_parser("status", help="service, process and /status"))
     status.add_argument("--url", help="control API base URL (default: from the config)")
+    status.add_argument(
+        "--cluster", action="store_true", help="every instance, leader leases, lease ages"
+    )
     logs = _with_config(gsub.add_parser("logs", help="show the gateway's logs readably"))
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     logs.add_argument("--since", help="only lines newer than this (10m, 2h, 1d, ISO time)")
@@ -207,7 +210,8 @@ def _manage(args: argparse.Namespace, config: Config, url: str) -> int:
     if args.action == "status":
         from hermes_gateway.cli.status import gateway_status
 
-        return gateway_status(url, config.control.token, manager.state(), sys.stdout)
+        state = manager.state()
+        return gateway_status(url, config.control.token, state, sys.stdout, args.cluster)
     if args.action == "install":
         return manager.install()
     if args.action == "uninstall":

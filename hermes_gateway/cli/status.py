@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from hermes_gateway.cli.cluster_view import render_cluster
 from hermes_gateway.cli.inbox import print_quarantined
 
 EXIT_READY = 0
@@ -14,7 +15,10 @@ EXIT_UNHEALTHY = 1
 EXIT_DOWN = 3  # systemctl's "program is not running"
 
 
-def gateway_status(url: str, token: str | None, service_state: str, out: TextIO) -> int:
+def gateway_status(
+    url: str, token: str | None, service_state: str, out: TextIO, cluster: bool = False
+) -> int:
+    """``cluster``: also every instance, the leader leases and lease ages (`--cluster`)."""
     out.write(f"service      {service_state}\n")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -27,6 +31,10 @@ def gateway_status(url: str, token: str | None, service_state: str, out: TextIO)
         return EXIT_UNHEALTHY
     status: dict[str, Any] = response.json()
     _render(status, out)
+    if status.get("cluster"):
+        render_cluster(status["cluster"], out, cluster)
+    elif cluster:
+        out.write("cluster      not in cluster mode (cluster.redis_url is not set)\n")
     return EXIT_READY if status.get("ready") else EXIT_UNHEALTHY
 
 

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from hermes_gateway.store.fence import Fence
 
@@ -67,6 +67,48 @@ class Control:
         return cls(**json.loads(raw), ref=ref)
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One lease as the coordination store holds it (for `/status`): its age is counted from
+    its token, which is the store's clock at the grant (approximately: the counter may lead)."""
+
+    kind: Kind
+    key: str
+    owner: str
+    age_s: float
+    left_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """The whole cluster as the coordination store sees it: each live instance with the
+    seconds since its last heartbeat, and every lease."""
+
+    instances: dict[str, float]
+    leases: list[Held]
+
+    def as_dict(self) -> dict[str, Any]:
+        sessions: dict[str, int] = dict.fromkeys(self.instances, 0)
+        for held in self.leases:
+            if held.kind == "session":
+                sessions[held.owner] = sessions.get(held.owner, 0) + 1
+        return {
+            "instances": {
+                name: {"heartbeat_s": round(self.instances.get(name, -1.0), 1), "sessions": n}
+                for name, n in sorted(sessions.items())
+            },
+            "leaders": {
+                h.key: {"owner": h.owner, "age_s": round(h.age_s, 1), "left_s": round(h.left_s, 1)}
+                for h in sorted(self.leases, key=lambda h: h.key)
+                if h.kind == "leader"
+            },
+        }
+
+
+def held(kind: Kind, key: str, owner: str, token: int, now_us: int, left_s: float) -> Held:
+    return Held(kind, key, owner, max(0.0, (now_us - token) / 1e6), max(0.0, left_s))
+
+
 class Coordinator(Protocol):
     """Session ownership, leader election and the control channel. A call that cannot reach
     the coordination store raises `CoordinationUnavailable` (and `available` turns False until
@@ -100,6 +142,12 @@ class Coordinator(Protocol):
 
     async def leader(self, role: str) -> str | None:
         """The instance holding the role's leader lease, if any."""
+
+    async def beat(self) -> None:
+        """Say this instance is alive (for `survey`); it counts as gone after 3 leases."""
+
+    async def survey(self) -> Survey:
+        """Every live instance and every lease in the cluster (a scan: for `/status`)."""
 
     async def send(self, to: str, message: Control) -> None:
         """Queue ``message`` for instance ``to``, in order after what this sender sent it."""

@@ -7,7 +7,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field, replace
 
-from hermes_gateway.cluster.lease import Control, Kind, Lease, next_token
+from hermes_gateway.cluster.lease import Control, Kind, Lease, Survey, held, next_token
 
 
 @dataclass
@@ -27,6 +27,7 @@ class LocalHub:
         self.counter = 0
         self.seq = 0
         self.streams: dict[str, _Stream] = {}
+        self.beats: dict[str, float] = {}  # instance -> monotonic time of its last heartbeat
 
     def stream(self, instance: str) -> _Stream:
         return self.streams.setdefault(instance, _Stream())
@@ -93,6 +94,20 @@ class LocalCoordinator:
     def _holder(self, kind: Kind, key: str) -> str | None:
         held = self.hub.leases.get((kind, key))
         return held[0] if held is not None and held[2] > time.monotonic() else None
+
+    async def beat(self) -> None:
+        self.hub.beats[self.instance_id] = time.monotonic()
+
+    async def survey(self) -> Survey:
+        now, now_us = time.monotonic(), time.time_ns() // 1000
+        gone = 3 * self.lease_s
+        alive = {name: now - at for name, at in self.hub.beats.items() if now - at < gone}
+        leases = [
+            held(kind, key, owner, token, now_us, deadline - now)
+            for (kind, key), (owner, token, deadline) in self.hub.leases.items()
+            if deadline > now
+        ]
+        return Survey(alive, leases)
 
     async def send(self, to: str, message: Control) -> None:
         self.hub.seq += 1

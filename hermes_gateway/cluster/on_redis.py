@@ -18,7 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from hermes_gateway.cluster import scripts
-from hermes_gateway.cluster.lease import Control, Kind, Lease
+from hermes_gateway.cluster.lease import Control, Held, Kind, Lease, Survey, held
 from hermes_gateway.errors import CoordinationUnavailable
 
 log = structlog.get_logger("hermes.cluster")
@@ -27,6 +27,7 @@ _DOWN = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 GROUP = "owner"
 STREAM_MAX = 10_000  # messages kept per instance (approximate trim)
 STREAM_TTL_S = 86_400  # an instance gone for good: its stream goes a day after the last message
+_SURVEYED = ("instance", "session", "leader")  # the key kinds `survey` reads
 BLOCK_MS = 1000  # a reader's wait per round trip; a message arriving ends it at once
 
 
@@ -125,6 +126,41 @@ class RedisCoordinator:
     async def _holder(self, kind: Kind, key: str) -> str | None:
         found = await self._call(self._redis.hget(self._key(kind, key), "owner"))
         return None if found is None else found.decode()
+
+    async def beat(self) -> None:
+        key = f"{self.prefix}instance:{self.instance_id}"
+        await self._call(self._redis.set(key, "1", px=int(3 * self.lease_s * 1000)))
+
+    async def survey(self) -> Survey:
+        return await self._call(self._survey(), 3 * self._timeout)
+
+    async def _survey(self) -> Survey:
+        found = [k async for k in self._redis.scan_iter(match=f"{self.prefix}*", count=1000)]
+        names = [k.decode()[len(self.prefix) :].split(":", 1) for k in found]
+        wanted = [(n[0], n[1]) for n in names if len(n) == 2 and n[0] in _SURVEYED]
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.time()
+        for kind, key in wanted:  # each key's type is known from its name: no WRONGTYPE
+            full = f"{self.prefix}{kind}:{key}"
+            pipe.pttl(full)
+            if kind == "instance":
+                pipe.exists(full)  # a placeholder: answers come in pairs
+            else:
+                pipe.hmget(full, "owner", "token")
+        answers = await pipe.execute()
+        seconds, micros = answers[0]
+        now_us, gone = int(seconds) * 1_000_000 + int(micros), 3 * self.lease_s
+        instances: dict[str, float] = {}
+        leases: list[Held] = []
+        for (kind, key), ttl_ms, fields in zip(wanted, answers[1::2], answers[2::2], strict=True):
+            if ttl_ms < 0:
+                continue  # expired since the scan
+            if kind == "instance":
+                instances[key] = max(0.0, gone - ttl_ms / 1000)
+            elif fields[0] is not None:
+                token = int(fields[1])
+                leases.append(held(kind, key, fields[0].decode(), token, now_us, ttl_ms / 1000))
+        return Survey(instances, leases)
 
     async def send(self, to: str, message: Control) -> None:
         stream = f"{self.prefix}ctl:{to}"

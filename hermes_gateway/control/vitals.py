@@ -73,8 +73,16 @@ class Vitals:
             "quarantined": g.inbox.summaries(),
             "scheduler": g.scheduler.status() if g.scheduler is not None else {"enabled": False},
             "memory": g.memory.status(),
-            "cluster": None if g.ownership is None else g.ownership.status(),
+            "cluster": self._cluster(),
         }
+
+    def _cluster(self) -> dict[str, Any] | None:
+        """This instance's leases and roles, and the last survey of the whole cluster."""
+        g = self.gateway
+        if g.ownership is None:
+            return None
+        leading = {role: leader.status() for role, leader in g.leaders.items()}
+        return {**g.ownership.status(), "roles": leading}
 
     def register_gauges(self) -> None:
         g = self.gateway

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen
+from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen, Survey
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
@@ -37,6 +37,7 @@ WAITING = (
     "I can't reach the service my gateway instances coordinate through, so your message waits; "
     "I'll answer it as soon as it is back."
 )
+SURVEY_EVERY_S = 5.0  # at most this often a scan of the coordination store (for /status)
 TELL_WAITING_AFTER_S = 30.0  # a message waiting this long for coordination: its user is told
 
 
@@ -71,6 +72,8 @@ class Ownership:
         self._tasks: list[asyncio.Task[None]] = []
         self._taking: set[str] = set()  # sessions being taken over (replayed) here
         self._swept = False
+        self.survey: Survey | None = None  # the whole cluster, refreshed now and then
+        self.surveyed = 0.0  # monotonic time of that survey
         runner.fence_for = self.fence
 
     @property
@@ -87,11 +90,13 @@ class Ownership:
     async def start(self) -> None:
         with contextlib.suppress(CoordinationUnavailable):  # the loops keep trying
             await self.coordinator.start()
+            await self.coordinator.beat()
         beat = self.coordinator.lease_s / 3
         for loop, name in (
             (self._receive, "receive"),
             (self._keep, "keep"),
             (self._sweep, "sweep"),
+            (self._look, "survey"),
         ):
             self._tasks.append(asyncio.create_task(_forever(loop, beat), name=f"cluster-{name}"))
 
@@ -112,6 +117,8 @@ class Ownership:
             "instance": self.me,
             "available": self.coordinator.available,
             "owned": {k: round(lease.deadline - now, 1) for k, lease in self.leases.items()},
+            "survey": None if self.survey is None else self.survey.as_dict(),
+            "survey_age_s": round(now - self.surveyed, 1) if self.survey is not None else None,
         }
 
     # -- routing ------------------------------------------------------------------------
@@ -209,6 +216,8 @@ class Ownership:
     async def _keep(self) -> None:
         """Renew the leases of busy sessions, release the idle ones, give up the lost ones."""
         await asyncio.sleep(self.coordinator.lease_s / 3)
+        with contextlib.suppress(CoordinationUnavailable):
+            await self.coordinator.beat()  # alive, for the other instances' surveys
         for key, lease in list(self.leases.items()):
             if self.runner.idle(key) and not self.owes(key) and key not in self._taking:
                 del self.leases[key]
@@ -225,6 +234,12 @@ class Ownership:
                 self.runner.relinquish(key)
             else:
                 self.leases[key] = renewed
+
+    async def _look(self) -> None:
+        """Refresh the cluster's survey for `/status` (a scan of the coordination store)."""
+        with contextlib.suppress(CoordinationUnavailable):
+            self.survey, self.surveyed = await self.coordinator.survey(), time.monotonic()
+        await asyncio.sleep(max(self.coordinator.lease_s, SURVEY_EVERY_S))
 
     async def _sweep(self) -> None:
         """Take over sessions with unanswered entries and no owner (it died, a notice was

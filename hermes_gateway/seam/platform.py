@@ -45,6 +45,31 @@ class StreamSink(Protocol):
     def push(self, text: str) -> None: ...
 
 
+class Leadership(Protocol):
+    """Work only one instance of a cluster may do at a time (one poller per bot token). On
+    one process this instance always leads; in a cluster it is a leader lease."""
+
+    @property
+    def leading(self) -> bool: ...
+
+    async def acquire(self) -> None:
+        """Return once this instance leads (waits while another instance does)."""
+        ...
+
+    def remaining(self) -> float:
+        """Seconds of work that surely end while this instance still leads: bound each step
+        (a long poll) by it; 0 when not leading, infinite on one process."""
+        ...
+
+    async def lost(self) -> None:
+        """Return once leading was lost (a renewal refused, or its deadline passed)."""
+        ...
+
+    async def release(self) -> None:
+        """Stop leading, so a stand-by takes over at once (idempotent)."""
+        ...
+
+
 class AdapterHost(Protocol):
     """What the gateway gives an adapter."""
 
@@ -92,6 +117,10 @@ class AdapterHost(Protocol):
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         """The session's conversation so far."""
+        ...
+
+    def leadership(self, role: str) -> Leadership:
+        """The leadership of ``role`` (e.g. "telegram-poller:<bot id>") in the cluster."""
         ...
 
     async def remember_preview(self, event: MessageEvent, ref: str) -> None:

@@ -54,6 +54,10 @@ WEBHOOK_CONFLICT = (
     "Conflict: can't use getUpdates method while webhook is active; "
     "use deleteWebhook to delete the webhook first"
 )
+POLL_CONFLICT = (
+    "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
+    "is running"
+)
 NOT_MODIFIED = (
     "message is not modified: specified new message content and reply markup are exactly "
     "the same as a current content and reply markup of the message"
@@ -327,6 +331,9 @@ class FakeTelegram(FakeServer):
         self._callback_ids: set[str] = set()
         self._call_counts: Counter[str] = Counter()  # `calls` by method, kept for /_fake/stats
         self._stall = self._closing = False
+        # getUpdates calls waiting now, by connection; a newer one from another connection
+        # ends them with 409 as Telegram does (a client that hung up is no longer polling)
+        self._polls: dict[int, tuple[web.Request, asyncio.Event]] = {}
         self._webhook_error: tuple[int, str] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._worker: asyncio.Task[None] | None = None
@@ -680,7 +687,10 @@ class FakeTelegram(FakeServer):
             self._call_counts[name] += 1
             if failures := self._failures.get(name.lower()):
                 raise failures.pop(0)
-            result = await handler(params)
+            if name == "getUpdates":
+                result = await self._poll(request, params)
+            else:
+                result = await handler(params)
         except (ValueError, TypeError, AttributeError) as exc:  # junk parameters
             return self._api_error(name, bad_request(f"invalid parameters: {exc}"))
         except ApiError as exc:
@@ -693,6 +703,30 @@ class FakeTelegram(FakeServer):
 
     async def _get_me(self, p: JSON) -> JSON:
         return {**self.bot_user, **BOT_CAPABILITIES}
+
+    async def _poll(self, request: web.Request, p: JSON) -> list[JSON]:
+        """getUpdates as Telegram runs it: one consumer at a time."""
+        ended = asyncio.Event()
+        if self._polls:
+            await asyncio.sleep(0.1)  # a client that just hung up: its close is on the way
+        for other, other_ended in list(self._polls.values()):
+            if other.transport is not None and not other.transport.is_closing():
+                other_ended.set()  # a poll of another live connection: terminated, 409
+        key = id(request)
+        self._polls[key] = (request, ended)
+        polling = asyncio.ensure_future(self._get_updates(p))
+        waiting = asyncio.ensure_future(ended.wait())
+        try:
+            await asyncio.wait({polling, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._polls.pop(key, None)
+            waiting.cancel()
+            if not polling.done():
+                polling.cancel()
+                await asyncio.gather(polling, return_exceptions=True)
+        if polling.cancelled():
+            raise ApiError(409, POLL_CONFLICT)
+        return polling.result()
 
     async def _get_updates(self, p: JSON) -> list[JSON]:
         offset, limit = int(p.get("offset") or 0), min(max(int(p.get("limit") or 100), 1), 100)

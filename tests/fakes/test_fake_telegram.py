@@ -503,3 +503,26 @@ def test_factories_build_what_ptb_parses() -> None:
     assert update.message.is_topic_message
     assert [e.type for e in update.message.entities] == ["bot_command", "mention"]
     assert update.message.entities[1].offset == 20  # UTF-16: the emoji counts 2
+
+
+async def test_a_second_concurrent_get_updates_ends_the_first_with_409(fake: FakeTelegram) -> None:
+    """Telegram runs one getUpdates at a time per bot: a newer long poll from another
+    connection terminates the waiting one with 409; one whose client hung up is no conflict."""
+    url = f"{fake.api_url}{fake.token}/getUpdates"
+    async with aiohttp.ClientSession() as first, aiohttp.ClientSession() as second:
+        waiting = asyncio.create_task(first.post(url, json={"timeout": 5}))
+        await asyncio.sleep(0.3)
+        newer = asyncio.create_task(second.post(url, json={"timeout": 1}))
+        older = await asyncio.wait_for(waiting, 3)
+        assert older.status == 409
+        assert "terminated by other getUpdates request" in (await older.json())["description"]
+        assert (await asyncio.wait_for(newer, 5)).status == 200
+    assert [e[1] for e in fake.errors] == [409]
+    async with aiohttp.ClientSession() as gone, aiohttp.ClientSession() as after:
+        hung_up = asyncio.create_task(gone.post(url, json={"timeout": 5}))
+        await asyncio.sleep(0.3)
+        hung_up.cancel()  # the client gives up its long poll (a stop, a lost lease)
+        await asyncio.gather(hung_up, return_exceptions=True)
+        await gone.close()
+        assert (await after.post(url, json={"timeout": 1})).status == 200
+    assert [e[1] for e in fake.errors] == [409]

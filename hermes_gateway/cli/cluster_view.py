@@ -1,0 +1,39 @@
+"""The cluster part of `hermes gateway status`: one line about this instance, and with
+`--cluster` every instance, who leads which role (who polls which bot) and lease ages."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+
+def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
+    coordination = "ok" if c.get("available") else "UNREACHABLE (new messages wait)"
+    owned = c.get("owned") or {}
+    out.write(
+        f"cluster      instance {c.get('instance')}, coordination {coordination}, "
+        f"{len(owned)} session lease(s) here\n"
+    )
+    for role, led in sorted((c.get("roles") or {}).items()):
+        state = f"leading for {led['for_s']} s" if led.get("leading") else "standing by"
+        out.write(f"  {role:<28} {state}\n")
+    if not everything:
+        return
+    survey = c.get("survey")
+    if not survey:
+        out.write("  no survey of the cluster yet (coordination unreachable since start?)\n")
+        return
+    out.write(f"instances    (surveyed {c.get('survey_age_s')} s ago)\n")
+    for name, info in survey["instances"].items():
+        beat = info["heartbeat_s"]
+        seen = "no heartbeat" if beat < 0 else f"heartbeat {beat} s ago"
+        me = "  (this one)" if name == c.get("instance") else ""
+        out.write(f"  {name:<28} {info['sessions']} session lease(s), {seen}{me}\n")
+    out.write("leaders\n")
+    if not survey["leaders"]:
+        out.write("  none\n")
+    for role, led in survey["leaders"].items():
+        out.write(f"  {role:<28} {led['owner']} (held {led['age_s']} s, {led['left_s']} s left)\n")
+    if owned:
+        out.write("sessions here (s left on the lease)\n")
+        for key, left in sorted(owned.items()):
+            out.write(f"  {key:<28} {left}\n")

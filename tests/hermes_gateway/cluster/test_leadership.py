@@ -1,0 +1,83 @@
+"""Singleton work through leader leases, on the in-process hub and on Redis alike: one leader,
+a stand-by that takes over when the leader releases or dies, a lost lease noticed, work bounded
+by the lease; and the survey `/status` shows (instances, leaders, session counts, ages)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
+from tests.hermes_gateway.cluster.conftest import Make
+
+ROLE = "telegram-poller:123"
+LEASE_S = 1.0
+
+
+async def test_one_leader_and_a_stand_by_that_takes_over_on_release(make: Make) -> None:
+    a = ClusterLeader(await make("a", LEASE_S), ROLE)
+    b = ClusterLeader(await make("b", LEASE_S), ROLE)
+    await a.acquire()
+    waiting = asyncio.create_task(b.acquire())
+    await asyncio.sleep(LEASE_S * 2.5)  # a renews meanwhile: b keeps waiting
+    assert a.leading and not waiting.done() and not b.leading
+    assert 0 < a.remaining() < LEASE_S
+    await a.release()
+    await asyncio.wait_for(waiting, LEASE_S * 2)  # released: b leads within a retry
+    assert b.leading and not a.leading and a.remaining() == 0
+    assert await b.coordinator.leader(ROLE) == "b"
+    await b.release()
+
+
+async def test_a_dead_leaders_lease_runs_out_and_is_taken(make: Make) -> None:
+    a_coordinator = await make("a", LEASE_S)
+    a = ClusterLeader(a_coordinator, ROLE)
+    b = ClusterLeader(await make("b", LEASE_S), ROLE)
+    await a.acquire()
+    assert a._keeper is not None
+    a._keeper.cancel()  # a stops renewing, as a killed process does
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(b.acquire(), LEASE_S * 3)
+    assert loop.time() - started <= LEASE_S + b.retry_s + 0.5
+    assert a.remaining() == 0  # its own deadline passed: it would not poll any more
+    await b.release()
+
+
+async def test_a_refused_renewal_is_reported_lost(make: Make) -> None:
+    coordinator = await make("a", LEASE_S)
+    a = ClusterLeader(coordinator, ROLE)
+    await a.acquire()
+    assert a.lease is not None
+    await coordinator.release(a.lease)  # gone from the store (Redis lost its data)
+    await asyncio.wait_for(a.lost(), LEASE_S * 2)
+    assert not a.leading and a.remaining() == 0
+    await a.release()
+
+
+async def test_the_survey_shows_instances_leaders_and_session_counts(make: Make) -> None:
+    a, b = await make("a", LEASE_S * 5), await make("b", LEASE_S * 5)
+    await a.beat()
+    await b.beat()
+    assert await a.lead(ROLE) is not None
+    for key in ("telegram:dm:1", "telegram:dm:2"):
+        assert await a.acquire(key) is not None
+    assert await b.acquire("telegram:dm:3") is not None
+    await asyncio.sleep(0.3)
+    view = (await b.survey()).as_dict()
+    assert set(view["instances"]) == {"a", "b"}
+    assert view["instances"]["a"]["sessions"] == 2 and view["instances"]["b"]["sessions"] == 1
+    assert 0.2 <= view["instances"]["a"]["heartbeat_s"] < 3
+    leader = view["leaders"][ROLE]
+    assert leader["owner"] == "a" and 0.2 <= leader["age_s"] < 3
+    assert 0 < leader["left_s"] <= LEASE_S * 5
+
+
+async def test_a_single_process_always_leads() -> None:
+    sole = SoleLeader(ROLE)
+    await sole.acquire()
+    assert sole.leading and sole.remaining() == math.inf
+    lost = asyncio.create_task(sole.lost())
+    await asyncio.sleep(0.05)
+    assert not lost.done()
+    lost.cancel()
