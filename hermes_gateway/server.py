@@ -40,7 +40,7 @@ from hermes_gateway.lifecycle import Lifecycle
 from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.seam.access import AccessPolicy, Gatekeeper
+from hermes_gateway.seam.access import Gatekeeper
 from hermes_gateway.seam.pairing import PairingBook
 from hermes_gateway.seam.platform import (
     Adapter,
@@ -238,10 +238,6 @@ class Gateway(Lifecycle):
 
     async def writable(self) -> None:
         await self.store.circuit.wait_writable()
-
-    def access_for(self, platform: str) -> AccessPolicy | None:
-        """A platform's access rules; None where the core checks none (the local API)."""
-        return self.gate.policy(platform)
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         ctx = self.agents.peek(session_key)

@@ -64,6 +64,7 @@ BASE = {
     "logs",
     "log_guard",
     "log_tail",
+    "thread_hop",
 }
 
 

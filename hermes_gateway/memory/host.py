@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from agent_core import ModelError
@@ -18,6 +17,7 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.scope import bank_of, sole_user, user_ref
 from hermes_gateway.memory.service import MemoryService, Source
+from hermes_gateway.thread_hop import hop
 from tools.errors import ToolError
 from tools.host import Recalled
 
@@ -136,15 +136,9 @@ class MemoryHost:
             raise ToolError(f"the model could not reflect: {exc.user_message}") from None
 
     def _hop(self, coro: Any) -> Any:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise ToolError("the gateway is not running")
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
-            return future.result(self.timeout_s)
-        except TimeoutError:
-            future.cancel()
-            raise ToolError("the memory archive did not answer in time") from None
+            return hop(
+                self._loop, coro, self.timeout_s, "the memory archive did not answer in time"
+            )
         except StoreError as exc:
             raise ToolError(f"the memory archive is unavailable: {exc}") from None
