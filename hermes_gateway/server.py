@@ -30,7 +30,6 @@ from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
-from hermes_gateway.dashboard import Dashboard
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.guard.sdnotify import SystemdNotifier
@@ -51,6 +50,7 @@ from hermes_gateway.seam.platform import (
 from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
+    from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.scheduler.service import SchedulerService
 
 log = structlog.get_logger("hermes.gateway")
@@ -143,7 +143,9 @@ class Gateway(Lifecycle):
         self.inbox = InboxRoutes(self.store, self.route)
         self.inbox.mount(self.control.add_route)
         self.dashboard: Dashboard | None = None
-        if config.dashboard.enabled:
+        if config.dashboard.enabled:  # imported only then: jinja2 and its pages (~4 MB)
+            from hermes_gateway.dashboard import Dashboard
+
             self.dashboard = Dashboard(self, config.dashboard)
             self.dashboard.mount(self.control)
         self.scheduler: SchedulerService | None = None

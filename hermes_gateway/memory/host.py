@@ -16,13 +16,13 @@ from agent_core import ModelError
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.scope import bank_of, sole_user, user_ref
-from hermes_gateway.memory.service import MemoryService, Source
 from hermes_gateway.thread_hop import hop
 from tools.errors import ToolError
 from tools.host import Recalled
 
 if TYPE_CHECKING:
     from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.memory.service import MemoryService
 
 NO_USER = "no user is known for this conversation right now"
 OWNERS_KEPT = 10_000
@@ -102,6 +102,8 @@ class MemoryHost:
     async def _retain(
         self, session_key: str, content: str, context: str, tags: tuple[str, ...]
     ) -> str:
+        from hermes_gateway.memory.service import Source  # loaded with the service (numpy)
+
         assert self.service is not None
         event = self._asker(session_key)
         source = Source(session_key, event.message_id)
