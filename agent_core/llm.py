@@ -52,6 +52,18 @@ class LLMSettings:
     setup_hint: str = ""
 
 
+def sdk_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
+    """The openai SDK's client as every caller here uses it: no retries of its own (ours
+    honour interrupts and outages), a placeholder key for a local server that wants none."""
+    # imported here: it is the biggest import of the daemon (about 0.6 s), and /healthz
+    # should not wait for it
+    import openai
+
+    return openai.OpenAI(
+        base_url=base_url, api_key=api_key or "no-key", timeout=timeout_s, max_retries=0
+    )
+
+
 class LLMClient:
     """Chat completions against one provider; safe to share across threads."""
 
@@ -76,16 +88,8 @@ class LLMClient:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    # imported here: it is the biggest import of the daemon (about 0.6 s), and
-                    # /healthz should not wait for it
-                    import openai
-
-                    self._client = openai.OpenAI(
-                        base_url=self.settings.base_url,
-                        api_key=self.settings.api_key or "no-key",
-                        timeout=self.settings.timeout_s,
-                        max_retries=0,  # our own retry loop honours interrupts
-                    )
+                    s = self.settings
+                    self._client = sdk_client(s.base_url, s.api_key, s.timeout_s)
         return self._client
 
     def close(self) -> None:

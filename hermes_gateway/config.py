@@ -1,22 +1,18 @@
 """The one configuration object: YAML + ``${VAR}`` interpolation, validated by pydantic at load.
 
-This is the only module that reads the environment. `load_config` runs once at start and the
-resulting frozen `Config` is passed down explicitly.
+This is the only module that reads the environment (the file is read by `config_file`, checked
+by `config_check`). `load_config` runs once at start and the frozen `Config` is passed down.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from hermes_gateway.config_schema import (
     PLATFORM_NAMES,
@@ -38,6 +34,7 @@ from hermes_gateway.config_schema import (
 )
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "PLATFORM_NAMES",
     "BusyPolicy",
     "Config",
@@ -61,6 +58,8 @@ __all__ = [
     "systemd_notify_socket",
     "tool_environment",
 ]
+from hermes_gateway.config_check import check_semantics, config_error
+from hermes_gateway.config_file import MAX_CONFIG_BYTES, read_yaml
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.platform_spec import platform_specs
 
@@ -76,7 +75,7 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     """
     env = dict(os.environ if environ is None else environ)
     try:
-        raw = _read_yaml(path, env)
+        raw = read_yaml(config_path(path, env))
         # the secrets file systemd's unit reads: every command (`config check`, `chat`,
         # `doctor`, a foreground run) sees it too; the real environment wins
         env = {**read_env_file(_home_of(raw, env) / "gateway.env"), **env}
@@ -94,41 +93,13 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise _config_error(exc) from None
+        raise config_error(exc) from None
     config = _expand_paths(config, env)
-    _check_semantics(config)
+    check_semantics(config)
     return config
 
 
 DEFAULT_HOME = "~/.hermes"
-MAX_CONFIG_BYTES = 1024 * 1024  # a real config is a few KB; /dev/zero or a 50 MB file is not
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str, first: int, second: int) -> None:
-        super().__init__(key)
-        self.key, self.first, self.second = key, first, second
-
-
-class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """libyaml's parser when present (deep nesting stops at its depth limit in milliseconds
-    where the pure-Python loader recursed for a second), with duplicate keys refused: YAML
-    would keep the last one silently, and a second ``token:`` is usually a paste mistake."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` may be overridden by the mapping's own keys
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            try:
-                if key in seen:
-                    raise _DuplicateKey(str(key), seen[key], line)
-                seen[key] = line
-            except TypeError:
-                pass  # an unhashable key: the constructor below names it
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
 def config_path(path: str | Path | None, environ: Mapping[str, str] | None = None) -> Path | None:
@@ -167,42 +138,6 @@ def read_env_file(path: Path) -> dict[str, str]:
             value = value[1:-1]
         out[name] = value
     return out
-
-
-def _read_yaml(path: str | Path | None, env: Mapping[str, str]) -> Any:
-    path = config_path(path, env)
-    if path is None:
-        return {}
-    text = _read_text(Path(path))
-    try:
-        loaded = yaml.load(text, Loader=_StrictLoader)
-    except _DuplicateKey as exc:
-        raise ConfigError(
-            exc.key, f"appears twice in the same mapping (lines {exc.first} and {exc.second})"
-        ) from None
-    except RecursionError:
-        raise ConfigError("", f"{path} nests too deeply to be a config") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError("", f"{path} is not valid YAML{where}") from None
-    return {} if loaded is None else loaded
-
-
-def _read_text(path: Path) -> str:
-    """The file's text, read no further than `MAX_CONFIG_BYTES` (a device or a huge file
-    must not take seconds and gigabytes before it is refused)."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError("", f"cannot read config file {path}: {exc.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError("", f"{path} is larger than {MAX_CONFIG_BYTES // 1024} KiB: not a config")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError("", f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
 MAX_VALUES = 100_000  # YAML aliases can make a few lines expand to billions of values
@@ -277,136 +212,6 @@ def _expand_paths(config: Config, env: Mapping[str, str]) -> Config:
     if tools:
         updates["tools"] = config.tools.model_copy(update=tools)
     return config.model_copy(update=updates)
-
-
-def _check_semantics(config: Config) -> None:
-    enabled = [
-        (spec, getattr(config.platforms, spec.name))
-        for spec in platform_specs()
-        if getattr(config.platforms, spec.name).enabled
-    ]
-    for spec, section in enabled:
-        for key in spec.required(section):
-            if not str(getattr(section, key)).strip():
-                var = spec.secrets.get(key)
-                raise ConfigError(
-                    f"platforms.{spec.name}.{key}",
-                    f"must be set when platforms.{spec.name}.enabled is true"
-                    + (f" (or set {var})" if var else ""),
-                )
-    _check_control_token(config)
-    _check_store_url(config.store.url)
-    for spec, section in enabled:
-        for key, reason in spec.problems(section):
-            raise ConfigError(f"platforms.{spec.name}.{key}", reason)
-    _check_redis_url(config.cluster.redis_url)
-    if config.watchdog.fatal_s * 1000 <= config.watchdog.warn_ms:
-        raise ConfigError("watchdog.fatal_s", "must be longer than watchdog.warn_ms")
-
-
-MIN_TOKEN_CHARS = 16
-
-
-def _check_control_token(config: Config) -> None:
-    token = config.control.token
-    if _is_loopback(config.control.host):
-        return
-    if not token:
-        raise ConfigError(
-            "control.token", "must be set when control.host is not a loopback address"
-        )
-    if token != token.strip() or len(set(token)) < 4 or len(token) < MIN_TOKEN_CHARS:
-        raise ConfigError(
-            "control.token",
-            f"is too weak for a non-loopback control.host: use at least {MIN_TOKEN_CHARS} "
-            "random characters with no surrounding spaces (e.g. `openssl rand -hex 24`)",
-        )
-
-
-_STORE_DRIVERS = {"sqlite+aiosqlite": None, "postgresql+asyncpg": "asyncpg"}
-
-
-def _check_store_url(url: str | None) -> None:
-    if url is None:
-        return
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme not in _STORE_DRIVERS:
-        raise ConfigError(
-            "store.url",
-            f"unsupported database {scheme or url[:40]!r}: use sqlite+aiosqlite:///PATH or "
-            "postgresql+asyncpg://USER:PASSWORD@HOST/DB",
-        )
-    module = _STORE_DRIVERS[scheme]
-    if module and importlib.util.find_spec(module) is None:
-        raise ConfigError(
-            "store.url", f"needs the {module} driver: pip install 'hermes-gateway[postgres]'"
-        )
-
-
-def _check_redis_url(url: str | None) -> None:
-    if url is None:
-        return
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(
-            "cluster.redis_url",
-            f"unsupported URL {url[:40]!r}: use redis://HOST:PORT/DB, rediss://... or unix:///PATH",
-        )
-    if importlib.util.find_spec("redis") is None:
-        raise ConfigError(
-            "cluster.redis_url", "needs redis-py: pip install 'hermes-gateway[cluster]'"
-        )
-
-
-def _is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _config_error(exc: ValidationError) -> ConfigError:
-    """The first problem as the error (its key), the others carried along for `config check`."""
-    problems = [_problem(err) for err in exc.errors()]
-    key, reason = problems[0]
-    others = tuple(f"{k}: {r}" for k, r in problems[1:])
-    return ConfigError(key, reason, others=others)
-
-
-def _problem(err: Any) -> tuple[str, str]:
-    loc = [str(part) for part in err["loc"]]
-    key = ".".join(loc)
-    kind = err["type"]
-    ctx = err.get("ctx") or {}
-    if kind == "extra_forbidden":
-        reason = "unknown key"
-        guess = _close_key(loc)
-        if guess:
-            reason += f" (did you mean {guess!r}?)"
-    elif kind == "literal_error":
-        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        reason = "must be one of " + ", ".join(choices)
-    elif kind == "missing":
-        reason = "is required"
-    else:
-        reason = err["msg"][0].lower() + err["msg"][1:]
-        if "input" in err and not isinstance(err["input"], dict | list):
-            shown = repr(err["input"])
-            reason += f" (got {shown[:80]}{'...' if len(shown) > 80 else ''})"
-    return key, reason
-
-
-def _close_key(loc: list[str]) -> str | None:
-    """The known key of the same section closest to a misspelled one (`workres`)."""
-    model: Any = Config
-    for part in loc[:-1]:
-        field = model.model_fields.get(part)
-        model = field.annotation if field is not None else None
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.75)
-    return close[0] if close else None
 
 
 # What every tool process may see of the gateway's environment: locale, time zone and the

@@ -1,15 +1,12 @@
-"""`Gateway`: builds every part from the config and runs startup -> main -> shutdown.
+"""`Gateway`: builds every part from the config and takes each message in (the `AdapterHost`).
 
-Shutdown order: stop intake -> drain with timeout -> interrupt agents -> stop the pool ->
-close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`; a second one forces.
+Its startup -> main -> shutdown, signals and reload are `hermes_gateway/lifecycle.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import signal
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -17,36 +14,33 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from hermes_gateway import __version__
 from hermes_gateway.agents.cache import AgentCache
-from hermes_gateway.agents.factory import AgentFactory, confine_tools
+from hermes_gateway.agents.factory import AgentFactory
 from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.cluster.build import coordinator
-from hermes_gateway.config import Config, config_path, systemd_notify_socket
+from hermes_gateway.config import Config, systemd_notify_socket
 from hermes_gateway.control.admin import AdminRoutes
 from hermes_gateway.control.app import ControlServer, Handler
 from hermes_gateway.control.vitals import Vitals
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
-from hermes_gateway.core.hooks import collect_hooks, install_hooks
-from hermes_gateway.core.housekeeping import Housekeeper
 from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
 from hermes_gateway.core.ownership import Ownership
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
-from hermes_gateway.dashboard import Dashboard
-from hermes_gateway.errors import ConfigError, StoreError
+from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.guard.sdnotify import SystemdNotifier
 from hermes_gateway.guard.sentinel import Sentinel
 from hermes_gateway.guard.watchdog import LoopWatchdog
+from hermes_gateway.lifecycle import Lifecycle
 from hermes_gateway.live_config import LiveConfig
-from hermes_gateway.memory.wiring import announce_legacy, build_memory
+from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.seam.access import AccessPolicy, Gatekeeper
+from hermes_gateway.seam.access import Gatekeeper
 from hermes_gateway.seam.pairing import PairingBook
 from hermes_gateway.seam.platform import (
     Adapter,
@@ -54,19 +48,18 @@ from hermes_gateway.seam.platform import (
     Leadership,
     StreamSink,
     SubmitOutcome,
-    adapter_class,
-    load_adapter,
 )
 from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
+    from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.scheduler.service import SchedulerService
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
 
 
-class Gateway:
+class Gateway(Lifecycle):
     """The daemon. Also the `AdapterHost` every adapter is built with."""
 
     def __init__(self, config: Config, config_path: str | None = None) -> None:
@@ -153,7 +146,9 @@ class Gateway:
         self.inbox = InboxRoutes(self.store, self.route)
         self.inbox.mount(self.control.add_route)
         self.dashboard: Dashboard | None = None
-        if config.dashboard.enabled:
+        if config.dashboard.enabled:  # imported only then: jinja2 and its pages (~4 MB)
+            from hermes_gateway.dashboard import Dashboard
+
             self.dashboard = Dashboard(self, config.dashboard)
             self.dashboard.mount(self.control)
         self.scheduler: SchedulerService | None = None
@@ -251,10 +246,6 @@ class Gateway:
     async def writable(self) -> None:
         await self.store.circuit.wait_writable()
 
-    def access_for(self, platform: str) -> AccessPolicy | None:
-        """A platform's access rules; None where the core checks none (the local API)."""
-        return self.gate.policy(platform)
-
     async def history(self, session_key: str) -> list[dict[str, Any]]:
         ctx = self.agents.peek(session_key)
         if ctx is not None:
@@ -278,190 +269,6 @@ class Gateway:
     def _stream_for(self, event: MessageEvent) -> StreamSink | None:
         adapter = self.adapters.get(event.platform)
         return adapter.stream(event) if adapter is not None else None
-
-    # -- lifecycle ----------------------------------------------------------------------
-
-    async def serve(self) -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.handle_exit, sig)
-        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
-        try:
-            try:
-                await self.startup()
-            except Exception as exc:  # the log must not end on a clean "stopped" line
-                log.error("gateway.start_failed", error=str(exc), error_type=type(exc).__name__)
-                self.exit_code = -1  # the CLI picks the real code from the exception
-                raise
-            await self.should_exit.wait()
-        finally:
-            await self.shutdown()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
-        return self.exit_code
-
-    def handle_exit(self, sig: int = signal.SIGTERM) -> None:
-        if self.should_exit.is_set():
-            log.warning("gateway.force_exit", signal=signal.Signals(sig).name)
-            self.force_exit = True
-            return
-        log.info("gateway.stopping", signal=signal.Signals(sig).name)
-        self.should_exit.set()
-
-    async def reload(self) -> None:
-        """SIGHUP: take new access rules and log level from the config file; sessions, runs
-        and connections are untouched (other keys need a restart)."""
-        if await self.live.reload(self.config_path):
-            self.gate.reconfigure()  # the one part that derives state
-
-    async def _listen(self) -> None:
-        """Open the control port; an address we cannot listen on is the operator's to fix, so
-        it is a configuration error (exit 78: systemd must not restart into the same wall)."""
-        try:
-            await self.control.start()
-        except OSError as exc:
-            where = f"{self.config.control.host}:{self.config.control.port}"
-            raise ConfigError(
-                "control.port", f"cannot listen on {where}: {exc.strerror or exc}"
-            ) from None
-
-    async def startup(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.tool_host.bind(loop)
-        self.memory.bind(loop)
-        self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
-        self.watchdog.start()
-        self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
-        self.sentinel.start()
-        await asyncio.to_thread(self._prepare_dirs)
-        # tool modules are imported off the loop, before the first agent needs them
-        await asyncio.to_thread(
-            lambda: [self.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
-        )
-        hooks = await asyncio.to_thread(
-            collect_hooks, self.config.hooks, self.config.home_path / "hooks"
-        )
-        install_hooks(self.bus, hooks)
-        await self.store.open()
-        self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
-        await asyncio.to_thread(confine_tools, self.config, self.config_path)
-        await self.pairing.load()
-        replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
-        if self.ownership is None:  # in a cluster each session is replayed under its lease
-            await replayer.load()  # before intake: what this run takes is not a leftover
-        await self.inbox.load()  # what that quarantined, and what earlier starts did
-        for name in self.config.platforms.enabled():
-            cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
-            self.adapters[name] = load_adapter(name, self, cls)
-        if self.dashboard is not None:
-            await self.dashboard.start()
-        await self._listen()
-        for name, adapter in self.adapters.items():
-            await adapter.start()
-            log.info("adapter.started", platform=name)
-        if self.ownership is None:
-            self._spawn(replayer.run(), "replay")
-        else:  # its first sweep takes over the leftovers of sessions no instance owns
-            await self.ownership.start()
-        self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
-        if self.scheduler is not None:  # adapters up: its answers can go out
-            await self.scheduler.start(self._spawn)
-        self._spawn(self._warm_up(), "warm-up")
-        self.notifier.notify("READY=1")
-        self.bus.emit("gateway_startup", session_key="", version=__version__)
-        log.info(
-            "gateway.ready",
-            version=__version__,
-            port=self.control.port,
-            platforms=list(self.adapters),
-            model=self.config.model.name,
-            workers=self.config.runner.workers,
-            home=str(self.config.home_path),
-            config=str(config_path(self.config_path) or "built-in defaults"),
-        )
-        if not self.agent_factory.llm.configured:
-            log.warning(
-                "model.not_configured",
-                hint="every chat is answered with how to set one: put model.api_key (or "
-                "OPENAI_API_KEY in <home>/gateway.env) or a local model.base_url in the config",
-            )
-
-    async def shutdown(self) -> None:
-        self.notifier.notify("STOPPING=1")
-        self.bus.emit("gateway_shutdown", session_key="")
-        # stop intake first: anything an adapter fetched meanwhile still lands in the inbox
-        for adapter in self.adapters.values():
-            await _quietly(adapter.stop(), "adapter.stop")
-        self.closing = True
-        if self.scheduler is not None:  # no new job runs; running ones are recorded stopped
-            await _quietly(self.scheduler.stop(), "scheduler.stop")
-        drain = 0.0 if self.force_exit else self.config.runner.drain_timeout_s
-        drained = await self._drain(drain)
-        if not drained:
-            log.warning("gateway.drain_timeout", seconds=drain)
-        await self.runner.interrupt_all()
-        if self.ownership is not None:  # the leases go at once: another instance takes over
-            await self.ownership.close()
-        await self.delivery.close()  # undelivered replies wait in the inbox for the next start
-        await asyncio.to_thread(self.pool.shutdown)
-        if self.memory.service is not None:
-            await self.memory.service.close()  # auto-retains in flight; before the store closes
-        for task in self._background:
-            task.cancel()
-        if self._background:
-            # let a cancelled store.prune unwind before the engine is disposed: disposing it
-            # under a live aiosqlite connection left a task that never finished (a hung loop)
-            await asyncio.wait(self._background, timeout=2)
-        for adapter in self.adapters.values():
-            close = getattr(adapter, "close", None)
-            if close is not None:
-                await _quietly(close(), "adapter.close")
-        await self.bus.aclose()
-        await self.store.close()
-        if self.dashboard is not None:
-            await self.dashboard.stop()
-        await self.control.stop()
-        self.agent_factory.close()
-        if self.sentinel is not None:
-            await self.sentinel.stop()
-        if self.watchdog is not None:
-            self.watchdog.stop()
-        self.notifier.close()
-        if self.exit_code >= 0:
-            log.info("gateway.stopped", exit_code=self.exit_code)
-
-    async def _drain(self, timeout: float) -> bool:
-        drain = asyncio.create_task(self.runner.drain(timeout))
-        while not drain.done():
-            await asyncio.wait({drain}, timeout=0.1)
-            if self.force_exit:
-                drain.cancel()
-                return False
-        return drain.result()
-
-    async def _warm_up(self) -> None:
-        """Build the model client ahead of the first message (it imports the SDK), then move
-        everything loaded so far out of the garbage collector's way: the startup heap is
-        ~100 MB of objects that live forever, and scanning it made every full collection a
-        ~100 ms pause of the loop (measured: 107 ms before, under 1 ms after)."""
-        try:
-            await asyncio.to_thread(self.llm.warm)
-        finally:
-            gc.freeze()  # no collect first: that would itself be the pause we are avoiding
-
-    def _prepare_dirs(self) -> None:
-        for path in (self.config.home_path, self.config.workspace_path):
-            path.mkdir(parents=True, exist_ok=True)
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        self._background.append(asyncio.create_task(coro, name=name))
-
-
-async def _quietly(coro: Any, what: str) -> None:
-    try:
-        await asyncio.wait_for(coro, 10)
-    except Exception:
-        log.exception(what)
 
 
 __all__ = ["Gateway", "web"]

@@ -44,8 +44,6 @@ class AgentCache:
         self.idle_ttl_s = idle_ttl_s
         self._clock = clock
         self._items: OrderedDict[str, SessionContext] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -57,14 +55,11 @@ class AgentCache:
         """The context for ``key``, pinned until `release`; loads history on a miss."""
         ctx = self._items.get(key)
         if ctx is None:
-            self.misses += 1
             history = await self._load_history(key)
             ctx = self._items.get(key)  # another awaiter may have filled it meanwhile
             if ctx is None:
                 ctx = SessionContext(self._factory(key), History(history))
                 self._items[key] = ctx
-        else:
-            self.hits += 1
         self._items.move_to_end(key)
         ctx.pinned += 1
         ctx.last_used = self._clock()

@@ -16,7 +16,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from hermes_gateway.errors import AdapterError, JobRequestError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.memory.scope import sole_user
 from hermes_gateway.platform_spec import capabilities
+from hermes_gateway.thread_hop import hop
 from tools.approval import CANNOT_ASK
 from tools.errors import ToolError
 from tools.host import ApprovalRequest, SearchHit, ToolHost
@@ -122,17 +122,7 @@ class GatewayToolHost:
         self._loop = loop
 
     def _hop(self, coro: Any) -> Any:
-        """Run ``coro`` on the loop and wait for it here (a worker thread, never the loop)."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise ToolError("the gateway is not running")
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, loop)
-        try:
-            return future.result(HOP_TIMEOUT_S)
-        except TimeoutError:
-            future.cancel()
-            raise ToolError("the gateway did not answer in time") from None
+        return hop(self._loop, coro, HOP_TIMEOUT_S, "the gateway did not answer in time")
 
     # -- approvals ------------------------------------------------------------------------
 

@@ -48,7 +48,6 @@ class LoopWatchdog:
         self._thread = threading.Thread(target=self._run, name="hermes-watchdog", daemon=True)
         self.last_lag = 0.0
         self.max_lag = 0.0
-        self.last_beat = time.monotonic()
         self._samples: list[float] = []
 
     def start(self) -> None:
@@ -121,7 +120,6 @@ class LoopWatchdog:
     def _record(self, lag: float) -> None:
         self.last_lag = lag
         self.max_lag = max(self.max_lag, lag)
-        self.last_beat = time.monotonic()
         self.metrics.loop_lag.observe(lag)
         self.metrics.loop_lag_last.set(lag)
         self._samples.append(lag)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core.completion import ModelError, status_error
+from agent_core.llm import sdk_client
 
 if TYPE_CHECKING:
     import openai
@@ -47,15 +48,9 @@ class Embedder:
 
     def _sdk(self) -> openai.OpenAI:
         with self._lock:
-            if self._client is None:
-                import openai
-
-                self._client = openai.OpenAI(
-                    base_url=self.settings.base_url,
-                    api_key=self.settings.api_key or "no-key",
-                    timeout=self.settings.timeout_s,
-                    max_retries=0,  # our own loop, with the chat client's rules
-                )
+            if self._client is None:  # retries: our own loop, with the chat client's rules
+                s = self.settings
+                self._client = sdk_client(s.base_url, s.api_key, s.timeout_s)
             return self._client
 
     def close(self) -> None:

@@ -10,19 +10,19 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from agent_core import ModelError
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.scope import bank_of, sole_user, user_ref
-from hermes_gateway.memory.service import MemoryService, Source
+from hermes_gateway.thread_hop import hop
 from tools.errors import ToolError
 from tools.host import Recalled
 
 if TYPE_CHECKING:
     from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.memory.service import MemoryService
 
 NO_USER = "no user is known for this conversation right now"
 OWNERS_KEPT = 10_000
@@ -102,6 +102,8 @@ class MemoryHost:
     async def _retain(
         self, session_key: str, content: str, context: str, tags: tuple[str, ...]
     ) -> str:
+        from hermes_gateway.memory.service import Source  # loaded with the service (numpy)
+
         assert self.service is not None
         event = self._asker(session_key)
         source = Source(session_key, event.message_id)
@@ -136,15 +138,9 @@ class MemoryHost:
             raise ToolError(f"the model could not reflect: {exc.user_message}") from None
 
     def _hop(self, coro: Any) -> Any:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise ToolError("the gateway is not running")
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
-            return future.result(self.timeout_s)
-        except TimeoutError:
-            future.cancel()
-            raise ToolError("the memory archive did not answer in time") from None
+            return hop(
+                self._loop, coro, self.timeout_s, "the memory archive did not answer in time"
+            )
         except StoreError as exc:
             raise ToolError(f"the memory archive is unavailable: {exc}") from None

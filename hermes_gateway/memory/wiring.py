@@ -12,11 +12,9 @@ import structlog
 
 from agent_core import LLMClient, LLMSettings
 from hermes_gateway.config import Config
-from hermes_gateway.memory.archive import Archive
 from hermes_gateway.memory.embeddings import Embedder, EmbeddingSettings
 from hermes_gateway.memory.host import MemoryHost
 from hermes_gateway.memory.scope import legacy_notice
-from hermes_gateway.memory.service import MemoryService
 from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
@@ -51,7 +49,10 @@ def embedding_settings(config: Config) -> EmbeddingSettings | None:
 
 def build_memory(config: Config, store: Store, llm: LLMClient, runner: GatewayRunner) -> MemoryHost:
     service = None
-    if archive_wanted(config):
+    if archive_wanted(config):  # imported only then: the archive's vectors need numpy (~15 MB)
+        from hermes_gateway.memory.archive import Archive
+        from hermes_gateway.memory.service import MemoryService
+
         found = embedding_settings(config)
         if found is None:
             log.warning("memory.no_embeddings", fallback="keywords")

@@ -101,7 +101,7 @@ async def test_sighup_reload_changes_access_and_level_keeps_sessions(
     async with running_gateway(config) as (gw, client):
         gw.config_path = str(path)
         await client.chat("remember me")
-        policy = gw.access_for("telegram")
+        policy = gw.gate.policy("telegram")
         assert policy.is_allowed_user("1") and not policy.is_allowed_user("2")
         data = yaml.safe_load(path.read_text())
         data["platforms"]["telegram"]["allowed_users"] = ["2"]

@@ -41,7 +41,7 @@ async def test_pairing_round_trip_through_the_cli(tmp_path: Path, fake_llm: Fake
             "pairing", "--config", cfg_path, "--url", url, "approve", "telegram", request.code
         )
         assert code == 0 and "approved telegram user 4242 (carol)" in out
-        assert gw.access_for("telegram").pairing is None  # pairing is off in this config ...
+        assert gw.gate.policy("telegram").pairing is None  # pairing is off in this config ...
         assert gw.pairing.is_approved("telegram", "4242")  # ... but the book still records it
         code, out, _ = await hermes(
             "pairing", "--config", cfg_path, "--url", url, "revoke", "telegram", "4242"

@@ -132,3 +132,20 @@ def test_hermes_memory_claim_hands_the_old_file_to_its_owner(
     assert legacy_notice(home, "user") is None  # not offered again
     assert main(["memory", "claim", "telegram", "42", "--config", str(config)]) == 1
     assert "nothing to claim" in capsys.readouterr().out
+
+
+def test_a_gateway_without_the_archive_never_imports_numpy(tmp_path: Path) -> None:
+    """numpy is the archive's alone (~13 MB of idle RSS): a gateway whose config does not turn
+    the archive on must not load it, at import or while it builds its parts."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from hermes_gateway.config import load_config\n"
+        "from hermes_gateway.server import Gateway\n"
+        f"Gateway(load_config(None, {{'HERMES_HOME': {str(tmp_path)!r}}}))\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
