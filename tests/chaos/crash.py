@@ -162,8 +162,9 @@ def _send_kills(kills: list[Kill], doubled: set[str]) -> dict[str, Any]:
 
 
 def _start(gw: GatewayProcess) -> None:
-    gw.start()
-    wait_until(lambda: httpx.get(f"{gw.url}/readyz", timeout=2).status_code == 200, timeout=30)
+    gw.start(wait=False)
+    gw.wait_healthy(90)  # a loaded machine starts a process slowly; that is not a finding
+    wait_until(lambda: httpx.get(f"{gw.url}/readyz", timeout=2).status_code == 200, timeout=60)
 
 
 def _kill(

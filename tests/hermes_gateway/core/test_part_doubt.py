@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from hermes_gateway.core.parts import part_key
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.store.sqlite import SqliteFastPath
 from hermes_gateway.store.store import Store
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack
@@ -36,7 +38,12 @@ def test_a_part_key_is_stable_short_and_tells_parts_apart() -> None:
     assert part_key(nothing, 0, "a") is None
 
 
-async def test_the_replay_sees_the_part_whose_send_began_as_in_doubt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fast", [True, False], ids=["sqlite-fast-path", "engine"])
+async def test_the_replay_sees_the_part_whose_send_began_as_in_doubt(
+    tmp_path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not fast:  # the statements PostgreSQL runs, on SQLite
+        monkeypatch.setattr(SqliteFastPath, "usable", staticmethod(lambda _conn: False))
     store = Store(f"sqlite+aiosqlite:///{tmp_path / 'state.db'}")
     await store.open()
     try:
