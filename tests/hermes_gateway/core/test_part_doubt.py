@@ -14,6 +14,7 @@ from hermes_gateway.store.sqlite import SqliteFastPath
 from hermes_gateway.store.store import Store
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeTelegram
 
 
 def event(message_id: str = "7") -> MessageEvent:
@@ -95,3 +96,23 @@ def test_fake_slack_returns_metadata_only_when_asked() -> None:
         )
     assert "metadata" not in bare.json()["messages"][0]
     assert full.json()["messages"][0]["metadata"] == meta
+
+
+def test_fake_telegram_answers_an_edit_probe_as_telegram_does() -> None:
+    with FakeTelegram() as fake:
+        api = f"{fake.api_url}{fake.token}"
+        user = fake.send_text(555, "from the user")["message"]["message_id"]
+        body = {"chat_id": 555, "text": "<b>part</b>", "parse_mode": "HTML"}
+        mine = httpx.post(f"{api}/sendMessage", json=body).json()["result"]["message_id"]
+
+        def edit(message_id: int, text: str = "<b>part</b>") -> str:
+            probe = {**body, "message_id": message_id, "text": text}
+            answer = httpx.post(f"{api}/editMessageText", json=probe).json()
+            return str(answer.get("description", "ok"))
+
+        same, missing, theirs = edit(mine), edit(mine + 5), edit(user)
+        changed = edit(mine, "<b>other</b>")
+    assert "message is not modified" in same
+    assert "message to edit not found" in missing
+    assert "message can't be edited" in theirs
+    assert changed == "ok"  # a different text edits the message: why probes skip own ids
