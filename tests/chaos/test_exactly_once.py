@@ -130,7 +130,7 @@ def tg() -> Iterator[KillingTelegram]:
         fake.stop()
 
 
-@pytest.mark.parametrize("prefix", ["part1", "part2", "part3"])
+@pytest.mark.parametrize("prefix", ["part1", "part3"])  # the first part, the last
 def test_telegram_a_part_taken_before_the_kill_is_not_sent_again(
     tmp_path: Path, llm: FakeOpenAI, tg: KillingTelegram, prefix: str
 ) -> None:
