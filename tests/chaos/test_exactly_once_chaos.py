@@ -38,5 +38,5 @@ def test_kills_in_the_send_window_double_no_part(tmp_path: Path, llm: FakeOpenAI
     record("exactly_once", figures)
     print("exactly_once", figures)
     assert f["never_answered"] == 0, report.lost[:20]
-    assert figures["aimed_at_a_taken_reply"] >= rounds // 2, figures
+    assert figures["aimed_at_a_taken_reply"] >= rounds // 3, figures
     assert report.doubled == [], figures
