@@ -130,6 +130,8 @@ def encodable(event: MessageEvent) -> MessageEvent:
 
 OutboundKind = Literal["reply", "notice", "error"]
 PartSent = Callable[[int], Awaitable[None]]  # (parts delivered so far) -> None
+# (index of the part about to go out, the adapter's reference it will come after) -> None
+PartSending = Callable[[int, str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,11 @@ class OutboundMessage:
     `answers` lists the inbound message ids this text settles: one for a plain reply, several
     for a merged turn; the first is the one a platform quotes. An adapter that splits the text
     skips the first `skip_parts` parts (an earlier attempt delivered them) and awaits
-    `on_part(parts delivered)` after each part that has more after it. `outcome` (the run's
+    `on_part(parts delivered)` after each part that has more after it, and `on_sending(index,
+    after)` before each part goes out (the intent a crash leaves behind). `doubt` is set when
+    the part at `skip_parts` may already have gone out (its send was cut short by a crash): the
+    adapter's reference recorded with that intent; the adapter checks before sending it again
+    (docs/exactly-once.md). `outcome` (the run's
     status, or why a message was dropped), `error` and `usage` are for adapters that answer
     in a machine-readable way (the local API); chat platforms show only `text`.
     """
@@ -154,6 +160,8 @@ class OutboundMessage:
     run_id: str = ""
     skip_parts: int = 0
     on_part: PartSent | None = field(default=None, compare=False, repr=False)
+    on_sending: PartSending | None = field(default=None, compare=False, repr=False)
+    doubt: str | None = None
     outcome: str = ""
     error: str = ""
     usage: Mapping[str, int] = field(default_factory=dict, compare=False)

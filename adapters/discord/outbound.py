@@ -16,7 +16,7 @@ import structlog
 
 import discord
 from adapters.discord.interactions import INTERACTION_TTL_S, StoredInteraction
-from hermes_gateway.core.parts import send_parts
+from hermes_gateway.core.parts import part_key, send_parts
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -121,16 +121,27 @@ class DiscordOutbox:
     # -- single calls -------------------------------------------------------------------------
 
     async def post(
-        self, channel_id: int, text: str, reply_to: int | None = None, *, retry: bool = True
+        self,
+        channel_id: int,
+        text: str,
+        reply_to: int | None = None,
+        *,
+        retry: bool = True,
+        nonce: str | None = None,
     ) -> discord.Message:
+        """Post one message. With a ``nonce`` (discord.py sends it with ``enforce_nonce``), a
+        second post of it within Discord's dedupe window returns the first message instead of
+        creating another: a retry or a replay after a crash cannot double it."""
+
         async def call() -> discord.Message:
             channel = self._client().get_partial_messageable(channel_id)
+            extra: dict[str, Any] = {} if nonce is None else {"nonce": nonce}
             if reply_to is None:
-                return await channel.send(text)
+                return await channel.send(text, **extra)
             ref = discord.MessageReference(
                 message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
             )
-            return await channel.send(text, reference=ref)
+            return await channel.send(text, reference=ref, **extra)
 
         return await self._call(call, "send", retry)
 
@@ -300,7 +311,8 @@ class DiscordOutbox:
                 edit = partial(self.edit, channel_id, shown, part)
                 if await self.previews.into(out.answers[0], shown, edit):
                     return
-            await self.post(channel_id, part, self.reference(out.reply_to) if index == 0 else None)
+            reply_to = self.reference(out.reply_to) if index == 0 else None
+            await self.post(channel_id, part, reply_to, nonce=part_key(out, index, part))
 
         await send_parts(out, parts, one)
 

@@ -142,13 +142,24 @@ class SlackWeb:
         return str(response["url"])
 
     async def post(
-        self, channel: str, text: str, thread_ts: str | None, *, attempts: int | None = None
+        self,
+        channel: str,
+        text: str,
+        thread_ts: str | None,
+        *,
+        attempts: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
-        """Post one message; returns its ts."""
+        """Post one message (with ``metadata``: kept by Slack, returned by history); its ts."""
         response = await self.call(
             "chat.postMessage",
             lambda: self.client.chat_postMessage(
-                channel=channel, text=text, thread_ts=thread_ts, mrkdwn=True, unfurl_links=False
+                channel=channel,
+                text=text,
+                thread_ts=thread_ts,
+                mrkdwn=True,
+                unfurl_links=False,
+                metadata=metadata,
             ),
             attempts=attempts,
         )

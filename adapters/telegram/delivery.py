@@ -12,6 +12,7 @@ import structlog
 
 from adapters.shims.ptb import retry_after_s
 from adapters.telegram.http import AiohttpRequest
+from adapters.telegram.once import NOT_MODIFIED, PARSE_ERROR, Known, find_sent
 from hermes_gateway.core.parts import send_parts
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -42,8 +43,6 @@ T = TypeVar("T")
 Op = Callable[[str, str | None], Awaitable[T]]  # (text, parse_mode) -> result
 
 LIMIT = 4096  # UTF-16 units per message, as Telegram counts them
-PARSE_ERROR = "can't parse entities"  # PTB capitalizes Telegram's text: compare lower-cased
-NOT_MODIFIED = "message is not modified"
 
 
 def translate(exc: TelegramError) -> AdapterError:
@@ -96,6 +95,18 @@ class Sender:
 
     async def _call(self, method: str, **fields: Any) -> Any:
         return await self.request.call(f"{self.bot.base_url}/{method}", fields)
+
+    async def edit_once(
+        self, chat_id: str, message_id: int, text: str, parse_mode: str | None
+    ) -> None:
+        """One editMessageText, PTB's errors as they are (a probe reads Telegram's answer)."""
+        await self._call(
+            "editMessageText",
+            chat_id=chat_ref(chat_id),
+            message_id=message_id,
+            text=text,
+            parse_mode=parse_mode,
+        )
 
     async def send(
         self,
@@ -176,10 +187,13 @@ class Sender:
 class Outbox:
     """Replies through one bot: live previews registered by `preview`, settled by `send`."""
 
+    probe_limit = 10  # message ids tried, after a crash, to find a part that may be out
+
     def __init__(
         self, sender: Sender, edit_interval: float = 1.0, remember: Remember | None = None
     ) -> None:
         self.sender = sender
+        self.known = Known()
         self.edit_interval = edit_interval
         self.previews: PreviewBook[tuple[str, str], int] = PreviewBook("telegram", remember)
 
@@ -189,13 +203,15 @@ class Outbox:
 
     def preview(self, event: MessageEvent) -> LivePreview[int]:
         async def post(html: str) -> int:
-            return await self.sender.send(
+            sent = await self.sender.send(
                 event.chat_id,
                 html,
                 thread_id=event.thread_id,
                 reply_to=event.message_id,
                 attempts=1,
             )
+            self.known.note(event.chat_id, sent)
+            return sent
 
         async def edit(message_id: int, html: str) -> None:
             await self.sender.edit(event.chat_id, message_id, html, attempts=1)
@@ -209,20 +225,28 @@ class Outbox:
         notice (`/stop`, an error) leaves a preview showing what was written so far."""
         preview = await self._take_preview(message)
 
+        chat = message.chat_id
+
         async def one(index: int, html: str) -> None:
             if index == 0 and preview is not None:
-                key = (message.chat_id, message.answers[0])
-                edit = partial(self.sender.edit, message.chat_id, preview, html)
+                key = (chat, message.answers[0])
+                edit = partial(self.sender.edit, chat, preview, html)
                 if await self.previews.into(key, preview, edit):
                     return
-            await self.sender.send(
-                message.chat_id,
+            if index == message.skip_parts and message.doubt is not None:
+                after, limit = message.doubt, self.probe_limit
+                if await find_sent(self.sender, self.known, chat, html, after, limit):
+                    return  # it went out before the crash: not twice
+            sent = await self.sender.send(
+                chat,
                 html,
                 thread_id=message.thread_id,
                 reply_to=message.reply_to if index == 0 else None,
             )
+            self.known.note(chat, sent)
 
-        await send_parts(message, render(message.text), one)
+        anchor = partial(self.known.newest, chat, message.reply_to)
+        await send_parts(message, render(message.text), one, anchor)
 
     async def _take_preview(self, message: OutboundMessage) -> int | None:
         """The id of the preview a reply takes over; the other previews it settles go."""

@@ -64,7 +64,8 @@ class Delivery:
         """
         ids = [i for i in inbox_ids if i is not None]
         if ids:
-            out = replace(out, on_part=partial(self._progress, ids))
+            on_sending = partial(self._intent, ids)
+            out = replace(out, on_part=partial(self._progress, ids), on_sending=on_sending)
         result, sent = await self._attempt(out, outcome, event)
         if result == "failed" and ids:
             later = replace(out, skip_parts=sent) if sent else out
@@ -78,6 +79,12 @@ class Delivery:
             await self.store.progress(ids, parts_sent)
         except StoreError as exc:  # the parts go on; a crash now would repeat the sent ones
             log.error("delivery.progress_failed", error=str(exc), inbox_ids=ids)
+
+    async def _intent(self, ids: list[int], index: int, after: str) -> None:
+        try:
+            await self.store.intent(ids, index, after)
+        except StoreError as exc:  # the part goes on; a crash during its send would repeat it
+            log.error("delivery.intent_failed", error=str(exc), inbox_ids=ids)
 
     async def _settle(self, ids: list[int], final: str, out: OutboundMessage) -> None:
         try:

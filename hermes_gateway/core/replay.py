@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -180,6 +180,7 @@ class Replayer:
         newest = sorted(group, key=lambda u: u.event.received_at, reverse=True)
         event = newest[0].event
         sent = min(u.parts_sent for u in group)
+        doubt = next((u.doubt for u in group if u.parts_sent == sent), None)
         if sent == 0:  # else the preview, if any, is already the reply's first part
             self._adopt(event, [previews.get(u.inbox_id) for u in group])
         out = OutboundMessage.to(
@@ -189,6 +190,8 @@ class Replayer:
             run_id=newest[0].run_id,
             skip_parts=sent,
         )
+        if doubt is not None:  # the crash cut that part's send short: it may be out already
+            out = replace(out, doubt=doubt)
         self._resume([u.event for u in group])
         ids = [u.inbox_id for u in group]
         await self.delivery.send(out, ids, outcome="replayed", event=event)

@@ -29,6 +29,16 @@ _SETTLE = _MARK_REPLY.values(run_id=bindparam("new_run_id"))
 _PROGRESS = (
     update(_INBOX).where(_BY_IDS).values(parts_sent=bindparam("parts"), updated_at=bindparam("now"))
 )
+_INTENT = (
+    update(_INBOX)
+    .where(_BY_IDS)
+    .values(
+        parts_sent=bindparam("parts"),
+        sending=bindparam("idx"),
+        sending_after=bindparam("after"),
+        updated_at=bindparam("now"),
+    )
+)
 _ATTEMPT = (
     update(_INBOX)
     .where(_BY_IDS, _INBOX.c.status == "accepted")
@@ -68,6 +78,11 @@ class HotPath(Protocol):
     async def progress(
         self, ids: list[int], parts_sent: int, now: float, fence: Fence | None
     ) -> None: ...
+
+    async def intent(
+        self, ids: list[int], index: int, after: str, now: float, fence: Fence | None
+    ) -> None:
+        """Part ``index`` is about to go out (so the ones before it went), after ``after``."""
 
     async def claim(self, fence: Fence, now: float) -> None:
         """Record a new lease's token for its session; `FencedOut` if a newer one was seen.
@@ -120,6 +135,14 @@ class EngineHotPath:
         if fence is not None:
             await fencing.check(self.conn, fence, now)
         await self.conn.execute(_PROGRESS, {"ids": ids, "parts": parts_sent, "now": now})
+
+    async def intent(
+        self, ids: list[int], index: int, after: str, now: float, fence: Fence | None
+    ) -> None:
+        if fence is not None:
+            await fencing.check(self.conn, fence, now)
+        params = {"ids": ids, "parts": index, "idx": index, "after": after[:128], "now": now}
+        await self.conn.execute(_INTENT, params)
 
     async def attempt(self, ids: list[int], delta: int) -> None:
         await self.conn.execute(_ATTEMPT if delta > 0 else _UNDO, {"ids": ids, "delta": delta})

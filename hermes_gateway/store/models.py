@@ -62,6 +62,9 @@ class InboxRow(Base):
     parts_sent: how many parts of a reply split into several messages went out (the next
     attempt resumes after them). preview: where the run's live preview message is (a message
     id, a Slack ts), so a replay after a crash finishes it instead of leaving it half-written.
+    sending, sending_after: the part whose send began last (recorded before it can reach the
+    platform) and the platform reference it comes after; a replay finding ``sending ==
+    parts_sent`` cannot tell whether that part went out, and has the adapter check first.
     attempts: runs started on the entry that never ended (committed before the run works on
     it; a clean shutdown takes its count back), so a crash loop shows as a growing count.
     Columns added after the first release carry a server default or are nullable: opening an
@@ -87,6 +90,8 @@ class InboxRow(Base):
     parts_sent: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     preview: Mapped[str | None] = mapped_column(String(128), nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    sending: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    sending_after: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class PairingRow(Base):

@@ -131,6 +131,16 @@ class SqliteFastPath:
         sql = f"UPDATE {_INBOX} SET parts_sent = ?, updated_at = ? WHERE id IN ({_in(len(ids))})"
         await self._commit([*_fenced(fence, now), (sql, (parts_sent, now, *ids))])
 
+    async def intent(
+        self, ids: list[int], index: int, after: str, now: float, fence: Fence | None
+    ) -> None:
+        sql = (
+            f"UPDATE {_INBOX} SET parts_sent = ?, sending = ?, sending_after = ?, updated_at = ? "
+            f"WHERE id IN ({_in(len(ids))})"
+        )
+        params = (index, index, after[:128], now, *ids)
+        await self._commit([*_fenced(fence, now), (sql, params)])
+
     async def claim(self, fence: Fence, now: float) -> None:
         await self._commit(_fenced(fence, now))
 

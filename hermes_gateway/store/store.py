@@ -33,7 +33,16 @@ _INBOX = cast(Table, InboxRow.__table__)
 _MSG = cast(Table, MessageRow.__table__)
 _SESSIONS = cast(Table, SessionRow.__table__)
 _SID_CACHE = 4096
-_REPLAY_COLUMNS = ("id", "status", "payload", "reply", "run_id", "parts_sent")
+_REPLAY_COLUMNS = (
+    "id",
+    "status",
+    "payload",
+    "reply",
+    "run_id",
+    "parts_sent",
+    "sending",
+    "sending_after",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +54,8 @@ class Undelivered:
     reply: str
     run_id: str
     parts_sent: int = 0  # of a reply in several parts: these went out before the crash
+    # the next part's send had begun: it may be out (the reference it comes after), else None
+    doubt: str | None = None
 
 
 class Store(InboxGuard):
@@ -98,6 +109,15 @@ class Store(InboxGuard):
         now = time.time()
         await self._hot(lambda db: db.progress(inbox_ids, parts_sent, now, fence))
 
+    async def intent(
+        self, inbox_ids: list[int], index: int, after: str, *, fence: Fence | None = None
+    ) -> None:
+        """Record, before it can reach the platform, that part ``index`` of the entries' reply
+        is being sent (so the ones before it went out), after the platform reference ``after``:
+        a crash now leaves that part in doubt, and the replay has the adapter check it."""
+        now = time.time()
+        await self._hot(lambda db: db.intent(inbox_ids, index, after, now, fence))
+
     async def claim(self, fence: Fence) -> None:
         """A new session lease: record its token before reading the session's inbox, so a
         write under any older token fails from now on (`FencedOut` if this one is stale)."""
@@ -149,10 +169,11 @@ class Store(InboxGuard):
             )
             to_run: list[tuple[int, MessageEvent]] = []
             to_send: list[Undelivered] = []
-            for inbox_id, status, payload, reply, run_id, parts_sent in rows:
+            for inbox_id, status, payload, reply, run_id, parts, sending, after in rows:
                 ev = event_from_json(payload)
                 if status == "done" and reply is not None:
-                    to_send.append(Undelivered(inbox_id, ev, reply, run_id, parts_sent or 0))
+                    doubt = (after or "") if sending is not None and sending == parts else None
+                    to_send.append(Undelivered(inbox_id, ev, reply, run_id, parts or 0, doubt))
                 else:
                     to_run.append((inbox_id, ev))
             return to_run, to_send

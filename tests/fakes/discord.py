@@ -154,6 +154,10 @@ class FakeDiscord(FakeServer):
         self.echo_bot_messages = True
         # Interaction tokens die this long after the interaction: webhooks then answer 401.
         self.interaction_lifetime_s = 15 * 60.0
+        # enforce_nonce: a message by the same author with the same nonce this recently is
+        # returned instead of a new one ("the past few minutes", Discord says)
+        self.nonce_window_s = 180.0
+        self._nonces: dict[str, tuple[float, dict]] = {}
         self._init_observations()
         self.bot_user = make_user(bot_id, bot_name, bot=True)
         self._owner = make_user(owner_id, "owner")
@@ -185,6 +189,7 @@ class FakeDiscord(FakeServer):
     def _init_observations(self) -> None:
         self.sent: list[dict] = []  # messages the bot POSTed to channels (dicts, edits applied)
         self.edits: list[dict] = []  # every PATCH of a channel message, in order
+        self.nonce_hits: list[dict] = []  # posts answered with an earlier message (enforce_nonce)
         self.deleted: list[dict] = []
         self.typing: list[int] = []
         self.reactions: list[dict] = []
@@ -434,10 +439,27 @@ class FakeDiscord(FakeServer):
         keys = ("content", "embeds", "sticker_ids", "components", "poll")
         if not files and not any(body.get(k) for k in keys):
             raise ApiError(400, 50006, "Cannot send an empty message")
+        known = self._nonced(body)
+        if known is not None:  # Discord's enforce_nonce: the first message, nothing new
+            self.nonce_hits.append(known)
+            return _json(known)
         message = self._bot_message(int(channel["id"]), body, files)
+        if body.get("enforce_nonce") and body.get("nonce") is not None:
+            self._nonces[str(body["nonce"])] = (time.monotonic(), message)
         self.sent.append(message)
         await self._echo("MESSAGE_CREATE", message)
         return _json(message)
+
+    def _nonced(self, body: dict) -> dict | None:
+        """The bot's message created with this nonce within `nonce_window_s`, when the request
+        sets ``enforce_nonce`` (without it, Discord creates a new message every time)."""
+        nonce = body.get("nonce")
+        if not body.get("enforce_nonce") or nonce is None:
+            return None
+        found = self._nonces.get(str(nonce))
+        if found is None or time.monotonic() - found[0] > self.nonce_window_s:
+            return None
+        return found[1]
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         channel = self._channel(request)

@@ -184,6 +184,8 @@ class FakeSlack(FakeServer):
             "reactions.add": lambda params: self._react(params, add=True),
             "reactions.remove": lambda params: self._react(params, add=False),
             "conversations.info": self._conversation_info,
+            "conversations.history": self._history,
+            "conversations.replies": self._replies,
             "users.info": self._user_info,
             "files.info": self._file_info,
             "assistant.threads.setStatus": lambda params: {},
@@ -545,6 +547,38 @@ class FakeSlack(FakeServer):
             self._reacted.discard(key)
         self.reactions.append(("add" if add else "remove", channel, ts, name))
         return {}
+
+    def _history(self, params: JsonDict) -> JsonDict:
+        """A channel's top-level messages (the bot's posts; thread replies are not in it),
+        newest first, after ``oldest`` (exclusive). Metadata only with include_all_metadata,
+        as Slack returns it."""
+        channel = params.get("channel")
+        if not channel:
+            raise SlackApiFailure("channel_not_found")
+        top = [m for m in self.messages_in(channel) if m.get("thread_ts") in (None, m["ts"])]
+        return self._page(top[::-1], params)
+
+    def _replies(self, params: JsonDict) -> JsonDict:
+        """A thread's messages, oldest first (the bot's posts in it)."""
+        channel, ts = params.get("channel"), params.get("ts")
+        if not channel or not ts:
+            raise SlackApiFailure("channel_not_found" if not channel else "thread_not_found")
+        thread = [m for m in self.messages_in(channel) if ts in (m["ts"], m.get("thread_ts"))]
+        return self._page(thread, params)
+
+    def _page(self, messages: list[JsonDict], params: JsonDict) -> JsonDict:
+        oldest = float(params.get("oldest") or 0)
+        with_meta = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+        limit = int(params.get("limit") or 100)
+        shown = []
+        for m in messages:
+            if float(m["ts"]) <= oldest:
+                continue
+            view = {"type": "message", **{k: v for k, v in m.items() if k != "channel"}}
+            if not with_meta:
+                view.pop("metadata", None)
+            shown.append(view)
+        return {"messages": shown[:limit], "has_more": len(shown) > limit}
 
     def _conversation_info(self, params: JsonDict) -> JsonDict:
         cid = params.get("channel") or ""

@@ -1,0 +1,220 @@
+"""Exactly-once delivery across a crash, per platform: `hermes gateway run` is SIGKILLed right
+after the fake platform took a reply part and before the gateway could record it, then
+restarted. The replay must not post that part again: Discord returns the first message for its
+nonce, Slack finds it in the history by its metadata, Telegram by an edit probe."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from tests.chaos.crash import gateway_config
+from tests.chaos.kit import ChaosTelegram
+from tests.e2e.daemon import GatewayProcess
+from tests.fakes.discord import FakeDiscord
+from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.server import wait_until
+from tests.fakes.slack import FakeSlack, JsonDict
+from tests.integration.test_discord_kit import ALICE
+from tests.security import keys
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning"),
+]
+CHAT = 1001
+PARAGRAPHS = [f"part{n} " + " ".join(f"w{n}x{j}" for j in range(400)) for n in (1, 2, 3)]
+Hook = Callable[[], None]
+
+
+def killer(gw: GatewayProcess) -> Hook:
+    """What a fake calls once it took the part: the gateway dies before it hears back."""
+
+    def kill() -> None:
+        assert gw.proc is not None
+        os.kill(gw.proc.pid, signal.SIGKILL)
+        gw.proc.wait(10)
+
+    return kill
+
+
+class Armed:
+    """A one-shot trigger on the bot's posts whose text starts with ``prefix``."""
+
+    def __init__(self) -> None:
+        self.hook: Hook | None = None
+        self.prefix = ""
+        self.fired = False
+
+    def arm(self, prefix: str, hook: Hook) -> None:
+        self.prefix, self.hook = prefix, hook
+
+    def check(self, posted: str) -> None:
+        if self.hook is not None and posted.startswith(self.prefix):
+            hook, self.hook = self.hook, None
+            self.fired = True
+            hook()
+
+
+class KillingTelegram(ChaosTelegram):
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.trigger = Armed()
+
+    async def _send_message(self, p: dict[str, Any]) -> dict[str, Any]:
+        message = await super()._send_message(p)
+        self.trigger.check(str(p.get("text", "")))
+        return message
+
+
+class KillingDiscord(FakeDiscord):
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.trigger = Armed()
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        response = await super()._create_message(request)
+        if self.sent:
+            self.trigger.check(str(self.sent[-1].get("content", "")))
+        return response
+
+
+class KillingSlack(FakeSlack):
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.trigger = Armed()
+        self._methods["chat.postMessage"] = self._post_and_check
+
+    def _post_and_check(self, params: JsonDict) -> JsonDict:
+        answer = self._post_message(params)
+        self.trigger.check(str(params.get("text", "")))
+        return answer
+
+
+def start(gw: GatewayProcess) -> None:
+    gw.start(wait=False)
+    gw.wait_healthy(90)  # generous: a loaded CI machine starts a process slowly
+    wait_until(lambda: httpx.get(f"{gw.url}/readyz", timeout=2).status_code == 200, timeout=60)
+
+
+def stop(gw: GatewayProcess) -> None:
+    gw.signal(signal.SIGTERM)
+    assert gw.wait(20) == 0
+
+
+def model(llm: FakeOpenAI) -> dict[str, Any]:
+    return {"base_url": llm.base_url, "api_key": keys.MODEL_KEY, "max_retries": 0}
+
+
+def crash_then_restart(gw: GatewayProcess, trigger: Armed, prefix: str, ask: Hook) -> None:
+    trigger.arm(prefix, killer(gw))
+    start(gw)
+    ask()
+    wait_until(lambda: trigger.fired and gw.proc is not None and gw.proc.poll() is not None, 30)
+    start(gw)
+
+
+@pytest.fixture
+def tg() -> Iterator[KillingTelegram]:
+    fake = KillingTelegram().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.mark.parametrize("prefix", ["part1", "part3"])  # the first part, the last
+def test_telegram_a_part_taken_before_the_kill_is_not_sent_again(
+    tmp_path: Path, llm: FakeOpenAI, tg: KillingTelegram, prefix: str
+) -> None:
+    gw = GatewayProcess(tmp_path / "home", gateway_config(tg, llm, [CHAT]))
+    llm.push(text("\n\n".join(PARAGRAPHS)))  # three Telegram messages
+    try:
+        crash_then_restart(gw, tg.trigger, prefix, lambda: tg.send_text(CHAT, "three parts"))
+        wait_until(lambda: len(tg.messages_to(CHAT)) >= 3, timeout=20)
+        stop(gw)
+    finally:
+        gw.kill()
+    shown = [m["text"].split()[0] for m in tg.messages_to(CHAT)]
+    assert shown == ["part1", "part2", "part3"]
+    assert len(llm.requests) == 1
+    probes = [p for name, p in tg.calls if name == "editMessageText"]
+    assert probes, "the part in doubt was not checked"
+
+
+@pytest.fixture
+def dc() -> Iterator[KillingDiscord]:
+    fake = KillingDiscord().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    assert fake.errors == []
+
+
+def test_discord_a_part_taken_before_the_kill_is_not_posted_again(
+    tmp_path: Path, llm: FakeOpenAI, dc: KillingDiscord
+) -> None:
+    section = {
+        "enabled": True,
+        "token": "dc-token",
+        "api_base": dc.api_base,
+        "gateway_url": dc.gateway_url,
+        "allowed_users": [ALICE],
+        "guild_ready_timeout_s": 0.05,
+    }
+    config = {"model": model(llm), "platforms": {"discord": section}}
+    gw = GatewayProcess(tmp_path / "home", config)
+    paragraphs = [f"part{n} " + " ".join(f"w{n}x{j}" for j in range(280)) for n in (1, 2, 3)]
+    llm.push(text("\n\n".join(paragraphs)))  # three Discord messages of up to 2000 characters
+    try:
+        crash_then_restart(gw, dc.trigger, "part2", lambda: dc.send_dm("three", user_id=ALICE))
+        wait_until(lambda: len(dc.sent) >= 3, timeout=20)
+        stop(gw)
+    finally:
+        gw.kill()
+    assert [m["content"].split()[0] for m in dc.sent] == ["part1", "part2", "part3"]
+    assert len(dc.nonce_hits) == 1  # the replay's post of part 2 was answered with the first
+
+
+@pytest.fixture
+def slack() -> Iterator[KillingSlack]:
+    fake = KillingSlack().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def test_slack_a_part_taken_before_the_kill_is_found_and_not_posted_again(
+    tmp_path: Path, llm: FakeOpenAI, slack: KillingSlack
+) -> None:
+    section = {
+        "enabled": True,
+        "api_base": slack.api_base,
+        "allowed_users": ["U123"],
+        "ping_interval_s": 0.5,
+        "message_limit": 2000,
+    }
+    config = {"model": model(llm), "platforms": {"slack": section}}
+    env = {"SLACK_BOT_TOKEN": slack.bot_token, "SLACK_APP_TOKEN": slack.app_token}
+    gw = GatewayProcess(tmp_path / "home", config, env=env)
+    paragraphs = [f"part{n} " + " ".join(f"w{n}x{j}" for j in range(280)) for n in (1, 2, 3)]
+    llm.push(text("\n\n".join(paragraphs)))
+    try:
+        ask = lambda: slack.send_message("three parts", channel="D1")  # noqa: E731
+        crash_then_restart(gw, slack.trigger, "part2", ask)
+        wait_until(lambda: len(slack.messages_in("D1")) >= 3, timeout=20)
+        stop(gw)
+    finally:
+        gw.kill()
+    assert [m["text"].split()[0] for m in slack.messages_in("D1")] == ["part1", "part2", "part3"]
+    lookups = slack.calls_to("conversations.history") + slack.calls_to("conversations.replies")
+    assert lookups and all(c.get("include_all_metadata") in ("1", "true", True) for c in lookups)
