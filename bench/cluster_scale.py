@@ -116,15 +116,19 @@ def main() -> None:
         llm.responder = ChaosModel(tool_share=0.0, delay=(0.2, 0.2))
         llm.session_of = session_of
         setup = ClusterSetup(store_url, redis_url, args.lease, args.workers, "warning")
-        rates = {n: throughput(Path(tmp), setup, llm, n, args) for n in (1, 2, 3)}
+        rates = {}
+        for n in (1, 2, 3):
+            rates[n] = throughput(Path(tmp), setup, llm, n, args)
+            print(f"{n} instance(s): {rates[n]:.1f} answers/s", flush=True)
         takeover = failover(Path(tmp), setup, llm, args)
     figures = {
         "sessions": args.sessions,
         "workers_per_instance": args.workers,
         "model_s": 0.2,
         "answers_per_s": {n: round(r, 1) for n, r in rates.items()},
-        "scaling_2": round(rates[2] / rates[1], 2),
-        "scaling_3": round(rates[3] / rates[1], 2),
+        # None: one instance answered nothing in the window (overloaded, or stuck)
+        "scaling_2": round(rates[2] / rates[1], 2) if rates[1] else None,
+        "scaling_3": round(rates[3] / rates[1], 2) if rates[1] else None,
         "lease_s": args.lease,
         "failover_measured": len(takeover),
         "failover_p50_s": round(percentile(takeover, 0.5), 2),
