@@ -191,6 +191,12 @@ class FakeOpenAI(FakeServer):
         self._ids = {"call_": 0, "chatcmpl-": 0}
         self.in_flight = 0
         self.max_in_flight = 0
+        # per-session in-flight tracking, for tests that must never see one session run twice
+        # at once: `session_of(body)` names a request's session (None: not tracked); a request
+        # whose client is gone (its process was killed) no longer counts as running
+        self.session_of: Callable[[dict[str, Any]], str | None] | None = None
+        self.overlaps: list[tuple[str, float]] = []  # (session, time.monotonic()) of each
+        self._running: dict[str, list[web.Request]] = {}
         self.cancelled = 0
         self._closing: asyncio.Event | None = None
         self.app.on_startup.append(self._on_startup)
@@ -349,6 +355,7 @@ class FakeOpenAI(FakeServer):
             self._count += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        session = self._track(body, request)
         try:
             spec = self._choose(body)
             if not await self._sleep(self.delay + spec.delay):
@@ -357,6 +364,22 @@ class FakeOpenAI(FakeServer):
         finally:
             with self._lock:
                 self.in_flight -= 1
+                if session is not None:
+                    self._running[session].remove(request)
+
+    def _track(self, body: dict[str, Any], request: web.Request) -> str | None:
+        """Note the request under its session; a second live one of that session is an
+        overlap (two runs of one session at once). Requests of dead clients are dropped."""
+        session = self.session_of(body) if self.session_of is not None else None
+        if session is None:
+            return None
+        with self._lock:
+            running = self._running.setdefault(session, [])
+            alive = [r for r in running if r.transport is not None and not r.transport.is_closing()]
+            if alive:
+                self.overlaps.append((session, time.monotonic()))
+            running.append(request)
+        return session
 
     async def _respond(
         self, request: web.Request, body: dict[str, Any], spec: Response
