@@ -216,6 +216,7 @@ class Scheduler:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.ledger.settle()  # a start or finish in flight lands before the stop's record
         try:
             await self.ledger.let_go(live, self.clock())
         except StoreError as exc:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,6 +56,10 @@ class StoreEngine:
         self._is_sqlite = url.startswith("sqlite")
         # SQLite has one writer; serializing writes here avoids "database is locked" retries
         self._write_lock = asyncio.Lock()
+        # the per-message path's writes waiting or under way: background writes let them by
+        self._hot_writes = 0
+        self._hot_idle = asyncio.Event()
+        self._hot_idle.set()
         self._fast: SqliteFastPath | None = None
         self._probe_engine: AsyncEngine | None = None
         self.circuit = StoreCircuit(None)
@@ -181,9 +186,13 @@ class StoreEngine:
         except DRIVER_ERRORS as exc:
             raise self.circuit.failed(exc, started, "read") from exc
 
-    async def write(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
-        """Run ``await fn(db)`` in one serialized write transaction."""
-        async with self._write_lock:
+    async def write(
+        self, fn: Callable[[AsyncSession], Awaitable[T]], *, background: bool = False
+    ) -> T:
+        """Run ``await fn(db)`` in one serialized write transaction. A ``background`` write
+        (a scheduled job's) lets every chat write waiting for the lock go first."""
+        await (self._background_turn() if background else self._write_lock.acquire())
+        try:
             started = self.circuit.check()
             try:
                 async with self.circuit.watch(), self._session() as db, db.begin():
@@ -194,6 +203,18 @@ class StoreEngine:
                 raise
             except DRIVER_ERRORS as exc:
                 raise self.circuit.failed(exc, started) from exc
+        finally:
+            self._write_lock.release()
+
+    async def _background_turn(self) -> None:
+        """Take the write lock once no per-message write waits for it (one that queued after
+        this one is let by: the lock is handed on, and taken again after it)."""
+        while True:
+            await self._hot_idle.wait()
+            await self._write_lock.acquire()
+            if not self._hot_writes:
+                return
+            self._write_lock.release()
 
     async def _hot(self, fn: Callable[[HotPath], Awaitable[T]], *, read: bool = False) -> T:
         """One transaction of the per-message path, on the implementation chosen at open: the
@@ -211,7 +232,7 @@ class StoreEngine:
         the hot path writes three times per message, so the ORM's overhead would dominate)."""
         if self._engine is None:
             raise StoreError("the store is not open")
-        async with self._write_lock:
+        async with self._hot_lock():
             started = self.circuit.check()
             try:
                 async with self.circuit.watch(), self._engine.begin() as conn:
@@ -229,7 +250,7 @@ class StoreEngine:
         """Like `_tx`, on the SQLite fast path (reads too: it is one connection). A read is
         never skipped while writes are: WAL readers do not wait for another process's writer,
         and a session's history must load."""
-        async with self._write_lock:
+        async with self._hot_lock():
             started = self.circuit.check(write=not read)
             try:
                 result = await fn(fast)
@@ -238,6 +259,18 @@ class StoreEngine:
             if not read:
                 self.circuit.wrote()
             return result
+
+    @asynccontextmanager
+    async def _hot_lock(self) -> AsyncIterator[None]:
+        self._hot_writes += 1
+        self._hot_idle.clear()
+        try:
+            async with self._write_lock:
+                yield
+        finally:
+            self._hot_writes -= 1
+            if not self._hot_writes:
+                self._hot_idle.set()
 
     async def _query(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         if self._engine is None:

@@ -1,0 +1,106 @@
+"""A run's state changes in batches: the runs that start (claimed -> running) or finish
+(running -> outcome) at the same moment share one UPDATE in one transaction, instead of one
+transaction each. Each change keeps its own guard (ours, still in the state it left), so a run
+reaped meanwhile is reported lost exactly as a lone UPDATE would report it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Float, String, Text, case, literal, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hermes_gateway.scheduler.rows import RUNS
+
+K = TypeVar("K")
+R = TypeVar("R")
+MAX_BATCH = 50  # CASE branches per statement: well within the drivers' parameter limits
+
+
+class Coalescer(Generic[K, R]):
+    """Calls made while a flush is under way wait for the next one, which serves them all."""
+
+    def __init__(self, flush: Callable[[list[K]], Awaitable[list[R]]]) -> None:
+        self._flush = flush
+        self._pending: list[tuple[K, asyncio.Future[R]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self, item: K) -> R:
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="ledger-batch")
+        return await future
+
+    async def settle(self) -> None:
+        """Wait for the flush under way (a stop records after the last state change)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _drain(self) -> None:
+        while self._pending:
+            await asyncio.sleep(0)  # the callers of this same moment join the batch
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            try:
+                results = await self._flush([item for item, _ in batch])
+            except Exception as exc:  # each caller sees the store's failure, as alone
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():  # a caller cancelled (a stop) gets nothing
+                    future.set_result(result)
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    run_id: int
+    status: str
+    now: float
+    output: str | None
+    error: str | None
+    delivery: str
+
+
+def _by_run(values: dict[int, Any], kind: Any) -> Any:
+    # typed literals: PostgreSQL would read an untyped CASE branch as text
+    return case({i: literal(v, kind) for i, v in values.items()}, value=RUNS.c.id)
+
+
+async def start_all(db: AsyncSession, owner: str, starts: list[tuple[int, float]]) -> set[int]:
+    """claimed -> running for each (run id, now) still claimed by ``owner``: the ids moved."""
+    ids = [run_id for run_id, _ in starts]
+    stmt = (
+        update(RUNS)
+        .where(RUNS.c.id.in_(ids), RUNS.c.owner == owner, RUNS.c.status == "claimed")
+        .values(status="running", started_at=_by_run(dict(starts), Float()))
+        .returning(RUNS.c.id)
+    )
+    return {int(i) for i in await db.scalars(stmt)}
+
+
+async def finish_all(db: AsyncSession, owner: str, ends: list[Finish], lease_s: float) -> set[int]:
+    """running -> its outcome for each run still running under ``owner``; its lease runs on
+    while the answer is delivered. The ids that moved."""
+    stmt = (
+        update(RUNS)
+        .where(
+            RUNS.c.id.in_([e.run_id for e in ends]),
+            RUNS.c.owner == owner,
+            RUNS.c.status == "running",
+        )
+        .values(
+            status=_by_run({e.run_id: e.status for e in ends}, String()),
+            finished_at=_by_run({e.run_id: e.now for e in ends}, Float()),
+            output=_by_run({e.run_id: e.output for e in ends}, Text()),
+            error=_by_run({e.run_id: e.error for e in ends}, Text()),
+            delivery=_by_run({e.run_id: e.delivery for e in ends}, String()),
+            lease_until=_by_run({e.run_id: e.now + lease_s for e in ends}, Float()),
+        )
+        .returning(RUNS.c.id)
+    )
+    return {int(i) for i in await db.scalars(stmt)}
