@@ -18,17 +18,27 @@ from hermes_gateway.store.archive_index import (
     hnsw_index,
     literal,
     pgvector_ddl,
-    pgvector_fill,
 )
 from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.memory")
 _LOCK_KEY = 0x6865726D6576  # one opener at a time makes the extension, column and indexes
+_UNFILLED = text(
+    f"SELECT id, embedding FROM memories WHERE embedding IS NOT NULL AND {PG_VECTOR} IS NULL "
+    "LIMIT 1000"
+)
+_SIZES = text(
+    f"SELECT DISTINCT vector_dims({PG_VECTOR}) FROM memories WHERE {PG_VECTOR} IS NOT NULL"
+)
 _WRITE = text(f"UPDATE memories SET {PG_VECTOR} = CAST(:v AS vector) WHERE id = :id")
 
 
 def _version(found: str) -> tuple[int, ...]:
     return tuple(int(p) for p in found.split(".") if p.isdigit())
+
+
+def _params(vectors: list[tuple[int, bytes]]) -> list[dict[str, Any]]:
+    return [{"id": mid, "v": literal(vec)} for mid, vec in vectors]
 
 
 class PgVector:
@@ -62,10 +72,26 @@ class PgVector:
         found = await conn.run_sync(pgvector_ddl)
         if found is None:
             return None
-        filled = await conn.run_sync(pgvector_fill)
+        version = _version(found)
+        filled = await self._fill(conn)
         if filled:
             log.info("memory.pgvector_filled", rows=filled)
-        return _version(found)
+        sizes = await conn.execute(_SIZES)
+        for (dims,) in list(sizes):
+            if dims <= HNSW_MAX_DIMS and version >= (0, 5):
+                await conn.exec_driver_sql(hnsw_index(int(dims)))
+                self._indexed.add(int(dims))
+        return version
+
+    async def _fill(self, conn: AsyncConnection) -> int:
+        """Rows holding only the bytes (stored while the extension was not there) get their
+        `vector`, converted off the event loop; how many."""
+        done = 0
+        while rows := list(await conn.execute(_UNFILLED)):
+            params = await asyncio.to_thread(_params, [(int(i), bytes(b)) for i, b in rows])
+            await conn.execute(_WRITE, params)
+            done += len(rows)
+        return done
 
     async def index(self, dims: int) -> None:
         """The HNSW index of vectors of ``dims`` values exists (made at the first vector of
@@ -87,8 +113,7 @@ class PgVector:
     async def write(self, conn: AsyncConnection, vectors: list[tuple[int, bytes]]) -> None:
         """Give these memories their `vector` (in the caller's transaction)."""
         if vectors:
-            params = [{"id": mid, "v": literal(vec)} for mid, vec in vectors]
-            await conn.execute(_WRITE, params)
+            await conn.execute(_WRITE, _params(vectors))
 
     async def nearest(
         self, conn: AsyncConnection, bank: str, model: str, qvec: bytes, limit: int

@@ -3,16 +3,17 @@ SQLite; on PostgreSQL a stored generated tsvector column (`fts_document`, 'simpl
 any language) with a GIN index, so neither matching nor ranking parses the text again.
 
 `INDEX_DDL` is what a new database gets in one step; the migration `r07` keeps its own frozen
-copy. The pgvector column and indexes (`pgvector_ddl`, `pgvector_fill`) are made where the
-server has the extension: by the migration `r09` (a frozen copy), and again at each open, so
-an extension installed later is used. The table itself is `hermes_gateway.store.models.MemoryRow`.
+copy. The pgvector column and indexes (`pgvector_ddl`, `hnsw_index`) are made where the server has
+the extension: by the migration `r09` (a frozen copy), and again when the archive opens
+(`hermes_gateway.memory.pgvector`), so an extension installed later is used. The table
+itself is `hermes_gateway.store.models.MemoryRow`.
 """
 
 from __future__ import annotations
 
 from array import array
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 # the text the keyword search sees: the memory, its context and its tags
@@ -42,7 +43,6 @@ INDEX_DDL: dict[str, list[str]] = {
 # vector size, on the column cast to that size, partial to the rows of that size.
 PG_VECTOR = "embedding_vec"
 HNSW_MAX_DIMS = 2000  # pgvector's limit for an indexed `vector`; larger ones are scanned
-_FILL_BATCH = 1000
 
 
 def pgvector_ddl(conn: Connection) -> str | None:
@@ -61,31 +61,6 @@ def pgvector_ddl(conn: Connection) -> str | None:
         return None
     conn.exec_driver_sql(f"ALTER TABLE memories ADD COLUMN IF NOT EXISTS {PG_VECTOR} vector")
     return str(version)
-
-
-def pgvector_fill(conn: Connection) -> int:
-    """Give the vector column to rows holding only the bytes (stored before the extension was
-    there), then an index for each vector size present; the rows filled."""
-    done = 0
-    while True:
-        rows = conn.exec_driver_sql(
-            f"SELECT id, embedding FROM memories WHERE embedding IS NOT NULL "
-            f"AND {PG_VECTOR} IS NULL LIMIT {_FILL_BATCH}"
-        ).all()
-        if not rows:
-            break
-        params = [{"id": int(mid), "v": literal(bytes(blob))} for mid, blob in rows]
-        conn.execute(
-            text(f"UPDATE memories SET {PG_VECTOR} = CAST(:v AS vector) WHERE id = :id"), params
-        )
-        done += len(rows)
-    sizes = conn.exec_driver_sql(
-        f"SELECT DISTINCT vector_dims({PG_VECTOR}) FROM memories WHERE {PG_VECTOR} IS NOT NULL"
-    )
-    for (dims,) in list(sizes):
-        if dims <= HNSW_MAX_DIMS:
-            conn.exec_driver_sql(hnsw_index(int(dims)))
-    return done
 
 
 def hnsw_index(dims: int) -> str:

@@ -249,3 +249,36 @@ async def test_without_the_extension_the_brute_force_scan_ranks(no_extension_url
     assert found.memories[0].content == KITTEN and found.note == ""
     assert svc.archive.cache.get(("telegram/1", "fake"))[0] is not None  # the scan's matrix
     assert column == 0
+
+
+async def test_an_extension_installed_later_is_used_at_the_next_open(no_extension_url: str) -> None:
+    import asyncpg
+
+    store = Store(no_extension_url)
+    await store.open()
+    try:
+        svc = service(store, FakeEmbedder())
+        await retain(svc, "telegram/1", KITTEN)  # vectors as bytes only
+        await retain(svc, "telegram/1", BACKUP)
+    finally:
+        await store.close()
+    if not await has_pgvector():
+        pytest.skip("this PostgreSQL server has no pgvector (postgresql-NN-pgvector)")
+    role = no_extension_url.split("://", 1)[1].split("@", 1)[0]
+    user, _, rest = SERVER.partition("@")
+    admin = await asyncpg.connect(user=user, host=rest.split("host=", 1)[1], database="postgres")
+    await admin.execute(f"ALTER ROLE {role} SUPERUSER")  # now it may create the extension
+    await admin.close()
+    store = Store(no_extension_url)
+    await store.open()
+    try:
+        svc = service(store, FakeEmbedder())
+        with capture_logs() as logs:
+            await svc.archive.open()
+        filled = await scalar(store, "SELECT count(embedding_vec) FROM memories")
+        _, vector, _ = await svc.archive.rankings("telegram/1", "", pack(embed("cat")), "fake", 5)
+    finally:
+        await store.close()
+    assert [e["event"] for e in logs] == ["memory.pgvector_filled", "memory.pgvector"]
+    assert filled == 2 and vector == [1, 2]
+    assert svc.archive.cache.get(("telegram/1", "fake"))[0] is None
