@@ -59,7 +59,13 @@ def pgvector_ddl(conn: Connection) -> str | None:
     version = row.scalar()
     if version is None:
         return None
-    conn.exec_driver_sql(f"ALTER TABLE memories ADD COLUMN IF NOT EXISTS {PG_VECTOR} vector")
+    # looked up first: ALTER TABLE would lock the table exclusively at each open
+    column = conn.exec_driver_sql(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        f"AND table_name = 'memories' AND column_name = '{PG_VECTOR}'"
+    )
+    if column.first() is None:
+        conn.exec_driver_sql(f"ALTER TABLE memories ADD COLUMN {PG_VECTOR} vector")
     return str(version)
 
 

@@ -228,8 +228,11 @@ async def no_extension_url() -> AsyncIterator[str]:
 
 
 async def test_without_the_extension_the_brute_force_scan_ranks(no_extension_url: str) -> None:
+    await store_migrate.run(
+        no_extension_url, {}, lambda conn: command.upgrade(store_migrate._config(conn), "r08")
+    )
     store = Store(no_extension_url)
-    await store.open()  # migrates: the pgvector part is skipped, not failed
+    await store.open()  # migrates to the head: the pgvector part is skipped, not failed
     try:
         svc = service(store, FakeEmbedder())
         with capture_logs() as logs:
