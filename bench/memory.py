@@ -1,11 +1,13 @@
-"""``python -m bench.memory [--quick] [--postgres URL] [--dims N] [--json PATH]``: the memory
-archive's figures, printed as Markdown and written as JSON (default
+"""``python -m bench.memory [--quick] [--postgres URL] [--dims N] [--no-chat] [--json PATH]``:
+the memory archive's figures, printed as Markdown and written as JSON (default
 ``bench/results/memory.json``).
 
 1. recall latency (p50 / p99 over distinct queries, after one warm-up) with 10,000 and 100,000
    memories in one bank (``--quick``: 2,000 and 10,000), on SQLite and, with ``--postgres``,
-   PostgreSQL; the embeddings call is a local stub (what is measured is the store's keyword
-   search, the vector scan and the fetch, not the provider's latency);
+   PostgreSQL without pgvector (the brute-force scan) and, where the server has it, with
+   pgvector (the rows filled as bytes, then the archive's open converts them and builds the
+   HNSW index: timed as ``open``); the embeddings call is a local stub (what is measured is
+   the store's keyword search, the vector search and the fetch, not the provider's latency);
 2. chat latency with ``memory.auto_retain`` on vs off, same run, in-process gateway on the fake
    model and fake embeddings: the ratio of the medians (target <= 1.1).
 """
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import uvloop
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bench.driver import percentile
 from hermes_gateway.memory.archive import _MEM, Archive
@@ -91,13 +94,21 @@ async def fill(store: Store, bank: str, count: int, dims: int) -> None:
         await store._tx(lambda conn, rows=rows: conn.execute(_MEM.insert(), rows))
 
 
-async def recall_latency(url: str, count: int, dims: int, queries: int) -> dict[str, Any]:
+async def recall_latency(
+    url: str, count: int, dims: int, queries: int, pgvector: bool = False
+) -> dict[str, Any]:
     store = Store(url)
     await store.open()
     try:
         await fill(store, "bench/1", count, dims)
+        archive = Archive(store, pgvector=pgvector)
+        started = time.perf_counter()
+        await archive.open()  # with pgvector: the column filled, the index built
+        opened = time.perf_counter() - started
+        if pgvector and not (archive.pg and archive.pg.usable):
+            return {"memories": count, "skipped": "the server has no pgvector"}
         service = MemoryService(
-            Archive(store),
+            archive,
             None,
             StubEmbedder(dims),  # type: ignore[arg-type]
             extract=False,
@@ -119,6 +130,7 @@ async def recall_latency(url: str, count: int, dims: int, queries: int) -> dict[
         await store.close()
     return {
         "memories": count,
+        "open_s": round(opened, 1),
         "first_ms": round(cold * 1000, 1),
         "p50_ms": round(percentile(times, 0.5) * 1000, 1),
         "p99_ms": round(percentile(times, 0.99) * 1000, 1),
@@ -158,14 +170,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"dims": args.dims, "recall": {}, "auto_retain": {}}
     with tempfile.TemporaryDirectory() as tmp:
         backends = {"sqlite": lambda n: f"sqlite+aiosqlite:///{tmp}/bench-{n}.db"}
+        if args.only_postgres:
+            del backends["sqlite"]
         if args.postgres:
             backends["postgresql (no pgvector)"] = lambda n: args.postgres
+            backends["postgresql (pgvector)"] = lambda n: args.postgres
         for name, url in backends.items():
             out["recall"][name] = []
             for n in sizes:
                 if name != "sqlite":
                     await _drop(args.postgres)  # one bank of exactly n
-                out["recall"][name].append(await recall_latency(url(n), n, args.dims, queries))
+                found = await recall_latency(url(n), n, args.dims, queries, "(pgvector)" in name)
+                out["recall"][name].append(found)
+        if args.no_chat:
+            return out
         messages = 40 if args.quick else 60  # per round: under auto-retain's backlog of 64
         off: list[float] = []
         on: list[float] = []
@@ -185,9 +203,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _drop(url: str) -> None:
+    """No memories, and no pgvector index (the next open builds it on the rows then there)."""
+
+    async def run(conn: AsyncConnection) -> None:
+        await conn.execute(_MEM.delete())
+        for (name,) in await conn.exec_driver_sql(
+            "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'ix_memories_vec_%'"
+        ):
+            await conn.exec_driver_sql(f"DROP INDEX {name}")
+
     store = Store(url)
     await store.open()
-    await store._tx(lambda conn: conn.execute(_MEM.delete()))
+    await store._tx(run)
     await store.close()
 
 
@@ -195,15 +222,21 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         f"recall, one bank, {data['dims']}-dimension vectors (embeddings call stubbed)",
         "",
-        "| store | memories | first recall ms | p50 ms | p99 ms |",
-        "|---|---|---|---|---|",
+        "| store | memories | open s | first recall ms | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|",
     ]
     for store, rows in data["recall"].items():
         for r in rows:
+            if "skipped" in r:
+                lines.append(f"| {store} | {r['memories']:,} | {r['skipped']} | | | |")
+                continue
             lines.append(
-                f"| {store} | {r['memories']:,} | {r['first_ms']} | {r['p50_ms']} | {r['p99_ms']} |"
+                f"| {store} | {r['memories']:,} | {r['open_s']} | {r['first_ms']} "
+                f"| {r['p50_ms']} | {r['p99_ms']} |"
             )
     a = data["auto_retain"]
+    if not a:
+        return "\n".join(lines)
     lines += [
         "",
         f"chat latency, auto_retain on / off ({a['messages']} sequential messages): "
@@ -219,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", help="a PostgreSQL URL whose memories table may be emptied")
     parser.add_argument("--dims", type=int, default=256, help="vector size (default 256)")
     parser.add_argument("--no-recall", action="store_true", help="the auto-retain ratio only")
+    parser.add_argument("--no-chat", action="store_true", help="the recall latency only")
+    parser.add_argument("--only-postgres", action="store_true", help="recall: no SQLite")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "memory.json")
     args = parser.parse_args(argv)
     data = uvloop.run(run(args))

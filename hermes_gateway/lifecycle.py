@@ -153,6 +153,8 @@ class Lifecycle:
         )
         install_hooks(self.bus, hooks)
         await self.store.open()
+        if self.memory.service is not None:
+            await self.memory.service.archive.open()  # pgvector or not, found once, here
         self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import asdict
 from typing import Any
 
@@ -168,10 +169,13 @@ def schema_diff(conn: Connection) -> list[Any]:
         "ix_messages_fts",
         "memories_fts",
         "fts_document",
+        "embedding_vec",  # pgvector's column, where the server has the extension
     )
 
     def modelled(name: str | None, kind: str, _parent: Any) -> bool:
-        return not (name or "").startswith((*unmodelled, "ix_memories_fts"))
+        return not (name or "").startswith((*unmodelled, "ix_memories_fts", "ix_memories_vec"))
 
     context = MigrationContext.configure(conn, opts={"include_name": modelled})
-    return list(compare_metadata(context, Base.metadata))
+    with warnings.catch_warnings():  # SQLAlchemy does not know pgvector's type (not modelled)
+        warnings.filterwarnings("ignore", "Did not recognize type 'vector'")
+        return list(compare_metadata(context, Base.metadata))

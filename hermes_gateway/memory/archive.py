@@ -1,18 +1,22 @@
 """The archive's storage on the store's engine: memories in banks, and the three rankings recall
-fuses (keywords by the database's full-text index, vectors by a brute-force scan, recency).
+fuses (keywords by the database's full-text index, vectors by pgvector or a brute-force scan,
+recency).
 
 One schema for SQLite and PostgreSQL (`hermes_gateway.store.models.MemoryRow`): vectors are float32
-bytes in the row, compared in Python off the event loop.
+bytes in the row, compared in Python off the event loop; on PostgreSQL with pgvector also in a
+`vector` column, ranked by the server (`pgvector.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hermes_gateway.memory.pgvector import PgVector
 from hermes_gateway.memory.vectors import VectorCache, best, grown
 from hermes_gateway.store.archive_index import PG_DOCUMENT
 from hermes_gateway.store.models import MemoryRow
@@ -49,30 +53,55 @@ _PG_KEYWORDS = text(
 class Archive:
     """Reads and writes the `memories` table through the gateway's `Store`."""
 
-    def __init__(self, store: Store, cache: VectorCache | None = None) -> None:
+    def __init__(
+        self, store: Store, cache: VectorCache | None = None, *, pgvector: bool = True
+    ) -> None:
+        """``pgvector=False``: the brute-force scan even where the server has pgvector."""
         self.store = store
         self.cache = cache or VectorCache()
+        self.pg = PgVector(store) if pgvector and not store._is_sqlite else None
+
+    async def open(self) -> None:
+        """Probe for pgvector (PostgreSQL), once; the first use does it if this was not called."""
+        if self.pg is not None:
+            await self.pg.open()
+
+    async def _pg(self, dims: int | None = None) -> PgVector | None:
+        """pgvector when it serves this archive (with the index of ``dims`` made)."""
+        if self.pg is None or not await self.pg.open():
+            return None
+        if dims:
+            await self.pg.index(dims)
+        return self.pg
 
     async def add(self, rows: list[dict[str, Any]]) -> list[int]:
         """Insert memories (keys: bank, content, context, tags, session_key, message_id,
         created_at, embedding, model); their ids, in order."""
+
+        pg = await self._pg(_dims(row["embedding"] for row in rows))
 
         async def run(conn: AsyncConnection) -> list[int]:
             ids = []
             for row in rows:
                 result = await conn.execute(insert(_MEM).values(**row))
                 ids.append(int(result.inserted_primary_key[0]))  # type: ignore[index]
+            if pg is not None:
+                pairs = zip(ids, (row["embedding"] for row in rows), strict=True)
+                await pg.write(conn, [(mid, vec) for mid, vec in pairs if vec])
             return ids
 
         return await self.store._tx(run)
 
     async def set_embeddings(self, bank: str, vectors: list[tuple[int, bytes]], model: str) -> None:
         """Give memories of ``bank`` their vectors (a backfill); its cached matrix is dropped."""
+        pg = await self._pg(_dims(vec for _, vec in vectors))
 
         async def run(conn: AsyncConnection) -> None:
             for mid, vec in vectors:
                 where = (_MEM.c.id == mid, _MEM.c.bank == bank)
                 await conn.execute(update(_MEM).where(*where).values(embedding=vec, model=model))
+            if pg is not None:  # the ids are the bank's: just updated under its name
+                await pg.write(conn, vectors)
 
         await self.store._tx(run)
         self.cache.forget(bank)
@@ -93,6 +122,9 @@ class Archive:
     ) -> tuple[list[int], list[int], list[int]]:
         """``bank``'s memories ranked by keywords, by vector (none without ``qvec``) and by
         recency, ``limit`` ids each, best first; the queries share one connection."""
+        pg = await self._pg(len(qvec) // 4 if qvec else None)
+        if pg is not None:
+            return await self._ranked_by_server(pg, bank, query, qvec, model, limit)
         key = (bank, model)
         cached, generation = self.cache.get(key)
         last = cached.last_id if cached is not None else 0
@@ -120,6 +152,17 @@ class Archive:
             return best(vectors.ids, vectors.matrix, qvec, limit)
 
         return keyword, await asyncio.to_thread(search), recent
+
+    async def _ranked_by_server(
+        self, pg: PgVector, bank: str, query: str, qvec: bytes | None, model: str, limit: int
+    ) -> tuple[list[int], list[int], list[int]]:
+        async def run(conn: AsyncConnection) -> tuple[list[int], list[int], list[int]]:
+            keyword = await self._keyword(conn, bank, query, limit)
+            recent = await conn.execute(_RECENT, {"bank": bank, "limit": limit})
+            vector = await pg.nearest(conn, bank, model, qvec, limit) if qvec else []
+            return keyword, vector, [int(r[0]) for r in recent]
+
+        return await self.store._query(run)
 
     async def _keyword(self, conn: AsyncConnection, bank: str, query: str, limit: int) -> list[int]:
         """Memories holding all the query's words, or if too few do, any of them (those of 4
@@ -165,6 +208,11 @@ class Archive:
             return list(await conn.execute(stmt, params or {}))
 
         return await self.store._query(run)
+
+
+def _dims(vectors: Iterable[bytes | None]) -> int | None:
+    """The size of the first of these vectors (one embedding model per call)."""
+    return next((len(v) // 4 for v in vectors if v), None)
 
 
 def join_tags(tags: tuple[str, ...]) -> str:

@@ -15,6 +15,7 @@ from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
 from hermes_gateway.store.archive_index import INDEX_DDL as MEMORY_DDL
+from hermes_gateway.store.archive_index import pgvector_ddl
 from hermes_gateway.store.migrations import HEAD
 from hermes_gateway.store.models import Base
 from hermes_gateway.store.search import INDEX_DDL
@@ -109,6 +110,8 @@ def _create_at_head(conn: Connection) -> None:
     Base.metadata.create_all(conn)
     for ddl in INDEX_DDL[conn.dialect.name] + MEMORY_DDL[conn.dialect.name]:
         conn.exec_driver_sql(ddl)
+    if conn.dialect.name == "postgresql":
+        pgvector_ddl(conn)  # where the server has it (no rows yet: no index until vectors come)
     conn.execute(
         text(
             "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "

@@ -33,7 +33,7 @@ async def test_a_database_of_each_older_release_reaches_the_head(pg_url: str, re
     await check_release_upgrade(pg_url, release)
 
 
-@pytest.mark.parametrize("rev", ["r01", "r02", "r03", "r04", "r05", "r06", "r07", "r08"])
+@pytest.mark.parametrize("rev", ["r01", "r02", "r03", "r04", "r05", "r06", "r07", "r08", "r09"])
 async def test_a_database_at_each_earlier_revision_reaches_the_head(pg_url: str, rev: str) -> None:
     await check_revision_upgrade(pg_url, rev)
 
