@@ -88,6 +88,7 @@ def restart(gw: GatewayProcess) -> None:
     gw.start()
 
 
+@pytest.mark.slow  # waits out a run's lease after the kill
 def test_killed_during_a_run_the_run_is_abandoned_and_the_next_slots_run(
     tmp_path: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:

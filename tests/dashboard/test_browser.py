@@ -104,6 +104,7 @@ def _platform(page: Any, name: str, ready: bool) -> None:
     )
 
 
+@pytest.mark.slow  # ~55 s: waits out a platform outage and a gateway restart
 def test_the_overview_shows_a_platform_go_down_and_up_and_survives_a_restart(
     gw: GatewayProcess, tg: FakeTelegram, page: Any, shots: Path
 ) -> None:
