@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.daemon import GatewayProcess
+from tests.e2e.daemon import GatewayProcess, telegram_config
 from tests.fakes.openai import FakeOpenAI, Response, text
 from tests.fakes.server import wait_until
 from tests.fakes.telegram import FakeTelegram
@@ -34,25 +34,19 @@ def telegram() -> Iterator[FakeTelegram]:
 
 
 def daemon(home: Path, llm: FakeOpenAI, fake: FakeTelegram) -> GatewayProcess:
-    config: dict[str, Any] = {
-        "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
-        "platforms": {
-            "telegram": {
-                "enabled": True,
-                "token": TOKEN,
-                "base_url": fake.api_url,
-                "base_file_url": fake.file_url,
-                "allowed_users": [555],
-            }
-        },
-        "scheduler": {
+    config = telegram_config(
+        llm,
+        fake,
+        TOKEN,
+        [555],
+        scheduler={
             "enabled": True,
             "timezone": "UTC",
             "tick_s": 0.2,
             "min_interval_s": 1,
             "lease_s": 2,  # a dead owner's run is reaped 2 s after its last heartbeat
         },
-    }
+    )
     return GatewayProcess(home, config)
 
 

@@ -16,6 +16,26 @@ import httpx
 import yaml
 
 
+def telegram_config(
+    llm: Any, fake: Any, token: str, users: list[int], **sections: Any
+) -> dict[str, Any]:
+    """A daemon config on the fake model (``llm``) and the fake Telegram (``fake``, serving
+    ``token``) with ``users`` allowed, plus further top-level ``sections``."""
+    return {
+        "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+        "platforms": {
+            "telegram": {
+                "enabled": True,
+                "token": token,
+                "base_url": fake.api_url,
+                "base_file_url": fake.file_url,
+                "allowed_users": users,
+            }
+        },
+        **sections,
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.daemon import GatewayProcess
+from tests.e2e.daemon import GatewayProcess, telegram_config
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.fakes.telegram import FakeTelegram
@@ -33,20 +33,14 @@ def tg() -> Iterator[FakeTelegram]:
 
 
 def memory_gateway(home: Path, llm: FakeOpenAI, fake: FakeTelegram) -> GatewayProcess:
-    config: dict[str, Any] = {
-        "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
-        "platforms": {
-            "telegram": {
-                "enabled": True,
-                "token": TOKEN,
-                "base_url": fake.api_url,
-                "base_file_url": fake.file_url,
-                "allowed_users": [ALICE, BOB],
-            }
-        },
-        "tools": {"enabled": TOOLS},
-        "memory": {"auto_retain": True},
-    }
+    config = telegram_config(
+        llm,
+        fake,
+        TOKEN,
+        [ALICE, BOB],
+        tools={"enabled": TOOLS},
+        memory={"auto_retain": True},
+    )
     return GatewayProcess(home, config)
 
 

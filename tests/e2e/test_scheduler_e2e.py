@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.daemon import GatewayProcess
+from tests.e2e.daemon import GatewayProcess, telegram_config
 from tests.fakes.openai import FakeOpenAI, Response, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.fakes.telegram import FakeTelegram
@@ -33,21 +33,15 @@ def tg() -> Iterator[FakeTelegram]:
 
 
 def scheduling_gateway(home: Path, llm: FakeOpenAI, fake: FakeTelegram) -> GatewayProcess:
-    config: dict[str, Any] = {
-        "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
-        "platforms": {
-            "telegram": {
-                "enabled": True,
-                "token": TOKEN,
-                "base_url": fake.api_url,
-                "base_file_url": fake.file_url,
-                "allowed_users": [555],
-            }
-        },
-        "tools": {"enabled": ["cronjob"]},
+    config = telegram_config(
+        llm,
+        fake,
+        TOKEN,
+        [555],
+        tools={"enabled": ["cronjob"]},
         # seconds-long intervals and a fast tick, so nothing here waits for minutes
-        "scheduler": {"enabled": True, "timezone": "UTC", "tick_s": 0.2, "min_interval_s": 1},
-    }
+        scheduler={"enabled": True, "timezone": "UTC", "tick_s": 0.2, "min_interval_s": 1},
+    )
     return GatewayProcess(home, config)
 
 
