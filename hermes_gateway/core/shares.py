@@ -84,8 +84,10 @@ class ClusterShares:
     """The parts ``<role>:<n>`` for n < count, each a `ClusterLeader` made by ``leader``. A
     round every third of the lease (at most 3 s) surveys the cluster and follows `plan`. A
     part given back stays in `held` for `handover_s` more (its connection goes on while the
-    next holder connects: a repeat is a duplicate for the inbox); a lost lease leaves `held`
-    at once."""
+    next holder connects). A part whose lease was lost (not renewed in time: coordination
+    unreachable, this process paused) stays in `held` until the survey shows another holder,
+    and is taken back if it shows none: a part served twice for a while costs duplicates,
+    which the inbox drops; a part served by nobody loses messages."""
 
     everything = False
 
@@ -100,6 +102,7 @@ class ClusterShares:
         self.handover_s = min(5.0, coordinator.lease_s)
         self.held: frozenset[int] = frozenset()
         self._leading: set[int] = set()
+        self._kept: set[int] = set()  # lease lost, still served until another holder shows
         self._orphans: set[int] = set()
         self._given: dict[int, float] = {}  # part -> monotonic time it was given back
         self._changed = asyncio.Event()
@@ -123,6 +126,7 @@ class ClusterShares:
         for n in sorted(self._leading):
             await self.leaders[n].release()
         self._leading.clear()
+        self._kept.clear()
         self._set(frozenset())
 
     def _set(self, held: frozenset[int]) -> None:
@@ -145,22 +149,29 @@ class ClusterShares:
         now = time.monotonic()
         recent = {n for n, at in self._given.items() if now - at < self.coordinator.lease_s}
         orphans = self._orphans - recent  # not straight back what was just handed over
-        moves = plan(self.count, me, self._leading, owners, alive, orphans)
+        for n in sorted(self._kept):
+            if owners.get(n, me) != me:
+                log.info("cluster.share_served_elsewhere", role=self.role, part=n, by=owners[n])
+                self._kept.discard(n)
+        mine = self._leading | self._kept
+        moves = plan(self.count, me, mine, owners, alive, orphans)
         self._orphans = {n for n in range(self.count) if n not in owners}
-        for n in moves.take:
+        for n in sorted(self._kept - set(owners)) + list(moves.take):
             if await self.leaders[n].try_acquire():
                 self._leading.add(n)
+                self._kept.discard(n)
                 self._given.pop(n, None)
                 self._watch(n)
         for n in moves.give:
             log.info("cluster.share_given", role=self.role, part=n, instances=len(alive))
             self._leading.discard(n)
+            self._kept.discard(n)
             self._given[n] = now
             watcher = self._watchers.pop(n, None)
             if watcher is not None:
                 watcher.cancel()
             await self.leaders[n].release()
-        self._set(frozenset(self._leading | self._handing_over()))
+        self._set(frozenset(self._leading | self._kept | self._handing_over()))
 
     def _owners(self, survey: Survey) -> dict[int, str]:
         prefix = f"{self.role}:"
@@ -191,11 +202,13 @@ class ClusterShares:
         for n in lost:
             log.error("cluster.share_lost", role=self.role, part=n)
         self._leading -= lost
-        self._set(frozenset(self._leading | self._handing_over()))
+        self._kept |= lost
+        self._set(frozenset(self._leading | self._kept | self._handing_over()))
 
     def status(self) -> dict[str, Any]:
         return {
             "count": self.count,
             "held": sorted(self._leading),
+            "kept_unleased": sorted(self._kept),
             "handing_over": sorted(self._handing_over() - self._leading),
         }

@@ -122,3 +122,37 @@ async def test_a_joining_instance_gets_its_share_and_a_dead_ones_is_taken(make: 
             assert a._leading == {0, 1} and dead <= a.held
             # the lease runs out, then at most two rounds (b still looked alive)
             assert took < LEASE_S + 3 * a.round_s + 1, took
+
+
+async def test_a_part_whose_lease_was_lost_is_served_until_another_instance_holds_it(
+    make: Make,
+) -> None:
+    coordinator, other = await make("a", LEASE_S), await make("b", LEASE_S)
+    async with instance(coordinator, 1) as a:
+        await until(lambda: a._leading == {0}, 5)
+        lease = a.leaders[0].lease
+        assert lease is not None
+        served: list[bool] = []
+
+        async def sample() -> None:
+            while True:
+                served.append(a.held == {0})
+                await asyncio.sleep(0.005)
+
+        sampler = asyncio.create_task(sample())
+        await coordinator.release(lease)  # gone behind its back (a renewal it could not make)
+
+        def retaken() -> bool:
+            again = a.leaders[0].lease
+            return a.leaders[0].leading and again is not None and again.token != lease.token
+
+        await until(retaken, LEASE_S * 3)  # lost, then taken back: nobody else held it
+        sampler.cancel()
+        assert served and all(served)  # served all along
+        lease = a.leaders[0].lease
+        assert lease is not None
+        await coordinator.release(lease)
+        taken = await other.lead(f"{ROLE}:0")  # this time another instance takes it
+        assert taken is not None
+        await until(lambda: a.held == frozenset(), LEASE_S * 3)
+        await other.release(taken)
