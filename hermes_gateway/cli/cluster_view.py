@@ -21,9 +21,16 @@ def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
         out.write(f"  {role:<28} {state}\n")
     for role, split in sorted(shares.items()):
         held = ", ".join(map(str, split["held"])) or "none"
-        handing = f" (handing over {', '.join(map(str, split['handing_over']))})"
-        out.write(f"  {role:<28} serving {held} of {split['count']}")
-        out.write(f"{handing if split['handing_over'] else ''}\n")
+        notes = [
+            f"{what} {', '.join(map(str, split.get(key) or []))}"
+            for key, what in (
+                ("handing_over", "handing over:"),
+                ("kept_unleased", "lease lost, still connected:"),
+            )
+            if split.get(key)
+        ]
+        note = f" ({'; '.join(notes)})" if notes else ""
+        out.write(f"  {role:<28} serving {held} of {split['count']}{note}\n")
     if not everything:
         return
     survey = c.get("survey")
