@@ -5,7 +5,6 @@ one back when an instance joins, and takes a dead one's once its lease runs out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -136,8 +135,12 @@ class ClusterShares:
 
     async def _rounds(self) -> None:
         while True:
-            with contextlib.suppress(CoordinationUnavailable):
+            try:
                 await self._round(await self.coordinator.survey())
+            except CoordinationUnavailable:
+                pass  # nothing taken or given meanwhile; held parts stay served
+            except Exception:  # a bug must not end the rounds: the parts would go unserved
+                log.exception("cluster.shares_round_failed", role=self.role)
             self._drop_lost()
             await asyncio.sleep(self.round_s)
 
