@@ -1139,7 +1139,8 @@ class FakeDiscord(FakeServer):
     async def _dispatch(self, event: str, data: dict) -> None:
         # Like Discord, events with no session (client not identified yet) are lost; a guild's
         # events go only to the session of its shard
-        raw = data.get("guild_id") or (data.get("id") if event == "GUILD_CREATE" else None)
+        whole_guild = event in ("GUILD_CREATE", "GUILD_UPDATE", "GUILD_DELETE")
+        raw = data.get("guild_id") or (data.get("id") if whole_guild else None)
         guild = int(raw) if raw else None
         sessions = [s for n, s in self._shards.items() if n == self.shard_of(guild, s.shard[1])]
         if not sessions:
