@@ -1139,9 +1139,7 @@ class FakeDiscord(FakeServer):
     async def _dispatch(self, event: str, data: dict) -> None:
         # Like Discord, events with no session (client not identified yet) are lost; a guild's
         # events go only to the session of its shard
-        whole_guild = event in ("GUILD_CREATE", "GUILD_UPDATE", "GUILD_DELETE")
-        raw = data.get("guild_id") or (data.get("id") if whole_guild else None)
-        guild = int(raw) if raw else None
+        guild = _guild_of(event, data)
         sessions = [s for n, s in self._shards.items() if n == self.shard_of(guild, s.shard[1])]
         if not sessions:
             self.undelivered.append((event, data))
@@ -1185,6 +1183,17 @@ class FakeDiscord(FakeServer):
             await conn.ws.send_str(json.dumps(frame))
         except (ConnectionResetError, RuntimeError):
             pass  # the client went away mid-send; RESUME replays session frames
+
+
+def _guild_of(event: str, data: dict) -> int | None:
+    """The guild an event belongs to; None (shard 0) for a DM, or an id that is no snowflake
+    (the fuzz tests send those)."""
+    whole_guild = event in ("GUILD_CREATE", "GUILD_UPDATE", "GUILD_DELETE")
+    raw = data.get("guild_id") or (data.get("id") if whole_guild else None)
+    try:
+        return int(raw) if raw and not isinstance(raw, bool) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _without_reference(message: dict | None) -> dict | None:
