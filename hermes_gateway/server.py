@@ -31,6 +31,7 @@ from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.shares import ClusterShares, SoleShares
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.guard.sdnotify import SystemdNotifier
@@ -46,6 +47,7 @@ from hermes_gateway.seam.platform import (
     Adapter,
     Admitted,
     Leadership,
+    Shares,
     StreamSink,
     SubmitOutcome,
 )
@@ -110,6 +112,7 @@ class Gateway(Lifecycle):
                 notify=self._notify,
             )
         self.leaders: dict[str, ClusterLeader] = {}  # singleton work led through the cluster
+        self.shared: dict[str, ClusterShares] = {}  # intake split over the cluster (shards)
         self.tool_host = GatewayToolHost(
             runner=self.runner,
             delivery=self.delivery,
@@ -260,6 +263,20 @@ class Gateway(Lifecycle):
         leader = self.leaders.get(role)
         if leader is None:
             leader = self.leaders[role] = ClusterLeader(self.ownership.coordinator, role)
+        return leader
+
+    def shares(self, role: str, count: int) -> Shares:
+        """One process serves every part; in a cluster each part is a leader lease (its
+        leaders kept in `leaders`, the split in `shared`, for `/status`)."""
+        if self.ownership is None:
+            return SoleShares(count)
+        coordinator = self.ownership.coordinator
+        shares = self.shared[role] = ClusterShares(coordinator, role, count, self._leader)
+        return shares
+
+    def _leader(self, role: str) -> ClusterLeader:
+        assert self.ownership is not None
+        leader = self.leaders[role] = ClusterLeader(self.ownership.coordinator, role)
         return leader
 
     async def remember_preview(self, event: MessageEvent, ref: str) -> None:

@@ -60,17 +60,25 @@ class ClusterLeader:
         return self.lease is not None and self.lease.live and not self._lost.is_set()
 
     async def acquire(self) -> None:
-        await self.release()
         while True:
-            with contextlib.suppress(CoordinationUnavailable):
-                lease = await self.coordinator.lead(self.role)
-                if lease is not None:
-                    break
+            if await self.try_acquire():
+                return
             await asyncio.sleep(self.retry_s)
+
+    async def try_acquire(self) -> bool:
+        """Ask once: True if this instance leads now (False while another does, or while the
+        coordination store cannot be reached)."""
+        await self.release()
+        lease: Lease | None = None
+        with contextlib.suppress(CoordinationUnavailable):
+            lease = await self.coordinator.lead(self.role)
+        if lease is None:
+            return False
         self.lease, self.since = lease, time.monotonic()
         self._lost = asyncio.Event()
         self._keeper = asyncio.create_task(self._keep(), name=f"leader:{self.role}")
         log.info("cluster.leading", role=self.role, token=lease.token)
+        return True
 
     def remaining(self) -> float:
         """Seconds of work that surely end before the lease does (0 when not leading)."""
