@@ -15,6 +15,8 @@ def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
     )
     for role, led in sorted((c.get("roles") or {}).items()):
         state = f"leading for {led['for_s']} s" if led.get("leading") else "standing by"
+        if led.get("leading") and led.get("lease", role) != role:  # one of several slots
+            state += f" (slot {led['lease'].rsplit(':', 1)[-1]})"
         out.write(f"  {role:<28} {state}\n")
     if not everything:
         return
