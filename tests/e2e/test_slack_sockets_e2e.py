@@ -64,9 +64,9 @@ def instance(
                 "enabled": True,
                 "bot_token": slack.bot_token,
                 "app_token": slack.app_token,
-                "api_base": slack.api_base,
+                "api_base": slack.api_base_as(name),
                 "allowed_users": [f"U{n:04d}" for n in CHATS],
-                "ping_interval_s": 0.5,
+                "ping_interval_s": 5,
                 "progress": "none",
                 "socket_slots": slots,
             }
@@ -117,15 +117,14 @@ def test_each_message_is_answered_once_across_a_kill(
             assert ready(second)  # a stand-by is ready: it sends its sessions' replies
         else:
             wait_until(lambda: slack.live_connections == 2, timeout=30)
-        assert slack.connections == (2 if slots > 1 else 1)  # "a" holds connection 1
         send_round(slack, 1)
         wait_until(lambda: sum(replies(slack).values()) == 10, timeout=30)
-        on = {slack.delivered_on[e["envelope_id"]] for e in slack.envelopes}
-        assert on == ({1, 2} if slots > 1 else {1})  # spread over the open sockets
+        on = {slack.delivered_to(e["envelope_id"]) for e in slack.envelopes}
+        assert on == ({"a", "b"} if slots > 1 else {"a"})  # spread over the open sockets
         time.sleep(1)  # the idle sessions' leases go back (a third of a lease)
         first.signal(signal.SIGSTOP)  # frozen: it takes envelopes and acks none
         round2 = send_round(slack, 2)
-        to_first = [e for e in round2 if slack.delivered_on[e] == 1]
+        to_first = [e for e in round2 if slack.delivered_to(e) == "a"]
         time.sleep(1)
         first.kill()
         gone = time.monotonic()
@@ -133,20 +132,26 @@ def test_each_message_is_answered_once_across_a_kill(
         answered_after = time.monotonic() - gone
         time.sleep(LEASE_S)  # a second answer (a sweep, a retry) would come by now
         got = replies(slack)
-        retried = [e for e in slack.envelopes if e["retry_attempt"] > 0]
     finally:
         first.kill()
         second.kill()
     expected = [f"echo: r{r} c{n}" for r in (1, 2) for n in CHATS]
     assert got == Counter(expected), (got, second.stderr())
-    assert len(to_first) == (5 if slots > 1 else 10)  # never acked by the frozen instance
-    # each of those came again, on b's connection (2), and b acked it
-    assert {e["payload"]["event_id"] for e in retried} >= {
+    # sent to the frozen instance, never acked: every other one (a late retry of round 1 may
+    # take a turn in between) with two sockets, all with one
+    assert len(to_first) >= 4 if slots > 1 else len(to_first) == 10
+    # each of those came again, to b, and b acked it
+    acked = {envelope_id for envelope_id, _ in slack.acks}
+    lost_with_a = {
         e["payload"]["event_id"] for e in slack.envelopes if e["envelope_id"] in to_first
     }
-    acked = {envelope_id for envelope_id, _ in slack.acks}
-    assert all(
-        slack.delivered_on[e["envelope_id"]] == 2 for e in retried if e["envelope_id"] in acked
-    )
+    again = {
+        e["payload"]["event_id"]
+        for e in slack.envelopes
+        if e["retry_attempt"] > 0
+        and slack.delivered_to(e["envelope_id"]) == "b"
+        and e["envelope_id"] in acked
+    }
+    assert lost_with_a <= again
     assert slack.peak_connections <= slots
     print(f"slots={slots}: the 20th answer came {answered_after:.1f} s after the kill")

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -25,6 +26,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from tests.fakes.server import FakeServer, chunked_response
 
 JsonDict = dict[str, Any]
+_CALLER: ContextVar[str] = ContextVar("caller", default="")  # see FakeSlack.api_base_as
 
 MAX_RETRIES = 3  # Slack retries an unacknowledged event up to three times
 MAX_TEXT = 40_000  # chat.postMessage / chat.update: Slack answers msg_too_long past this
@@ -160,6 +162,7 @@ class FakeSlack(FakeServer):
         self.acks: list[tuple[str, float]] = []
         self.envelopes: list[JsonDict] = []  # every envelope written to a socket, in order
         self.delivered_on: dict[str, int] = {}  # envelope id: the connection (1, 2...) it went to
+        self.opened_by: dict[int, str] = {}  # connection: who opened it (see `api_base_as`)
         self.connections = 0  # sockets opened so far
         self.peak_connections = 0  # most sockets open at once
         # an envelope not acked this long after it was written is delivered again (None: never)
@@ -203,6 +206,7 @@ class FakeSlack(FakeServer):
             "assistant.threads.setStatus": lambda params: {},
         }
         self.app.router.add_route("*", "/api/{method}", self._api)
+        self.app.router.add_route("*", "/as/{caller}/api/{method}", self._api_as)
         self.app.router.add_get("/link/", self._socket)
         self.app.router.add_get("/files-pri/{file_id}/{name}", self._download)
 
@@ -216,6 +220,15 @@ class FakeSlack(FakeServer):
     @property
     def api_base(self) -> str:
         return f"{self.url}/api/"  # the trailing slash matters: the SDK urljoin()s method names
+
+    def api_base_as(self, caller: str) -> str:
+        """The Web API under a name of the caller's (one gateway instance of several): the
+        sockets it opens are recorded in `opened_by`, so a test knows whose they are."""
+        return f"{self.url}/as/{caller}/api/"
+
+    def delivered_to(self, envelope_id: str) -> str:
+        """Who opened the connection ``envelope_id`` was written to."""
+        return self.opened_by.get(self.delivered_on.get(envelope_id, 0), "")
 
     @property
     def connected(self) -> bool:
@@ -470,6 +483,7 @@ class FakeSlack(FakeServer):
         self.connections += 1
         self._sockets[ws] = request.transport
         self._numbers[ws] = self.connections
+        self.opened_by[self.connections] = request.query.get("caller", "")
         self.peak_connections = max(self.peak_connections, len(self._sockets))
         try:
             await ws.send_json(self._hello())
@@ -509,6 +523,10 @@ class FakeSlack(FakeServer):
 
     # -- Web API ---------------------------------------------------------------------------
 
+    async def _api_as(self, request: web.Request) -> web.Response:
+        _CALLER.set(request.match_info["caller"])
+        return await self._api(request)
+
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await _read_params(request)
@@ -529,8 +547,8 @@ class FakeSlack(FakeServer):
             return _fail(exc.code)
 
     def _connections_open(self, params: JsonDict) -> JsonDict:
-        ticket = uuid.uuid4().hex
-        return {"url": f"ws://127.0.0.1:{self.port}/link/?ticket={ticket}&app_id={self.api_app_id}"}
+        query = f"ticket={uuid.uuid4().hex}&app_id={self.api_app_id}&caller={_CALLER.get()}"
+        return {"url": f"ws://127.0.0.1:{self.port}/link/?{query}"}
 
     def _auth_test(self, params: JsonDict) -> JsonDict:
         return {
