@@ -77,13 +77,16 @@ class ClusterLeader:
         log.info("cluster.leading", role=lease.key, token=lease.token)
 
     async def _take(self) -> Lease | None:
-        """One round over the roles (from a random one, so stand-bys spread their asks)."""
+        """One round over the roles (from a random one, so stand-bys spread their asks); it
+        ends at the first call that cannot reach the coordination store."""
         start = random.randrange(len(self.roles))
         for role in self.roles[start:] + self.roles[:start]:
-            with contextlib.suppress(CoordinationUnavailable):
+            try:
                 lease = await self.coordinator.lead(role)
-                if lease is not None:
-                    return lease
+            except CoordinationUnavailable:
+                return None
+            if lease is not None:
+                return lease
         return None
 
     def remaining(self) -> float:
