@@ -255,14 +255,15 @@ class Gateway(Lifecycle):
             return list(ctx.history)
         return await self.store.history(session_key)
 
-    def leadership(self, role: str) -> Leadership:
-        """One process leads every role; in a cluster a leader lease decides (kept in
-        `leaders` for `/status`)."""
+    def leadership(self, role: str, slots: int = 0) -> Leadership:
+        """One process leads every role; in a cluster a leader lease decides, one of ``slots``
+        numbered ones if given (kept in `leaders` for `/status`)."""
         if self.ownership is None:
             return SoleLeader(role)
         leader = self.leaders.get(role)
         if leader is None:
-            leader = self.leaders[role] = ClusterLeader(self.ownership.coordinator, role)
+            coordinator = self.ownership.coordinator
+            leader = self.leaders[role] = ClusterLeader(coordinator, role, slots)
         return leader
 
     def shares(self, role: str, count: int) -> Shares:

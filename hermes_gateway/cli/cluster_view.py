@@ -18,6 +18,8 @@ def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
         if role.rpartition(":")[0] in shares:
             continue  # one line per split below, not one per part
         state = f"leading for {led['for_s']} s" if led.get("leading") else "standing by"
+        if led.get("leading") and led.get("lease", role) != role:  # one of several slots
+            state += f" (slot {led['lease'].rsplit(':', 1)[-1]})"
         out.write(f"  {role:<28} {state}\n")
     for role, split in sorted(shares.items()):
         held = ", ".join(map(str, split["held"])) or "none"

@@ -140,8 +140,10 @@ class AdapterHost(Protocol):
         """The session's conversation so far."""
         ...
 
-    def leadership(self, role: str) -> Leadership:
-        """The leadership of ``role`` (e.g. "telegram-poller:<bot id>") in the cluster."""
+    def leadership(self, role: str, slots: int = 0) -> Leadership:
+        """The leadership of ``role`` (e.g. "telegram-poller:<bot id>") in the cluster; with
+        ``slots``, any one of the leases ``role:0`` .. ``role:<slots-1>`` (at most that many
+        instances lead at once)."""
         ...
 
     def shares(self, role: str, count: int) -> Shares:
