@@ -24,8 +24,8 @@ from adapters.slack.events import Recent, normalize
 from adapters.slack.http import serve_event
 from adapters.slack.once import find_posted, metadata
 from adapters.slack.progress import Progress, slack_preview
-from adapters.slack.settings import SlackConfig
-from adapters.slack.socket import AckingSocketHandler
+from adapters.slack.settings import SlackConfig, app_key
+from adapters.slack.socket import AckingSocketHandler, take_slot
 from adapters.slack.socket import close_socket as _close_socket
 from adapters.slack.socket import frame_type as _frame_type
 from hermes_gateway.core.bus import LifecycleEvent
@@ -38,9 +38,9 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
-from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.seam.platform import AdapterHost, Health, Leadership, StreamSink
 from hermes_gateway.seam.preview import PreviewBook
-from hermes_gateway.seam.supervisor import Backoff, GiveUp, Supervisor, hold
+from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor, hold
 from hermes_gateway.text.markup import split_rendered_slack
 
 log = structlog.get_logger("hermes.adapters.slack")
@@ -63,6 +63,12 @@ class SlackAdapter:
         self._me = BotIdentity("")  # from auth.test, before any event can arrive
         self._accepting = False
         self._stopped = False
+        # Slack takes at most 10 sockets per app: in a cluster one of the slots is needed
+        self.slot: Leadership | None = None
+        self._standby = False  # every slot is another instance's: connected for sending only
+        if self.config.mode == "socket":
+            role = f"slack:{app_key(self.config.app_token)}:socket"
+            self.slot = host.leadership(role, slots=self.config.socket_slots)
         self.supervisor = Supervisor(
             self.name,
             self._connect_once,
@@ -102,14 +108,33 @@ class SlackAdapter:
             raise self.supervisor.fatal
 
     async def _connect_once(self) -> None:
-        """Connect, then keep the connection: over a socket the SDK reconnects by itself."""
+        """Connect, then keep the connection: over a socket the SDK reconnects by itself. In
+        a cluster the socket is open only while this instance holds one of the app's socket
+        slots; without one it stands by (the bot token checked, replies can go out)."""
+        slot = self.slot
         try:
+            if slot is not None and not slot.leading:
+                assert self.web is not None
+                await asyncio.wait_for(self.web.auth_test(), START_TIMEOUT_S)
+                await take_slot(slot, self._stand_by)
             await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
         except AdapterAuthError as exc:
             log.error("slack.auth_failed", error=str(exc))
             raise GiveUp(str(exc)) from exc
         self.supervisor.ready("connected")
-        await hold()
+        if slot is None:
+            await hold()
+            return
+        await slot.lost()  # forever on one process
+        log.warning("slack.socket_slot_lost")
+        await self._close_socket()
+        await slot.release()
+        raise RetryLater(0.0)
+
+    def _stand_by(self, standing_by: bool) -> None:
+        self._standby = standing_by
+        if standing_by:
+            self.supervisor.ready("socket stand-by: other instances hold Slack's socket slots")
 
     async def _bring_up(self) -> None:
         assert self.web is not None
@@ -159,11 +184,18 @@ class SlackAdapter:
         return app
 
     async def stop(self) -> None:
-        """Stop intake: close the socket, so Slack keeps new events for the next connection."""
+        """Stop intake: close the socket, so Slack keeps new events for the next connection,
+        then give its slot to a stand-by."""
         self._accepting = False
         await self.supervisor.stop()
-        if self.socket is not None:
-            await _close_socket(self.socket)
+        await self._close_socket()
+        if self.slot is not None:
+            await self.slot.release()
+
+    async def _close_socket(self) -> None:
+        socket, self.socket, self._hello_on = self.socket, None, None
+        if socket is not None:
+            await _close_socket(socket)
 
     async def close(self) -> None:
         self._stopped = True
@@ -171,9 +203,9 @@ class SlackAdapter:
         await self.supervisor.stop()
         self._previews.cancel_all()
         await self.files.aclose()
-        if self.socket is not None:
-            await _close_socket(self.socket)
-            self.socket = None
+        await self._close_socket()
+        if self.slot is not None:
+            await self.slot.release()
         if self.web is not None:
             # runs interrupted by the shutdown end after this: take their reactions off now
             try:
@@ -189,6 +221,8 @@ class SlackAdapter:
             return self.supervisor.health
         if self.config.mode == "http":
             return Health(True, "events api")
+        if self._standby:
+            return self.supervisor.health
         client = self.socket.client if self.socket is not None else None
         session = client.current_session if client is not None else None
         if client is None or session is None or session.closed or client.stale:
