@@ -48,8 +48,8 @@ from hermes_gateway.text.markup import split_rendered_slack
 
 log = structlog.get_logger("hermes.adapters.slack")
 NOT_TAKEN = (
-    "I could not save your message (my database is not answering), so I have not acted on it; "
-    "please send it again in a moment."
+    "I could not take your message just now (my database is not answering, or I am "
+    "restarting), so I have not acted on it; please send it again in a moment."
 )
 START_TIMEOUT_S = 15.0  # auth.test + apps.connections.open + the socket handshake
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0
