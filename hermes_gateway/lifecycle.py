@@ -3,7 +3,7 @@
 Shutdown order: stop intake -> drain with timeout -> interrupt agents -> stop the pool ->
 close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`, at any moment of the
 start too (it is cancelled where it waits); a second one forces: no drain, and what the
-shutdown still waits for is abandoned.
+shutdown still does after `FORCE_GRACE_S` is abandoned.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("hermes.gateway")
 START_UNWIND_S = 5.0  # a start a stop cancelled: how long its unwinding may take at most
 FORCE_POLL_S = 0.1  # how often a wait checks for a forced stop (a second signal)
+FORCE_GRACE_S = 5.0  # a forced stop: what the shutdown still does (no drain) gets this long
 
 
 class Lifecycle:
@@ -113,7 +114,7 @@ class Lifecycle:
                 raise
         finally:
             stopping = asyncio.create_task(self.shutdown(), name="shutdown")
-            if not await self._unless_forced(stopping):
+            if not await self._unless_forced(stopping, grace=FORCE_GRACE_S):
                 log.warning("gateway.stop_forced", exit_code=self.exit_code)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
@@ -139,9 +140,12 @@ class Lifecycle:
         await self._unless_forced(starting, START_UNWIND_S)
         return False
 
-    async def _unless_forced(self, task: asyncio.Task[Any], timeout: float | None = None) -> bool:
+    async def _unless_forced(
+        self, task: asyncio.Task[Any], timeout: float | None = None, grace: float = 0.0
+    ) -> bool:
         """Wait for ``task`` until it is done (True), ``timeout`` passes or a second signal
-        forces the stop (False: what it still does is abandoned)."""
+        forces the stop and ``grace`` more seconds pass (False: what it still does is
+        abandoned)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not task.done() and not self.force_exit:
@@ -149,6 +153,8 @@ class Lifecycle:
             if left <= 0:
                 break
             await asyncio.wait({task}, timeout=left)
+        if not task.done() and self.force_exit and grace > 0:
+            await asyncio.wait({task}, timeout=grace)
         return task.done()
 
     def handle_exit(self, sig: int = signal.SIGTERM) -> None:
