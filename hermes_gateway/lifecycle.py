@@ -99,6 +99,9 @@ class Lifecycle:
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
+        before = {
+            sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.handle_exit, sig)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
@@ -116,9 +119,11 @@ class Lifecycle:
             stopping = asyncio.create_task(self.shutdown(), name="shutdown")
             if not await self._unless_forced(stopping, grace=FORCE_GRACE_S):
                 log.warning("gateway.stop_forced", exit_code=self.exit_code)
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig, handler in before.items():
                 loop.remove_signal_handler(sig)
-                signal.signal(sig, signal.SIG_IGN)  # stopped: a late signal must not kill it
+                # what was there before: the command's early handler, which keeps a late
+                # signal from killing a process that stopped cleanly (-15 instead of 0)
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         return self.exit_code
 
     async def _start(self) -> bool:

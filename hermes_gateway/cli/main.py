@@ -307,6 +307,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     except (StoreError, OSError) as exc:  # OSError: e.g. the control port is taken
         print(f"hermes: {exc}", file=sys.stderr)
     finally:
+        EARLY.stopped()
         sink.stop()
     _exit_past_stuck_threads(code)
     return code

@@ -28,6 +28,12 @@ class EarlyStop:
         `Lifecycle.serve`, which stops what was started by then."""
         self.deferred = True
 
+    def stopped(self) -> None:
+        """The gateway has stopped: a late signal is ignored, also while the interpreter
+        shuts down (it restores the default action, which would turn exit 0 into -15)."""
+        for sig in STOPS:
+            signal.signal(sig, signal.SIG_IGN)
+
     def taken(self) -> int | None:
         """The signal received while deferred, if any (once)."""
         seen, self.seen = self.seen, None
