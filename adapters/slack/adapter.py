@@ -1,6 +1,7 @@
 """Slack: a slack-bolt `AsyncApp` fed by Socket Mode (default) or by the Events API on the
-control server. A Socket Mode event is acked once it is in the inbox (an event the store could
-not take is not acked, so Slack delivers it again); over HTTP bolt acks every event at once."""
+control server. Either way an event is acked once it is in the inbox: one the store could not
+take is not acked (over HTTP: a 503), so Slack delivers it again; at its last retry the user is
+told instead."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import structlog
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 
 from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack.api import SlackWeb, file_downloader
+from adapters.slack.copies import LAST_RETRY, Copies
 from adapters.slack.events import Recent, normalize
 from adapters.slack.http import serve_event
 from adapters.slack.once import find_posted, metadata
@@ -44,6 +47,10 @@ from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervis
 from hermes_gateway.text.markup import split_rendered_slack
 
 log = structlog.get_logger("hermes.adapters.slack")
+NOT_TAKEN = (
+    "I could not take your message just now (my database is not answering, or I am "
+    "restarting), so I have not acted on it; please send it again in a moment."
+)
 START_TIMEOUT_S = 15.0  # auth.test + apps.connections.open + the socket handshake
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0
 _PROGRESS_EVENTS = ("processing_start", "response_sent", "processing_complete")
@@ -77,7 +84,7 @@ class SlackAdapter:
                 f"connecting (last error: {str(exc) or type(exc).__name__})"
             ),
         )
-        self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
+        self._copies = Copies()  # (channel, ts) taken: the mention pair, retried events
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
         self._unstored: set[str] = set()  # event ids left with Slack: not acked
         self._previews: PreviewBook[str, str] = PreviewBook("slack", host.remember_preview)
@@ -168,8 +175,9 @@ class SlackAdapter:
         http = self.config.mode == "http"
         app = AsyncApp(
             client=self.web.client,
-            # Socket Mode: the listener (intake into the inbox) runs before the ack is sent
-            process_before_response=not http,
+            # the listener (intake into the inbox) runs before the ack is sent: an ack before
+            # the inbox write loses the event if the process dies or the write fails meanwhile
+            process_before_response=True,
             signing_secret=self.config.signing_secret if http else None,
             request_verification_enabled=http,  # Socket Mode needs no signature
             logger=logging.getLogger("hermes.adapters.slack.bolt"),
@@ -243,17 +251,18 @@ class SlackAdapter:
             self._hello_on = None
             log.info("slack.socket_disconnect_requested")
 
-    async def _on_event(self, body: dict[str, Any]) -> None:
-        """A bolt listener: runs after the ack (so also for an event acked just before `stop`:
-        it still lands in the inbox). Nothing a payload holds may escape from here."""
+    async def _on_event(self, body: dict[str, Any], request: AsyncBoltRequest) -> None:
+        """A bolt listener: runs before the ack, which it withholds (``_unstored``) when the
+        store could not take the event. Nothing a payload holds may escape from here."""
         try:
-            if not await self._intake(body.get("event")):
+            if not await self._intake(body.get("event"), _retry_num(request)):
                 self._unstored.add(str(body.get("event_id") or ""))
         except Exception:
             log.exception("slack.intake_failed", event_id=body.get("event_id"))
 
-    async def _intake(self, raw: Any) -> bool:
-        """False when the store could not take the event (it is then not acked)."""
+    async def _intake(self, raw: Any, retry: int) -> bool:
+        """False when the store could not take the event (it is then not acked), unless this
+        was Slack's last try: then its user is told to send it again."""
 
         def read(per_user: bool) -> Inbound | None:
             inbound = normalize(raw, self._me, per_user=per_user)
@@ -261,24 +270,36 @@ class SlackAdapter:
                 log.debug("slack.ignored", type=_field(raw, "type"), subtype=_field(raw, "subtype"))
             return inbound
 
-        durable = self.config.mode == "socket"
-        taken = await self.intake.take(read, durable=durable, screen=self._screen)
+        mine: list[tuple[str, str]] = []  # the copy this call lets through, if any
+        stored = False  # or otherwise settled (refused, a duplicate): not to be taken again
+        try:
+            taken = await self.intake.take(read, durable=True, screen=partial(self._screen, mine))
+            stored = not taken.keep
+        finally:
+            for key in mine:
+                self._copies.settle(key, stored)
         event = taken.event
         if event is None:
             return True
         if taken.keep:
-            self._seen.discard((event.chat_id, event.message_id))  # its redelivery is new
-            return False
+            if retry < LAST_RETRY:
+                return False
+            log.error("slack.event_dropped", channel=event.chat_id, ts=event.message_id)
+            await self.send(OutboundMessage.to(event, NOT_TAKEN, "notice"))
+            return True
         if taken.outcome == "accepted" and event.chat_type == "thread":
             self._threads.add((event.chat_id, event.thread_id))
         return True
 
-    async def _screen(self, event: MessageEvent) -> MessageEvent | None:
-        # the app_mention + message pair and retried deliveries share the ts; the inbox folds
-        # them durably, this spares the second one an access check and a pairing reply
-        if not self._seen.add((event.chat_id, event.message_id)):
+    async def _screen(
+        self, mine: list[tuple[str, str]], event: MessageEvent
+    ) -> MessageEvent | None:
+        # the app_mention + message pair and retried deliveries share the ts: one is taken
+        key = (event.chat_id, event.message_id)
+        if not await self._copies.first(key):
             log.debug("slack.duplicate", channel=event.chat_id, ts=event.message_id)
             return None
+        mine.append(key)
         if not event.mentioned and await self._follows_thread(event):
             return replace(event, mentioned=True)
         return event
@@ -303,7 +324,7 @@ class SlackAdapter:
         app = self.app
         if app is None or not self._accepting:
             return web.json_response({"ok": False, "error": "not_ready"}, status=503)
-        return await serve_event(app, request, self.config.signing_secret)
+        return await serve_event(app, request, self.config.signing_secret, self._unstored)
 
     # -- delivery -----------------------------------------------------------------------
 
@@ -375,6 +396,13 @@ class SlackAdapter:
 
 async def _ack_only() -> None:
     return None
+
+
+def _retry_num(request: AsyncBoltRequest) -> int:
+    """Slack's X-Slack-Retry-Num (0: the first delivery); Socket Mode's retry_attempt."""
+    given = request.headers.get("x-slack-retry-num") or ["0"]
+    value = given[0] if isinstance(given, list | tuple) else str(given)
+    return int(value) if value.isdigit() else 0
 
 
 def _field(raw: Any, key: str) -> str:
