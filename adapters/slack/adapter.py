@@ -25,14 +25,13 @@ from adapters.slack.api import SlackWeb, file_downloader
 from adapters.slack.copies import LAST_RETRY, Copies
 from adapters.slack.events import Recent, normalize
 from adapters.slack.http import serve_event
-from adapters.slack.once import find_posted, metadata
 from adapters.slack.progress import Progress, slack_preview
+from adapters.slack.replies import post_reply
 from adapters.slack.settings import SlackConfig, app_key
 from adapters.slack.socket import AckingSocketHandler, take_slot
 from adapters.slack.socket import close_socket as _close_socket
 from adapters.slack.socket import frame_type as _frame_type
 from hermes_gateway.core.bus import LifecycleEvent
-from hermes_gateway.core.parts import part_key, send_parts
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -44,7 +43,6 @@ from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
 from hermes_gateway.seam.platform import AdapterHost, Health, Leadership, StreamSink
 from hermes_gateway.seam.preview import PreviewBook
 from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor, hold
-from hermes_gateway.text.markup import split_rendered_slack
 
 log = structlog.get_logger("hermes.adapters.slack")
 NOT_TAKEN = (
@@ -331,34 +329,9 @@ class SlackAdapter:
     async def send(self, message: OutboundMessage) -> None:
         """Markdown -> mrkdwn parts under `message_limit`, into the thread; each part retried
         on its own (earlier parts are never sent twice). A streamed preview becomes part 1."""
-        web = self.web
-        if web is None:
+        if self.web is None:
             raise TransientAdapterError("slack: not started")
-        preview_ts = None
-        for answered in message.answers:
-            if (preview_ts := await self._previews.take(answered)) is not None:
-                break
-
-        last = [message.reply_to or ""]  # the newest ts a part about to go out comes after
-
-        async def one(index: int, part: str) -> None:
-            if index == 0 and preview_ts:
-                edit = partial(web.update, message.chat_id, preview_ts, part)
-                if await self._previews.into(message.answers[0], preview_ts, edit):
-                    return
-            key = part_key(message, index, part)
-            if index == message.skip_parts and message.doubt is not None and key is not None:
-                found = await find_posted(
-                    web, message.chat_id, message.thread_id, message.doubt, key
-                )
-                if found:  # it went out before the crash: not twice
-                    last[0] = found
-                    return
-            ts = await web.post(message.chat_id, part, message.thread_id, metadata=metadata(key))
-            last[0] = ts or last[0]
-
-        parts = split_rendered_slack(message.text, self.config.message_limit)
-        await send_parts(message, parts, one, lambda: last[0])
+        await post_reply(self.web, self._previews, message, self.config.message_limit)
 
     async def download(self, attachment: Attachment) -> Path:
         """Fetch a file (``url_private``, with the bot token) into ``<home>/media``, never at
