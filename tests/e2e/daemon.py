@@ -117,8 +117,11 @@ class GatewayProcess:
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # where it hangs: the sentinel dumps every thread's stack on SIGUSR2
+            self.proc.send_signal(signal.SIGUSR2)
+            time.sleep(3)
             raise AssertionError(
-                f"gateway still running after {timeout}s; stderr tail:\n{self.stderr()}"
+                f"gateway still running after {timeout}s; stderr tail:\n{self.stderr(20000)}"
             ) from None
         self._stderr.close()
         return code
@@ -130,9 +133,9 @@ class GatewayProcess:
         if hasattr(self, "_stderr"):
             self._stderr.close()
 
-    def stderr(self) -> str:
+    def stderr(self, tail: int = 4000) -> str:
         try:
-            return self.stderr_path.read_text(errors="replace")[-4000:]
+            return self.stderr_path.read_text(errors="replace")[-tail:]
         except OSError:
             return ""
 
