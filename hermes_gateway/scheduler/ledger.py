@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
+import structlog
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -26,6 +28,7 @@ from hermes_gateway.store.models import CronJobRow
 from hermes_gateway.store.store import Store
 
 T = TypeVar("T")
+log = structlog.get_logger("hermes.scheduler")
 # A job write is followed by a pause this many times its length: a burst of jobs holds the
 # store's write lock (and the event loop) at most a fifth of the time, so a chat message's
 # writes rarely find it taken. The burst takes longer; a chat's latency stays.
@@ -197,6 +200,11 @@ class Ledger:
 
     async def _finish_batch(self, ends: list[Finish]) -> list[bool]:
         moved = await self._paced(lambda: self.writes.finish(ends))
+        done = [end for end in ends if end.run_id in moved]
+        if done:  # one line per batch: a burst finishes thousands of runs
+            outcomes = Counter(end.status for end in done)
+            run_ids = [end.run_id for end in done]
+            log.info("job.finished", count=len(done), outcomes=dict(outcomes), run_ids=run_ids)
         return [end.run_id in moved for end in ends]
 
     async def delivered(self, run_id: int, delivery: str, parts_sent: int | None = None) -> None:
