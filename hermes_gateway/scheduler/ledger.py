@@ -54,10 +54,13 @@ class Ledger:
     @property
     def writes(self) -> LedgerWrites:
         """The hot writes: on SQLite's fast path when the store has it (known once open)."""
-        if self._writes is None:
-            kind = SqliteWrites if self.store.sqlite_fast else EngineWrites
-            self._writes = kind(self.store, self.owner, self.lease_s)
-        return self._writes
+        if self._writes is not None:
+            return self._writes
+        kind = SqliteWrites if self.store.sqlite_fast else EngineWrites
+        writes = kind(self.store, self.owner, self.lease_s)
+        if self.store.is_open:  # a closed store fails the call; the choice waits for it open
+            self._writes = writes
+        return writes
 
     async def _paced(self, call: Callable[[], Awaitable[T]]) -> T:
         """One job write at a time, followed by its pause."""
