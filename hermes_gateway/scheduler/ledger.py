@@ -218,17 +218,22 @@ class Ledger:
         still delivering are left for the next start (their lease ends now)."""
         if not run_ids:
             return
-        mine = (RUNS.c.id.in_(run_ids), RUNS.c.owner == self.owner)
 
         async def run(db: AsyncSession) -> None:
-            await db.execute(
-                update(RUNS)
-                .where(*mine, RUNS.c.status.in_(LIVE))
-                .values(status="abandoned", finished_at=now, delivery="skipped", error="stopped")
-            )
-            await db.execute(
-                update(RUNS).where(*mine, RUNS.c.delivery == "pending").values(lease_until=now)
-            )
+            # a queue of thousands of claimed runs: in slices, within the drivers' parameter
+            # limits, in one transaction
+            for start in range(0, len(run_ids), 5000):
+                mine = (RUNS.c.id.in_(run_ids[start : start + 5000]), RUNS.c.owner == self.owner)
+                await db.execute(
+                    update(RUNS)
+                    .where(*mine, RUNS.c.status.in_(LIVE))
+                    .values(
+                        status="abandoned", finished_at=now, delivery="skipped", error="stopped"
+                    )
+                )
+                await db.execute(
+                    update(RUNS).where(*mine, RUNS.c.delivery == "pending").values(lease_until=now)
+                )
 
         await self._write(run)
 

@@ -128,3 +128,28 @@ def test_slots_from_the_parsed_copy_match_a_fresh_croniter_across_dst(zone: str)
                 schedule_module._cron_prev.__wrapped__(expr, zi, t),
             )
             assert got == fresh, (expr, t)
+
+
+async def test_a_stop_abandons_the_queued_runs_with_the_running_ones(tmp_path: Path) -> None:
+    store = Store(f"sqlite+aiosqlite:///{tmp_path / 'state.db'}")
+    await store.open()
+    try:
+        clock, gate = Clock(T0), Gate()
+        config = SchedulerConfig(enabled=True, max_parallel=2)
+        ledger = Ledger(store, "host:1:t", config.lease_s)
+        outbox = JobOutbox(None, {}, ledger)  # type: ignore[arg-type]  # nothing is delivered
+        sched = Scheduler(lambda: config, ledger, gate, outbox, workers=8, clock=clock)  # type: ignore[arg-type]
+        for i in range(10):
+            await ledger.add(hourly(i), T0)
+        clock.now = T0 + 3600
+        await sched.tick()
+        await asyncio.sleep(0.2)
+        assert sched.running == 2 and sched.status()["queued"] == 8
+        await sched.stop()
+        runs = await ledger.runs(limit=100)
+        assert len(runs) == 10 and {(r.status, r.delivery) for r in runs} == {
+            ("abandoned", "skipped")
+        }
+        assert len(gate.ran) == 2  # the queued ones never started
+    finally:
+        await store.close()
