@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -150,6 +151,7 @@ async def measure(url: str, n: int) -> dict[str, Any]:
             asyncio.create_task(chat_ops(store, stop, busy)),
             asyncio.create_task(lag_sampler(stop, lags)),
         ]
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
         await sched.tick()
         claimed_s = time.perf_counter() - started
@@ -174,6 +176,8 @@ async def measure(url: str, n: int) -> dict[str, Any]:
             "chat_ratio_target": RATIO_TARGET,
             "loop_lag_met": p(lags, 0.99) < LAG_TARGET_S,
             "chat_ratio_met": ratio <= RATIO_TARGET,
+            # the machine's 1-minute load average as the burst began and as it ended
+            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         }
     finally:
         await store.close()
@@ -201,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{store}: {r['jobs']} due jobs claimed in {r['claim_all_s']} s "
             f"({r['claims_per_s']}/s), all claimed and started (and run) in "
-            f"{r['claim_and_run_all_s']} s"
+            f"{r['claim_and_run_all_s']} s; load average {r['load_average'][0]} -> "
+            f"{r['load_average'][1]}"
         )
         print(
             f"  loop lag p99 {r['loop_lag_p99_ms']} ms in the burst "

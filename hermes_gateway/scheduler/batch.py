@@ -8,12 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
-
-from sqlalchemy import Float, String, Text, case, literal, update
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from hermes_gateway.scheduler.rows import RUNS
+from typing import Generic, TypeVar
 
 K = TypeVar("K")
 R = TypeVar("R")
@@ -64,43 +59,3 @@ class Finish:
     output: str | None
     error: str | None
     delivery: str
-
-
-def _by_run(values: dict[int, Any], kind: Any) -> Any:
-    # typed literals: PostgreSQL would read an untyped CASE branch as text
-    return case({i: literal(v, kind) for i, v in values.items()}, value=RUNS.c.id)
-
-
-async def start_all(db: AsyncSession, owner: str, starts: list[tuple[int, float]]) -> set[int]:
-    """claimed -> running for each (run id, now) still claimed by ``owner``: the ids moved."""
-    ids = [run_id for run_id, _ in starts]
-    stmt = (
-        update(RUNS)
-        .where(RUNS.c.id.in_(ids), RUNS.c.owner == owner, RUNS.c.status == "claimed")
-        .values(status="running", started_at=_by_run(dict(starts), Float()))
-        .returning(RUNS.c.id)
-    )
-    return {int(i) for i in await db.scalars(stmt)}
-
-
-async def finish_all(db: AsyncSession, owner: str, ends: list[Finish], lease_s: float) -> set[int]:
-    """running -> its outcome for each run still running under ``owner``; its lease runs on
-    while the answer is delivered. The ids that moved."""
-    stmt = (
-        update(RUNS)
-        .where(
-            RUNS.c.id.in_([e.run_id for e in ends]),
-            RUNS.c.owner == owner,
-            RUNS.c.status == "running",
-        )
-        .values(
-            status=_by_run({e.run_id: e.status for e in ends}, String()),
-            finished_at=_by_run({e.run_id: e.now for e in ends}, Float()),
-            output=_by_run({e.run_id: e.output for e in ends}, Text()),
-            error=_by_run({e.run_id: e.error for e in ends}, Text()),
-            delivery=_by_run({e.run_id: e.delivery for e in ends}, String()),
-            lease_until=_by_run({e.run_id: e.now + lease_s for e in ends}, Float()),
-        )
-        .returning(RUNS.c.id)
-    )
-    return {int(i) for i in await db.scalars(stmt)}

@@ -10,40 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import (
-    delete,
-    func,
-    insert,
-    select,
-    update,
-)
-from sqlalchemy.exc import IntegrityError
+import structlog
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hermes_gateway.scheduler.batch import Coalescer, Finish, finish_all, start_all
+from hermes_gateway.scheduler.batch import Coalescer, Finish
 from hermes_gateway.scheduler.jobs import LIVE, Job, Plan, RunRecord, job_from_row
-from hermes_gateway.scheduler.rows import (
-    JOBS,
-    RECORD,
-    RUNS,
-    advance_all,
-    job_row,
-    owner_alive,
-    record,
-    run_row,
-    write_first,
-)
+from hermes_gateway.scheduler.rows import JOBS, RECORD, RUNS, job_row, owner_alive, record
+from hermes_gateway.scheduler.sqlite_writes import SqliteWrites
+from hermes_gateway.scheduler.writes import TAKEN, EngineWrites, LedgerWrites
 from hermes_gateway.store.models import CronJobRow
 from hermes_gateway.store.store import Store
 
 T = TypeVar("T")
+log = structlog.get_logger("hermes.scheduler")
 # A job write is followed by a pause this many times its length: a burst of jobs holds the
 # store's write lock (and the event loop) at most a fifth of the time, so a chat message's
 # writes rarely find it taken. The burst takes longer; a chat's latency stays.
 PACE = 4.0
+# lease renewals per write: a burst holds thousands of claimed runs, renewed a slice at a time
+HEARTBEAT_CHUNK = 500
 
 
 class Ledger:
@@ -58,14 +49,30 @@ class Ledger:
         self._writing = asyncio.Semaphore(1)
         self._starts: Coalescer[tuple[int, float], bool] = Coalescer(self._start_batch)
         self._finishes: Coalescer[Finish, bool] = Coalescer(self._finish_batch)
+        self._writes: LedgerWrites | None = None
 
-    async def _write(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    @property
+    def writes(self) -> LedgerWrites:
+        """The hot writes: on SQLite's fast path when the store has it (known once open)."""
+        if self._writes is not None:
+            return self._writes
+        kind = SqliteWrites if self.store.sqlite_fast else EngineWrites
+        writes = kind(self.store, self.owner, self.lease_s)
+        if self.store.is_open:  # a closed store fails the call; the choice waits for it open
+            self._writes = writes
+        return writes
+
+    async def _paced(self, call: Callable[[], Awaitable[T]]) -> T:
+        """One job write at a time, followed by its pause."""
         async with self._writing:
             started = time.perf_counter()
             try:
-                return await self.store.write(fn, background=True)
+                return await call()
             finally:
                 await asyncio.sleep(PACE * (time.perf_counter() - started))
+
+    async def _write(self, fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        return await self._paced(lambda: self.store.write(fn, background=True))
 
     async def settle(self) -> None:
         """Wait for the batched state changes under way."""
@@ -120,16 +127,11 @@ class Ledger:
             .limit(limit)
         )
 
-        async def run(db: AsyncSession) -> list[Any]:
-            return list(await db.execute(stmt))
+        async def run(db: AsyncSession) -> list[Job]:
+            rows: Any = await db.execute(stmt)
+            return [job_from_row(r) for r in rows]
 
-        async with self._writing:  # paced like a write: it is the same burst
-            started = time.perf_counter()
-            try:
-                rows = await self.store.read(run)
-                return [job_from_row(r) for r in rows]
-            finally:
-                await asyncio.sleep(PACE * (time.perf_counter() - started))
+        return await self._paced(lambda: self.store.read(run))  # paced: the same burst
 
     # -- claiming slots -----------------------------------------------------------------
 
@@ -146,71 +148,26 @@ class Ledger:
         slot is passed over (the manual run served it)."""
         if len(items) > 1:
             try:
-                return await self._write(lambda db: self._claim_all(db, items, now))
-            except IntegrityError:
+                return await self._paced(lambda: self.writes.claim(items, now))
+            except TAKEN:
                 pass
         out: list[int | None] = []
         for item in items:
-
-            async def one(db: AsyncSession, item: tuple[Job, Plan] = item) -> list[int | None]:
-                return await self._claim_all(db, [item], now)
-
+            one = [item]
             try:
-                out += await self._write(one)
-            except IntegrityError:  # a "run now" took this very second: that run serves it
-                await self._count(advance_all([item], now))
+                out += await self._paced(partial(self.writes.claim, one, now))
+            except TAKEN:  # a "run now" took this very second: that run serves it
+                await self._paced(partial(self.writes.advance, one, now))
                 out.append(None)
         return out
-
-    async def _claim_all(
-        self, db: AsyncSession, items: list[tuple[Job, Plan]], now: float
-    ) -> list[int | None]:
-        """Three statements for the whole batch: which jobs have a live run, the
-        compare-and-set of every job's next slot (RETURNING the ones that moved), the run
-        rows (RETURNING their ids)."""
-        await write_first(db)
-        wanted = [job.id for job, plan in items if plan.action == "run"]
-        busy: set[str] = set()
-        if wanted:
-            live = (RUNS.c.status.in_(LIVE), RUNS.c.lease_until >= now)
-            found = await db.scalars(select(RUNS.c.job_id).where(RUNS.c.job_id.in_(wanted), *live))
-            busy = set(found)
-        # a job never overlaps itself: while a run of it is live, its slot stays due
-        todo = [(j, p) for j, p in items if not (p.action == "run" and j.id in busy)]
-        moved: set[str] = set()
-        if todo:
-            moved = set(await db.scalars(advance_all(todo, now)))
-        rows = [run_row(self.owner, j.id, p, now, self.lease_s) for j, p in todo if j.id in moved]
-        made: dict[str, int] = {}
-        if rows:
-            result = await db.execute(insert(RUNS).returning(RUNS.c.id, RUNS.c.job_id), rows)
-            made = {str(job_id): int(run_id) for run_id, job_id in result}
-        return [made.get(job.id) for job, _ in items]
 
     async def claim_now(self, job: Job, now: float) -> int | None:
         """ "Run now": a slot of its own at this second, the schedule untouched; None when the
         job's previous run is still live (or another "run now" took this second)."""
-
-        async def run(db: AsyncSession) -> int | None:
-            await write_first(db)
-            if await self._busy(db, job.id, now):
-                return None
-            manual = run_row(
-                self.owner, job.id, Plan("run", int(now), "manual", 0, None), now, self.lease_s
-            )
-            result: Any = await db.execute(insert(RUNS).values(**manual))
-            return int(result.inserted_primary_key[0])
-
         try:
-            return await self._write(run)
-        except IntegrityError:
+            return await self._paced(lambda: self.writes.claim_now(job.id, now))
+        except TAKEN:
             return None
-
-    async def _busy(self, db: AsyncSession, job_id: str, now: float) -> bool:
-        stmt = select(func.count()).where(
-            RUNS.c.job_id == job_id, RUNS.c.status.in_(LIVE), RUNS.c.lease_until >= now
-        )
-        return bool(await db.scalar(stmt))
 
     # -- a run's life -------------------------------------------------------------------
 
@@ -220,20 +177,15 @@ class Ledger:
         return await self._starts((run_id, now))
 
     async def _start_batch(self, starts: list[tuple[int, float]]) -> list[bool]:
-        moved = await self._write(lambda db: start_all(db, self.owner, starts))
+        moved = await self._paced(lambda: self.writes.start(starts))
         return [run_id in moved for run_id, _ in starts]
 
     async def heartbeat(self, run_ids: list[int], now: float) -> int:
         """Renew the leases of our live runs (and of answers we are still delivering)."""
-        renewed = 0
-        for start in range(0, len(run_ids), 5000):  # within the drivers' parameter limits
-            stmt = (
-                update(RUNS)
-                .where(RUNS.c.id.in_(run_ids[start : start + 5000]), RUNS.c.owner == self.owner)
-                .where(RUNS.c.status.in_(LIVE) | (RUNS.c.delivery == "pending"))
-                .values(lease_until=now + self.lease_s)
-            )
-            renewed += await self._count(stmt)
+        renewed, until = 0, now + self.lease_s
+        for start in range(0, len(run_ids), HEARTBEAT_CHUNK):
+            chunk = run_ids[start : start + HEARTBEAT_CHUNK]
+            renewed += await self._paced(partial(self.writes.heartbeat, chunk, until))
         return renewed
 
     async def finish(
@@ -250,31 +202,38 @@ class Ledger:
         return await self._finishes(Finish(run_id, status, now, output, error, delivery))
 
     async def _finish_batch(self, ends: list[Finish]) -> list[bool]:
-        moved = await self._write(lambda db: finish_all(db, self.owner, ends, self.lease_s))
+        moved = await self._paced(lambda: self.writes.finish(ends))
+        done = [end for end in ends if end.run_id in moved]
+        if done:  # one line per batch: a burst finishes thousands of runs
+            outcomes = Counter(end.status for end in done)
+            run_ids = [end.run_id for end in done]
+            log.info("job.finished", count=len(done), outcomes=dict(outcomes), run_ids=run_ids)
         return [end.run_id in moved for end in ends]
 
     async def delivered(self, run_id: int, delivery: str, parts_sent: int | None = None) -> None:
-        values: dict[str, Any] = {"delivery": delivery}
-        if parts_sent is not None:
-            values["parts_sent"] = parts_sent
-        await self._count(update(RUNS).where(RUNS.c.id == run_id).values(**values))
+        await self._paced(lambda: self.writes.delivered(run_id, delivery, parts_sent))
 
     async def let_go(self, run_ids: list[int], now: float) -> None:
         """A clean stop: our runs still running are abandoned at once, and the answers we are
         still delivering are left for the next start (their lease ends now)."""
         if not run_ids:
             return
-        mine = (RUNS.c.id.in_(run_ids), RUNS.c.owner == self.owner)
 
         async def run(db: AsyncSession) -> None:
-            await db.execute(
-                update(RUNS)
-                .where(*mine, RUNS.c.status.in_(LIVE))
-                .values(status="abandoned", finished_at=now, delivery="skipped", error="stopped")
-            )
-            await db.execute(
-                update(RUNS).where(*mine, RUNS.c.delivery == "pending").values(lease_until=now)
-            )
+            # a queue of thousands of claimed runs: in slices, within the drivers' parameter
+            # limits, in one transaction
+            for start in range(0, len(run_ids), 5000):
+                mine = (RUNS.c.id.in_(run_ids[start : start + 5000]), RUNS.c.owner == self.owner)
+                await db.execute(
+                    update(RUNS)
+                    .where(*mine, RUNS.c.status.in_(LIVE))
+                    .values(
+                        status="abandoned", finished_at=now, delivery="skipped", error="stopped"
+                    )
+                )
+                await db.execute(
+                    update(RUNS).where(*mine, RUNS.c.delivery == "pending").values(lease_until=now)
+                )
 
         await self._write(run)
 

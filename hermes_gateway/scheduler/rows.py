@@ -1,13 +1,11 @@
-"""The cron tables as the ledger writes them: the tables, a job's row, a run's row, and the
-statements a batch of claims is made of."""
+"""The cron tables as the ledger writes them: the tables, a job's row, a run's row."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Integer, String, Table, and_, case, false, literal, or_, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Table
 
 from hermes_gateway.scheduler.jobs import Job, Plan, RunRecord
 from hermes_gateway.store.models import CronJobRow, CronRunRow
@@ -51,30 +49,8 @@ def job_row(job: Job, now: float) -> dict[str, Any]:
     }
 
 
-def advance_all(items: list[tuple[Job, Plan]], now: float) -> Any:
-    """One UPDATE moving each job past its planned slot if it is still where it was read."""
-    by_id = JOBS.c.id
-    # typed literals: PostgreSQL would read an untyped CASE branch as text
-    slots = {j.id: literal(p.next_run_at, BigInteger()) for j, p in items}
-    states = {j.id: literal(_next_state(p), String()) for j, p in items}
-    counted = {j.id: literal(int(p.action == "run"), Integer()) for j, p in items}
-    return (
-        update(JOBS)
-        .where(
-            JOBS.c.state == "active",
-            or_(*(and_(by_id == j.id, JOBS.c.next_run_at == j.next_run_at) for j, _ in items)),
-        )
-        .values(
-            next_run_at=case(slots, value=by_id),
-            state=case(states, value=by_id),
-            runs=JOBS.c.runs + case(counted, value=by_id),
-            updated_at=now,
-        )
-        .returning(by_id)
-    )
-
-
-def _next_state(plan: Plan) -> str:
+def next_state(plan: Plan) -> str:
+    """The job's state once ``plan`` is claimed."""
     if plan.action == "missed":
         return "missed"
     return "active" if plan.next_run_at is not None else "done"
@@ -95,13 +71,6 @@ def run_row(owner: str, job_id: str, plan: Plan, now: float, lease_s: float) -> 
         "delivery": "pending" if live else "skipped",
         "parts_sent": 0,
     }
-
-
-async def write_first(db: AsyncSession) -> None:
-    """Take the write lock before any read. On SQLite a transaction that read first cannot
-    upgrade once another process wrote (it fails at once, the busy timeout unused); one that
-    writes first waits for the other writer like any write."""
-    await db.execute(update(JOBS).where(false()).values(updated_at=0))
 
 
 def owner_alive(owner: str, alive: Callable[[int], bool]) -> bool:

@@ -1,13 +1,14 @@
 """The ticker: every `scheduler.tick_s` (or at once when woken) it reaps runs whose lease
 expired, takes over answers left undelivered, and claims the slots that came due, by the
-catch-up plan; each claimed run goes to the shared pool, at most `scheduler.max_parallel` at
-once and always leaving a thread for chats. The clock is injected (tests move it)."""
+catch-up plan; claimed runs wait in a queue (as rows claimed in the store, not as tasks) for
+one of `scheduler.max_parallel` workers, which run them on the shared pool, always leaving a
+thread for chats. The clock is injected (tests move it)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,8 @@ MISSED = (
 FAILED = "Scheduled job {name!r} ({id}) did not complete: {error}"
 LATE_AFTER_S = 60.0
 DUE_BATCH = 100
-CLAIM_CHUNK = 25  # a start later than this after its slot counts as a late start
+CLAIM_CHUNK = 25
+PLAN_SLICE_S = 0.002  # planning a burst gives the loop back at least this often
 
 
 class Scheduler:
@@ -50,9 +52,10 @@ class Scheduler:
         self.clock = clock
         # a chat message never waits behind jobs: jobs leave one pool thread free
         self.parallel = max(1, min(config().max_parallel, workers - 1))
-        self._slots = asyncio.Semaphore(self.parallel)
+        self._queue: deque[tuple[Job, int, int]] = deque()  # claimed runs: job, run id, slot
+        self._workers = 0
         self._wake = asyncio.Event()
-        self._live: dict[int, str] = {}  # run id -> job id: leases to renew
+        self._live: dict[int, str] = {}  # run id -> job id: leases to renew (queued ones too)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.last_tick: float | None = None  # monotonic
         self.outcomes: Counter[str] = Counter()
@@ -112,16 +115,11 @@ class Scheduler:
             due = await self.ledger.due(now, DUE_BATCH)
             claimed = 0
             for start in range(0, len(due), CLAIM_CHUNK):  # chats' writes and turns fit between
-                chunk = [
-                    (j, p)
-                    for j in due[start : start + CLAIM_CHUNK]
-                    if (p := plan(j, now, grace, LATE_AFTER_S)) is not None
-                ]
+                chunk = await self._plan(due[start : start + CLAIM_CHUNK], now, grace)
                 run_ids = await self.ledger.claim_batch(chunk, now) if chunk else []
-                for (job, p), run_id in zip(chunk, run_ids, strict=True):
-                    if run_id is not None:
-                        claimed += 1
-                        self._claimed(job, p, run_id)
+                got = [(j, p, i) for (j, p), i in zip(chunk, run_ids, strict=True) if i is not None]
+                claimed += len(got)
+                self._claimed(got)
             if len(due) < DUE_BATCH or not claimed:  # the rest wait for their runs to end
                 break
         self.last_tick = time.monotonic()
@@ -129,27 +127,53 @@ class Scheduler:
             self._counted_at = time.monotonic()
             self.counts = await self.ledger.counts()
 
-    def _claimed(self, job: Job, p: Plan, run_id: int) -> None:
-        why = {"job_id": job.id, "run_id": run_id, "slot": p.slot, "kind": p.kind}
-        if p.action == "skip":
-            self._count("skipped")
-            log.info("job.skipped", missed=p.missed, **why)
-        elif p.action == "missed":
-            self._count("missed")
-            log.warning("job.missed", **why)
-            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(p.slot))
-            text = MISSED.format(name=job.name, id=job.id, when=when)
-            self._spawn(self.outbox.deliver(job, run_id, text, "notice"), run_id, job.id)
-        else:
-            log.info("job.claimed", missed=p.missed, **why)
-            self._spawn(self._execute(job, run_id, p.slot), run_id, job.id)
+    async def _plan(self, jobs: list[Job], now: float, grace: float) -> list[tuple[Job, Plan]]:
+        """The catch-up plans of due jobs; a long list gives the event loop back in between."""
+        out, since = [], time.perf_counter()
+        for job in jobs:
+            if (p := plan(job, now, grace, LATE_AFTER_S)) is not None:
+                out.append((job, p))
+            if time.perf_counter() - since > PLAN_SLICE_S:
+                await asyncio.sleep(0)
+                since = time.perf_counter()
+        return out
+
+    def _claimed(self, got: list[tuple[Job, Plan, int]]) -> None:
+        """Queue a batch's runs, record its skips and missed one-shots: one log line for the
+        runs and one for the skips of a batch, not one per job."""
+        runs = [(j, p, i) for j, p, i in got if p.action == "run"]
+        skips = [(j, p, i) for j, p, i in got if p.action == "skip"]
+        for job, p, run_id in runs:
+            self._live[run_id] = job.id
+            self._queue.append((job, run_id, p.slot))
+        if runs:
+            kinds = Counter(p.kind for _, p, _ in runs)
+            log.info("job.claimed", count=len(runs), kinds=dict(kinds), **_ids(runs))
+            self._pump()
+        if skips:
+            for _ in skips:
+                self._count("skipped")
+            missed = [p.missed for _, p, _ in skips]
+            log.info("job.skipped", count=len(skips), missed=missed, **_ids(skips))
+        for job, p, run_id in got:
+            if p.action == "missed":
+                self._count("missed")
+                log.warning("job.missed", job_id=job.id, run_id=run_id, slot=p.slot)
+                when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(p.slot))
+                text = MISSED.format(name=job.name, id=job.id, when=when)
+                self._spawn(self.outbox.deliver(job, run_id, text, "notice"), run_id, job.id)
 
     async def run_now(self, job: Job) -> int | None:
         """ "Run now", whatever the schedule says; None while its previous run is live."""
-        run_id = await self.ledger.claim_now(job, self.clock())
+        now = self.clock()
+        run_id = await self.ledger.claim_now(job, now)
         if run_id is not None:
-            log.info("job.claimed", job_id=job.id, run_id=run_id, kind="manual")
-            self._spawn(self._execute(job, run_id, int(self.clock())), run_id, job.id)
+            log.info(
+                "job.claimed", count=1, kinds={"manual": 1}, job_ids=[job.id], run_ids=[run_id]
+            )
+            self._live[run_id] = job.id
+            self._queue.appendleft((job, run_id, int(now)))  # asked for now: ahead of a burst
+            self._pump()
         return run_id
 
     def _adopt(self, left: RunRecord) -> None:
@@ -163,55 +187,82 @@ class Scheduler:
 
     # -- one run ------------------------------------------------------------------------
 
-    async def _execute(self, job: Job, run_id: int, slot: int) -> None:
-        async with self._slots:
-            now = self.clock()
-            if not await self.ledger.start(run_id, now):
-                return  # reaped while it waited (the store stalled past its lease)
-            if now - slot > LATE_AFTER_S:
-                self.late_starts += 1
-            self.running += 1
-            try:
-                timeout = job.timeout_s or self.config.run_timeout_s
-                outcome = await self.runner.run(job, run_id, slot, timeout)
-            except Exception as exc:
-                log.exception("job.crashed", job_id=job.id, run_id=run_id)
-                outcome = Outcome("failed", "", f"crashed: {type(exc).__name__}")
-            finally:
-                self.running -= 1
+    def _pump(self) -> None:
+        """Workers for the queued runs, up to the cap."""
+        while self._queue and self._workers < self.parallel:
+            self._workers += 1
+            self._track(asyncio.create_task(self._work(), name="job-worker"))
+
+    async def _work(self) -> None:
+        try:
+            while self._queue:
+                job, run_id, slot = self._queue.popleft()
+                delivering = False
+                try:
+                    delivering = await self._execute(job, run_id, slot)
+                except Exception as exc:  # the store failed: the lease lapses, the run is reaped
+                    log.error("job.task_failed", run_id=run_id, error=repr(exc))
+                finally:
+                    if not delivering:
+                        self._live.pop(run_id, None)
+        finally:
+            self._workers -= 1
+
+    async def _execute(self, job: Job, run_id: int, slot: int) -> bool:
+        """Start, run and record one run; whether its answer is being delivered."""
+        now = self.clock()
+        if not await self.ledger.start(run_id, now):
+            return False  # reaped while it waited (the store stalled past its lease)
+        if now - slot > LATE_AFTER_S:
+            self.late_starts += 1
+        self.running += 1
+        try:
+            timeout = job.timeout_s or self.config.run_timeout_s
+            outcome = await self.runner.run(job, run_id, slot, timeout)
+        except Exception as exc:
+            log.exception("job.crashed", job_id=job.id, run_id=run_id)
+            outcome = Outcome("failed", "", f"crashed: {type(exc).__name__}")
+        finally:
+            self.running -= 1
         silent = outcome.status == "succeeded" and outcome.text == SILENT
         text = outcome.text or "(no answer)"
         if outcome.status != "succeeded":
             text = FAILED.format(name=job.name, id=job.id, error=outcome.error)
         delivery = "skipped" if silent or job.deliver == "none" else "pending"
         self._count(outcome.status)
-        log.info("job.finished", job_id=job.id, run_id=run_id, status=outcome.status, silent=silent)
         if not await self.ledger.finish(
             run_id, outcome.status, self.clock(), outcome.text, outcome.error, delivery
         ):
             log.warning("job.finish_lost", job_id=job.id, run_id=run_id)  # reaped meanwhile
-            return
-        if delivery == "pending":
-            kind: OutboundKind = "reply" if outcome.status == "succeeded" else "notice"
-            await self.outbox.deliver(job, run_id, text, kind)
+            return False
+        if delivery != "pending":
+            return False
+        # a delivery and its retries take minutes at worst: not on a worker
+        kind: OutboundKind = "reply" if outcome.status == "succeeded" else "notice"
+        self._spawn(self.outbox.deliver(job, run_id, text, kind), run_id, job.id)
+        return True
 
     def _spawn(self, coro: Any, run_id: int, job_id: str) -> None:
         self._live[run_id] = job_id
-        task = asyncio.create_task(coro, name=f"job:{job_id}:{run_id}")
-        self._tasks.add(task)
+        task = self._track(asyncio.create_task(coro, name=f"job:{job_id}:{run_id}"))
 
         def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
             self._live.pop(run_id, None)
             if not t.cancelled() and t.exception() is not None:
                 log.error("job.task_failed", run_id=run_id, error=repr(t.exception()))
 
         task.add_done_callback(done)
 
+    def _track(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     async def stop(self) -> None:
         """Shutdown: running jobs are abandoned now (recorded so), undelivered answers are
         left to the next start."""
         live = list(self._live)
+        self._queue.clear()  # queued runs are abandoned with the running ones
         self.runner.interrupt_all()
         for task in list(self._tasks):
             task.cancel()
@@ -238,9 +289,14 @@ class Scheduler:
             if self.last_tick is None
             else round(time.monotonic() - self.last_tick, 1),
             "running": self.running,
+            "queued": len(self._queue),
             "max_parallel": self.parallel,
             "outcomes": dict(self.outcomes),
             "late_starts": self.late_starts,
             "deliveries": self.outbox.snapshot(),
             **self.counts,
         }
+
+
+def _ids(got: list[tuple[Job, Plan, int]]) -> dict[str, list[Any]]:
+    return {"job_ids": [j.id for j, _, _ in got], "run_ids": [i for _, _, i in got]}

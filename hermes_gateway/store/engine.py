@@ -206,6 +206,31 @@ class StoreEngine:
         finally:
             self._write_lock.release()
 
+    @property
+    def sqlite_fast(self) -> bool:
+        """Whether `write_sqlite` is available: SQLite, with the fast path open."""
+        return self._fast is not None
+
+    async def write_sqlite(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A background write (as `write`) on the SQLite fast path's connection: ``fn(conn)``
+        runs on that connection's thread in one transaction, with no SQLAlchemy in between
+        (a scheduled job's state changes: well under a millisecond instead of several)."""
+        if self._fast is None:
+            raise StoreError("the SQLite fast path is not open")
+        await self._background_turn()
+        try:
+            started = self.circuit.check()
+            try:
+                result = await self._fast.call(fn)
+            except sqlite3.IntegrityError:
+                raise
+            except sqlite3.Error as exc:
+                raise self.circuit.failed(exc, started) from exc
+            self.circuit.wrote()
+            return result
+        finally:
+            self._write_lock.release()
+
     async def _background_turn(self) -> None:
         """Take the write lock once no per-message write waits for it (one that queued after
         this one is let by: the lock is handed on, and taken again after it)."""

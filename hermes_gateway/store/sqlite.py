@@ -10,7 +10,8 @@ other query; PostgreSQL uses the engine for everything.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hermes_gateway.store.fence import SQLITE_UPSERT, Fence, refuse
 from hermes_gateway.store.models import InboxRow, MessageRow, SessionRow
 
+T = TypeVar("T")
 _INBOX = cast(Table, InboxRow.__table__).name
 _MSG = cast(Table, MessageRow.__table__).name
 _SESSIONS = cast(Table, SessionRow.__table__).name
@@ -94,6 +96,11 @@ class SqliteFastPath:
             await self._holder.close()
             self._holder = None
             self._db = None
+
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` in one transaction on aiosqlite's thread, the write lock taken first
+        (`BEGIN IMMEDIATE`: it may read before it writes): a module's own hot writes."""
+        return cast(T, await self._db._execute(_apply, self._db._conn, fn))
 
     async def _commit(self, statements: list[tuple[str, Any]]) -> Any:
         """Run statements in one transaction; returns the last cursor's lastrowid.
@@ -213,3 +220,15 @@ def _transaction(conn: sqlite3.Connection, statements: list[tuple[str, Any]]) ->
         conn.rollback()
         raise
     return last.lastrowid if last is not None else None
+
+
+def _apply(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """On aiosqlite's thread: ``fn`` in a write transaction, committed; rolled back on error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return result

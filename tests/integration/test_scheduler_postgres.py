@@ -67,11 +67,12 @@ async def test_two_gateways_on_one_database_run_each_slot_once(
     assert all(r["status"] == "succeeded" for r in runs), runs
     job_turns = [r for r in fake_llm.requests if PROMPT in json.dumps(r["messages"][-1])]
     assert len(job_turns) == 8  # no slot's turn ran twice
-    claims = [
-        (e["run_id"], gw.home.name)
+    claims = [  # one line per batch of claims
+        (run_id, gw.home.name)
         for gw in (first, second)
         for e in gw.log_events()
         if e["event"] == "job.claimed"
+        for run_id in e["run_ids"]
     ]
     assert len(claims) == len({run_id for run_id, _ in claims}) == 8  # each by one process
 

@@ -34,16 +34,22 @@ async def claimed_runs(ledger: Ledger, n: int) -> list[int]:
     return [i for i in ids if i is not None]
 
 
-def count_writes(store: Store) -> list[int]:
-    """How many write transactions the store ran (one entry each)."""
-    seen: list[int] = []
-    real = store.write
+def count_writes(store: Store) -> list[str]:
+    """The write transactions the store runs, one entry each: through an SQLAlchemy session
+    ("engine") or on the SQLite fast path's connection ("sqlite")."""
+    seen: list[str] = []
+    real, raw = store.write, store.write_sqlite
 
     async def write(fn: Any, **kw: Any) -> Any:
-        seen.append(1)
+        seen.append("engine")
         return await real(fn, **kw)
 
+    async def write_sqlite(fn: Any) -> Any:
+        seen.append("sqlite")
+        return await raw(fn)
+
     store.write = write  # type: ignore[method-assign]
+    store.write_sqlite = write_sqlite  # type: ignore[method-assign]
     return seen
 
 
