@@ -32,6 +32,12 @@ class ClusterSide:
             self._table.release(key, run)
         self.agents.evict(key)  # its history may hold a turn the store refused
 
+    def extend(self, key: str, until: float) -> None:
+        """The session's lease was renewed: its run may go on calling the model until then."""
+        run = self._table.active(key)
+        if run is not None:
+            run.control.expire_at(until)
+
     def knows(self, key: str, inbox_id: int) -> bool:
         """Whether the entry is in the session's active run or waits in its pending slot."""
         run = self._table.active(key)
