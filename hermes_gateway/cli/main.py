@@ -276,6 +276,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     """Run the daemon on uvloop until SIGTERM/SIGINT; return the exit code."""
     import uvloop
 
+    from hermes_gateway.cli.preload import preload
     from hermes_gateway.logs import configure_logging
     from hermes_gateway.server import Gateway
 
@@ -290,6 +291,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     # the event loop shares the GIL with the agent threads: a shorter switch interval (5 ms
     # by default) lets it take its turn sooner when they are busy, which is loop lag
     sys.setswitchinterval(0.001)
+    preload(config)  # before the loop: what the start would import on it would stall it
 
     async def serve() -> int:
         return await Gateway(config, config_path=config_path).serve()
