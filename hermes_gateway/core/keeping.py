@@ -67,9 +67,16 @@ class Keeping:
         return self.leases.pop(key, None)
 
     def _expired(self, key: str, lease: Lease) -> None:
-        if self.leases.get(key) is lease:  # not renewed in time
-            late = time.monotonic() - (lease.deadline - self.margin_s)
-            self._lose(key, "deadline", late_s=round(late, 3))
+        if self.leases.get(key) is not lease:
+            return  # renewed, released or lost meanwhile
+        if self._idle(key):  # nothing to stop: let it go as the next round would have
+            self._drop(key)
+            return
+        late = time.monotonic() - (lease.deadline - self.margin_s)
+        self._lose(key, "deadline", late_s=round(late, 3))
+
+    def _idle(self, key: str) -> bool:
+        return self.runner.idle(key) and not self.owes(key) and key not in self._taking
 
     def _lose(self, key: str, reason: str, **why: Any) -> None:
         """The lease is lost (or soon may be): the run stops now and nothing of it is written;
@@ -90,7 +97,7 @@ class Keeping:
         for key, lease in sorted(self.leases.items(), key=lambda item: item[1].deadline):
             if self.leases.get(key) is not lease:
                 continue  # given up while an earlier renewal was out
-            if self.runner.idle(key) and not self.owes(key) and key not in self._taking:
+            if self._idle(key):
                 self._drop(key)
                 with contextlib.suppress(CoordinationUnavailable):
                     await self.coordinator.release(lease)

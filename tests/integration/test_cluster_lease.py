@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,9 +19,11 @@ import pytest
 from redis.asyncio import Redis
 
 from adapters.telegram.adapter import TelegramAdapter
+from hermes_gateway.cluster.lease import Lease
 from hermes_gateway.core.run import Run
+from hermes_gateway.errors import CoordinationUnavailable
 from hermes_gateway.server import Gateway
-from tests.fakes.openai import FakeOpenAI, hang
+from tests.fakes.openai import FakeOpenAI, hang, text
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import dm, eventually, make_config
 from tests.redis_server import SERVER, needs_redis
@@ -91,6 +94,12 @@ def request_log(llm: FakeOpenAI) -> list[tuple[float, str]]:
     return log
 
 
+def attempts(db: Path) -> list[int]:
+    """Each inbox entry's count of runs begun and never ended."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [row[0] for row in conn.execute("SELECT attempts FROM inbox ORDER BY id")]
+
+
 async def running(gateway: Gateway, key: str) -> Run:
     run = await eventually(lambda: gateway.runner._table.active(key))
     assert isinstance(run, Run)
@@ -123,9 +132,13 @@ async def test_a_lease_taken_over_stops_the_run_and_its_model_call_at_once(
         async with Redis.from_url(SERVER) as redis:  # the lease expires in Redis; b takes it
             await redis.delete(f"hermes:session:{key}")
         assert await b.ownership.own(key)
+        b.ownership._taking.add(key)  # b keeps the lease for its replay, as its sweep would
         lost = time.monotonic()
         took = await stopped_after(run, lost)
-        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=20)  # the session's next owner
+        # given up, not crashed: a's attempt is taken back (it must not lead to quarantine)
+        await eventually(lambda: attempts(tmp_path / "state.db") == [0])
+        await b.ownership._take_over(key)  # b's replay asks the model once a's call is over
+        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=20)
         await asyncio.sleep(1.0)  # a second reply, or a late request of a's, would come by now
         sent = [m["text"] for m in tg.messages_to(chat)]
         history = await b.store.history(key)
@@ -176,3 +189,36 @@ async def test_a_lease_not_renewed_is_given_up_before_it_can_expire_in_redis(
     assert reply["text"] == "echo: hello" and sent == ["echo: hello"]
     assert [m for t, m in requests if t > stop and m == "model-a"] == []
     assert fake_llm.overlaps == []
+
+
+async def test_a_failed_renewal_is_tried_again_soon_and_the_lease_kept(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """The first three renewals cannot reach Redis: tried again every `retry_s` (0.2 s), not
+    a third of the lease later (that would pass the lease's deadline less the margin), the
+    fourth gets through in time, so the run goes on and answers, with no lease lost."""
+    chat = random.randint(10_000, 99_999)
+    fake_llm.push(text("kept", delay=3))
+    async with cluster(tmp_path, fake_llm, tg, lease_s=2) as (a, _b):
+        assert a.ownership is not None
+        coordinator = a.ownership.coordinator
+        renew, calls, lost = coordinator.renew, [], []
+
+        async def flaky(lease: Lease) -> Lease | None:
+            if lease.kind != "session":  # the Telegram poller's leader lease
+                return await renew(lease)
+            calls.append(time.monotonic())
+            if len(calls) <= 3:
+                raise CoordinationUnavailable("Redis: TimeoutError (the test)")
+            return await renew(lease)
+
+        coordinator.renew = flaky  # type: ignore[method-assign]
+        relinquish = a.runner.relinquish
+        a.runner.relinquish = lambda key: (lost.append(key), relinquish(key))  # type: ignore[method-assign]
+        event = dm("1", "hello", chat=str(chat))
+        await a.submit(event, durable=True)
+        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=20)
+    assert reply["text"] == "kept" and lost == []
+    assert len(calls) >= 4
+    # three retries came within two renewal rounds (a third of the lease each)
+    assert calls[3] - calls[0] < 2 * 2 / 3
