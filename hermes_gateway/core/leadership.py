@@ -50,6 +50,7 @@ class ClusterLeader:
         self.role = role
         self.retry_s = min(1.0, coordinator.lease_s / 4)  # how often a stand-by asks
         self.margin_s = min(1.0, coordinator.lease_s / 4)  # work ends this long before the lease
+        self.renew_retry_s = min(0.5, coordinator.lease_s / 10)  # after a renewal that failed
         self.lease: Lease | None = None
         self.since = 0.0  # monotonic time this instance began to lead
         self._lost = asyncio.Event()
@@ -93,17 +94,23 @@ class ClusterLeader:
             log.info("cluster.leader_released", role=self.role)
 
     async def _keep(self) -> None:
-        beat = self.coordinator.lease_s / 3
+        """Renew every third of the lease; a renewal that cannot reach the store is tried
+        again after `renew_retry_s` until the deadline."""
+        pause = self.coordinator.lease_s / 3
         while self.lease is not None:
             # wakes by the deadline at the latest, so a lease lost unrenewed is noticed then
-            await asyncio.sleep(min(beat, max(0.0, self.lease.deadline - time.monotonic())))
-            lease = self.lease
+            wait = min(pause, max(0.0, self.lease.deadline - time.monotonic()))
+            due = time.monotonic() + wait
+            await asyncio.sleep(wait)
+            late, lease = round(time.monotonic() - due, 3), self.lease
+            pause, reason = self.coordinator.lease_s / 3, "refused"
             try:
                 renewed = await self.coordinator.renew(lease)
             except CoordinationUnavailable:
-                renewed = lease if lease.live else None  # keep trying until the deadline
+                renewed, reason = (lease if lease.live else None), "deadline"
+                pause = self.renew_retry_s
             if renewed is None or not renewed.live:
-                log.error("cluster.leader_lost", role=self.role)
+                log.error("cluster.leader_lost", role=self.role, reason=reason, late_s=late)
                 self._lost.set()
                 return
             self.lease = renewed
