@@ -271,6 +271,8 @@ class LLMClient:
         should_stop: Callable[[], bool],
         on_delta: Callable[[str], None] | None,
     ) -> Completion:
+        import httpx
+
         # the SDK's timeout bounds each read, not the request: a trickle would never end
         deadline = time.monotonic() + self.settings.timeout_s
         acc = Accumulator(on_delta)
@@ -286,6 +288,10 @@ class LLMClient:
                 if time.monotonic() > deadline:
                     raise self._timed_out()
                 acc.add(json.loads(line[5:]))
+        except (httpx.TransportError, OSError):
+            if not should_stop():
+                raise
+            acc.out.interrupted = True  # cut off by the interrupt: what came so far stands
         finally:
             response.close()
         return acc.finish()

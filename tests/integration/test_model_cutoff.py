@@ -56,6 +56,27 @@ def test_an_interrupt_shuts_a_hung_request_at_once(fake_llm: FakeOpenAI, stream:
     assert len(fake_llm.requests) == 2  # the cut request was not retried
 
 
+def test_a_stream_cut_off_keeps_what_came_so_far(fake_llm: FakeOpenAI) -> None:
+    """The words streamed before the interrupt stay in the answer (the history keeps them
+    with the interrupted mark), as when the stream was stopped between two lines."""
+    words = " ".join(f"w{i}" for i in range(100))
+    fake_llm.push(text(words, chunk_size=3, chunk_delay=0.1))
+    llm, control, deltas = client(fake_llm, True), RunControl(), []
+    with ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(
+            lambda: llm.complete(
+                [{"role": "user", "content": "x"}],
+                should_stop=lambda: control.interrupted,
+                on_delta=deltas.append,
+                on_stop=control.on_interrupt,
+            )
+        )
+        eventually_sync(lambda: len(deltas) >= 3)
+        control.interrupt()
+        out = asked.result(timeout=10)
+    assert out.interrupted and out.content.startswith("w0 w1") and out.content != words
+
+
 def test_a_run_past_its_deadline_sends_no_request(fake_llm: FakeOpenAI) -> None:
     control = RunControl()
     control.expire_at(time.monotonic() - 0.001)
