@@ -74,8 +74,7 @@ class GatewayRunner(ClusterSide):
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
         self.fence_for: Callable[[str], Fence | None] = lambda key: None  # cluster: lease token
-        # cluster: until when a run of the session may call the model or a tool (its lease),
-        # and what to do when a run finds that time passed (give the session up)
+        # cluster: a run's lease deadline (it calls nothing past it), and giving the session up
         self.lease_until: Callable[[str], float] = lambda key: math.inf
         self.lease_lost: Callable[[str], None] = lambda key: None
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
