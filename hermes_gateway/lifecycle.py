@@ -1,7 +1,9 @@
 """The daemon's lifecycle: startup -> main -> shutdown, signals and reload, for `Gateway`.
 
 Shutdown order: stop intake -> drain with timeout -> interrupt agents -> stop the pool ->
-close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`; a second one forces.
+close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`, at any moment of the
+start too (it is cancelled where it waits); a second one forces: no drain, and what the
+shutdown still does after `FORCE_GRACE_S` is abandoned.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hermes_gateway.core.hooks import collect_hooks, install_hooks
 from hermes_gateway.core.housekeeping import Housekeeper
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.errors import ConfigError
+from hermes_gateway.guard.early_stop import EARLY
 from hermes_gateway.guard.sentinel import Sentinel
 from hermes_gateway.guard.watchdog import LoopWatchdog
 from hermes_gateway.memory.wiring import announce_legacy
@@ -50,6 +53,9 @@ if TYPE_CHECKING:
     from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.gateway")
+START_UNWIND_S = 5.0  # a start a stop cancelled: how long its unwinding may take at most
+FORCE_POLL_S = 0.1  # how often a wait checks for a forced stop (a second signal)
+FORCE_GRACE_S = 5.0  # a forced stop: what the shutdown still does (no drain) gets this long
 
 
 class Lifecycle:
@@ -93,22 +99,68 @@ class Lifecycle:
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
+        before = {
+            sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.handle_exit, sig)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
+        if (early := EARLY.taken()) is not None:  # it came while the gateway was being built
+            self.handle_exit(early)
         try:
             try:
-                await self.startup()
+                if await self._start():
+                    await self.should_exit.wait()
             except Exception as exc:  # the log must not end on a clean "stopped" line
                 log.error("gateway.start_failed", error=str(exc), error_type=type(exc).__name__)
                 self.exit_code = -1  # the CLI picks the real code from the exception
                 raise
-            await self.should_exit.wait()
         finally:
-            await self.shutdown()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            stopping = asyncio.create_task(self.shutdown(), name="shutdown")
+            if not await self._unless_forced(stopping, grace=FORCE_GRACE_S):
+                log.warning("gateway.stop_forced", exit_code=self.exit_code)
+            for sig, handler in before.items():
                 loop.remove_signal_handler(sig)
+                # what was there before: the command's early handler, which keeps a late
+                # signal from killing a process that stopped cleanly (-15 instead of 0)
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         return self.exit_code
+
+    async def _start(self) -> bool:
+        """`startup`, unless a stop comes first: then it is cancelled wherever it waits (the
+        store opening or migrating, an adapter connecting, the cluster's first calls) and
+        False, so that a stop at any moment of a start is prompt."""
+        starting = asyncio.create_task(self.startup(), name="startup")
+        stop = asyncio.create_task(self.should_exit.wait(), name="stop-requested")
+        try:
+            await asyncio.wait({starting, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if starting.done():
+            starting.result()  # its failure is the start's
+            return True
+        log.info("gateway.start_abandoned")
+        starting.cancel()
+        starting.add_done_callback(_retrieve)  # what its unwinding raised is of no interest
+        await self._unless_forced(starting, START_UNWIND_S)
+        return False
+
+    async def _unless_forced(
+        self, task: asyncio.Task[Any], timeout: float | None = None, grace: float = 0.0
+    ) -> bool:
+        """Wait for ``task`` until it is done (True), ``timeout`` passes or a second signal
+        forces the stop and ``grace`` more seconds pass (False: what it still does is
+        abandoned)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not task.done() and not self.force_exit:
+            left = FORCE_POLL_S if deadline is None else min(FORCE_POLL_S, deadline - loop.time())
+            if left <= 0:
+                break
+            await asyncio.wait({task}, timeout=left)
+        if not task.done() and self.force_exit and grace > 0:
+            await asyncio.wait({task}, timeout=grace)
+        return task.done()
 
     def handle_exit(self, sig: int = signal.SIGTERM) -> None:
         if self.should_exit.is_set():
@@ -267,6 +319,11 @@ class Lifecycle:
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _quietly(coro: Any, what: str) -> None:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from aiohttp import web
@@ -31,6 +31,7 @@ from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.shares import ClusterShares, SoleShares
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.guard.sdnotify import SystemdNotifier
@@ -40,12 +41,14 @@ from hermes_gateway.lifecycle import Lifecycle
 from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
+from hermes_gateway.platform_spec import capabilities
 from hermes_gateway.seam.access import Gatekeeper
 from hermes_gateway.seam.pairing import PairingBook
 from hermes_gateway.seam.platform import (
     Adapter,
     Admitted,
     Leadership,
+    Shares,
     StreamSink,
     SubmitOutcome,
 )
@@ -57,6 +60,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
+NOT_STORED = (
+    "I could not save your message (my database is not answering), so I have not acted on it; "
+    "please send it again in a moment."
+)
+STORE_RETRY_S = 10.0  # cluster mode: how long a message whose inbox write failed waits for it
+STORE_RETRY_PAUSE_S = 0.5
 
 
 class Gateway(Lifecycle):
@@ -110,6 +119,7 @@ class Gateway(Lifecycle):
                 notify=self._notify,
             )
         self.leaders: dict[str, ClusterLeader] = {}  # singleton work led through the cluster
+        self.shared: dict[str, ClusterShares] = {}  # intake split over the cluster (shards)
         self.tool_host = GatewayToolHost(
             runner=self.runner,
             delivery=self.delivery,
@@ -200,23 +210,58 @@ class Gateway(Lifecycle):
             text = TOO_LONG.format(n=len(event.text), limit=limit)
             await self.delivery.send(OutboundMessage.to(event, text, "error"), event=event)
             return "too_long"
-        try:
-            inbox_id = await self.store.accept(event)
-            if inbox_id is None:
+        inbox_id = await self._store(event, durable)
+        if isinstance(inbox_id, str):
+            if inbox_id == "duplicate":
                 self.metrics.duplicates.labels(event.platform).inc()
                 log.debug("message.duplicate", message_id=event.message_id)
-                return "duplicate"
-        except StoreError as exc:
-            if durable:  # its platform keeps it and offers it again once the store can write
-                log.error("inbox.write_failed", error=str(exc), kept_by=event.platform)
-                return "unavailable"
-            # no platform keeps it for us: answer it unpersisted rather than not at all
-            log.error("inbox.write_failed", error=str(exc), session_key=event.session_key)
-            inbox_id = None
+            return inbox_id
         self.metrics.received.labels(event.platform).inc()
         self.bus.emit("message_received", event)
         await self.route(event, inbox_id)
         return "accepted"
+
+    async def _store(
+        self, event: MessageEvent, durable: bool
+    ) -> int | Literal["duplicate", "unavailable"] | None:
+        """The message's inbox id; None: taken unstored (one process, a platform that does
+        not redeliver: answered unpersisted rather than not at all)."""
+        try:
+            inbox_id = await self.store.accept(event)
+        except StoreError as exc:
+            if durable:  # its platform keeps it and offers it again once the store can write
+                log.error("inbox.write_failed", error=str(exc), kept_by=event.platform)
+                return "unavailable"
+            if self.ownership is not None:
+                return await self._store_again(event, exc)
+            log.error("inbox.write_failed", error=str(exc), session_key=event.session_key)
+            return None
+        return "duplicate" if inbox_id is None else inbox_id
+
+    async def _store_again(
+        self, event: MessageEvent, exc: StoreError
+    ) -> int | Literal["duplicate", "unavailable"]:
+        """Cluster mode, a platform that does not redeliver: run unstored, the message would
+        die with this instance unseen by the others (nothing in the inbox to take over). So
+        the write is tried again while the store comes back, for `STORE_RETRY_S`; then the
+        user is told to send it again ("duplicate": an earlier try did land, and the takeover
+        sweep answers it)."""
+        log.warning("inbox.write_retried", error=str(exc), session_key=event.session_key)
+        deadline = time.monotonic() + STORE_RETRY_S
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.store.circuit.wait_writable(), left)
+            await asyncio.sleep(min(STORE_RETRY_PAUSE_S, left))
+            try:
+                inbox_id = await self.store.accept(event)
+            except StoreError as again:
+                exc = again
+                continue
+            return "duplicate" if inbox_id is None else inbox_id
+        log.error("inbox.write_failed", error=str(exc), session_key=event.session_key, told=True)
+        if capabilities(event.platform).can_push:  # else its open request says so
+            await self._notify(event, NOT_STORED)
+        return "unavailable"
 
     async def route(self, event: MessageEvent, inbox_id: int | None) -> None:
         if self.ownership is not None:  # to the instance that owns the session
@@ -252,14 +297,29 @@ class Gateway(Lifecycle):
             return list(ctx.history)
         return await self.store.history(session_key)
 
-    def leadership(self, role: str) -> Leadership:
-        """One process leads every role; in a cluster a leader lease decides (kept in
-        `leaders` for `/status`)."""
+    def leadership(self, role: str, slots: int = 0) -> Leadership:
+        """One process leads every role; in a cluster a leader lease decides, one of ``slots``
+        numbered ones if given (kept in `leaders` for `/status`)."""
         if self.ownership is None:
             return SoleLeader(role)
         leader = self.leaders.get(role)
         if leader is None:
-            leader = self.leaders[role] = ClusterLeader(self.ownership.coordinator, role)
+            coordinator = self.ownership.coordinator
+            leader = self.leaders[role] = ClusterLeader(coordinator, role, slots)
+        return leader
+
+    def shares(self, role: str, count: int) -> Shares:
+        """One process serves every part; in a cluster each part is a leader lease (its
+        leaders kept in `leaders`, the split in `shared`, for `/status`)."""
+        if self.ownership is None:
+            return SoleShares(count)
+        coordinator = self.ownership.coordinator
+        shares = self.shared[role] = ClusterShares(coordinator, role, count, self._leader)
+        return shares
+
+    def _leader(self, role: str) -> ClusterLeader:
+        assert self.ownership is not None
+        leader = self.leaders[role] = ClusterLeader(self.ownership.coordinator, role)
         return leader
 
     async def remember_preview(self, event: MessageEvent, ref: str) -> None:

@@ -189,6 +189,10 @@ class ApiAdapter:
             raise RequestError(409, f"message {event.message_id} was already received", "duplicate")
         if outcome == "closed":
             raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
+        if outcome == "unavailable":  # cluster mode: its inbox write failed, and again
+            raise RequestError(
+                503, "the gateway cannot store messages now; retry", "store_unavailable"
+            )
         if outcome != "accepted":
             raise RequestError(400, f"message not accepted: {outcome}", outcome)
 

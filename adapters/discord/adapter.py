@@ -21,6 +21,7 @@ from adapters.discord.inbound import command_event, looks_content_less, message_
 from adapters.discord.interactions import reply_context
 from adapters.discord.outbound import DiscordOutbox, snowflake
 from adapters.discord.settings import DiscordConfig
+from adapters.discord.shards import Fleet, split
 from hermes_gateway.core.indicator import TypingIndicator
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
@@ -79,6 +80,9 @@ class DiscordAdapter:
         )
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._saved_endpoints: Endpoints | None = None
+        # sharded or in a cluster: a client per shard held, `client` only logs in and sends
+        self.fleet: Fleet | None = None
+        self._split = False  # whether to shard was decided (after the first login)
 
     @property
     def config(self) -> DiscordConfig:
@@ -110,6 +114,8 @@ class DiscordAdapter:
     async def stop(self) -> None:
         """Stop intake; replies still in flight during the drain can go out until `close`."""
         self._intake = False
+        if self.fleet is not None:
+            await self.fleet.stop()  # the other instances take its shards over at once
         self.supervisor.down("stopped")
         if self.indicator is not None:
             self.indicator.stop_all()
@@ -148,20 +154,26 @@ class DiscordAdapter:
         try:
             if not self._logged_in:
                 await self._login(client)
+            if not self._split:
+                self.fleet, self._split = await split(self, client), True
             self._sync_commands(client)
-            await client.connect(reconnect=True)
+            if self.fleet is not None:
+                await self.fleet.run()
+            else:
+                await client.connect(reconnect=True)
             if not self._stopping:
                 log.warning("discord.client_exited")
+        except GiveUp as exc:
+            self.supervisor.down(exc.detail)
+            return "fatal"
         except discord.LoginFailure:
             log.error("discord.token_rejected", hint=TOKEN_REJECTED)
             self.supervisor.down("the bot token was rejected")
             return "fatal"
         except discord.PrivilegedIntentsRequired:
-            log.error("discord.intent_disallowed", hint=CONTENT_HINT)
-            if not self._message_content:
+            if not self.content_refused():
                 self.supervisor.down("gateway refused the intents")
                 return "fatal"
-            self._message_content = False  # connect without it: DMs and mentions still work
             return "retry_now"
         except discord.ConnectionClosed as exc:
             log.warning("discord.connection_closed", code=exc.code, reason=exc.reason)
@@ -206,6 +218,26 @@ class DiscordAdapter:
         except Exception as exc:
             log.warning("discord.commands_sync_failed", error=repr(exc))
 
+    @property
+    def message_content(self) -> bool:
+        return self._message_content
+
+    def content_refused(self) -> bool:
+        """The gateway refused the MESSAGE_CONTENT intent: connect without it from now on (DMs
+        and mentions still work); False if already without it (nothing left to try)."""
+        log.error("discord.intent_disallowed", hint=CONTENT_HINT)
+        if not self._message_content:
+            return False
+        self._message_content = False
+        return True
+
+    def catch_up(self, catchup: CatchUp, client: discord.Client) -> None:
+        """Fetch what a new gateway session missed in the channels ``catchup`` saw."""
+        self._spawn(catchup.run(client, self.on_message), "adapter:discord:catch-up")
+
+    def spawn(self, coro: Any, name: str) -> None:
+        self._spawn(coro, name)
+
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._side_tasks.add(task)
@@ -220,7 +252,7 @@ class DiscordAdapter:
         log.info("discord.ready", user=str(user), message_content=self._message_content)
         self.sessions += 1
         if self.sessions > 1 and client is not None:  # a new session: nothing was replayed
-            self._spawn(self.catchup.run(client, self.on_message), "adapter:discord:catch-up")
+            self.catch_up(self.catchup, client)
 
     async def on_resumed(self) -> None:
         self.supervisor.ready("resumed")

@@ -26,6 +26,7 @@ log = structlog.get_logger("hermes.adapters.discord")
 _VITAL = frozenset({"READY", "RESUMED"})  # without these the session is broken anyway
 
 OnCommand = Callable[["discord.Interaction[Any]", str, str], Awaitable[None]]
+Pace = Callable[[], Awaitable[None]]
 
 
 class ClientEvents(Protocol):
@@ -58,9 +59,17 @@ class HermesClient(discord.Client):
     """A `discord.Client` that forwards its events to the adapter and owns the command tree."""
 
     def __init__(
-        self, events: ClientEvents, config: DiscordConfig, *, message_content: bool = True
+        self,
+        events: ClientEvents,
+        config: DiscordConfig,
+        *,
+        message_content: bool = True,
+        shard: tuple[int, int] | None = None,
+        pace: Pace | None = None,
     ) -> None:
         super().__init__(
+            shard_id=shard[0] if shard else None,
+            shard_count=shard[1] if shard else None,
             intents=intents(message_content),
             guild_ready_timeout=config.guild_ready_timeout_s,
             # the model's text must never ping @everyone, roles or arbitrary users
@@ -70,6 +79,7 @@ class HermesClient(discord.Client):
         )
         self.events = events
         self.identify_delay = config.identify_delay_s
+        self.pace = pace  # spaces the first IDENTIFYs of several shards on one instance
         self.tree: app_commands.CommandTree[HermesClient] = _Tree(self)
         for info in menu():
             self.tree.add_command(_command(info, events.on_command))
@@ -79,6 +89,8 @@ class HermesClient(discord.Client):
         # Discord allows one IDENTIFY per 5 s per bot; discord.py's default waits exactly that
         if not initial and self.identify_delay > 0:
             await asyncio.sleep(self.identify_delay)
+        elif initial and self.pace is not None:
+            await self.pace()
 
     async def on_ready(self) -> None:
         await self.events.on_ready()

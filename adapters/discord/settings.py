@@ -20,6 +20,9 @@ class DiscordConfig(PlatformSection):
     # attachments are fetched from Discord's CDN hosts, or from this base (a proxy, a fake)
     cdn_base: str = "https://cdn.discordapp.com"
     media_max_bytes: int = Field(MEDIA_MAX_BYTES, ge=0)
+    # gateway shards; None: as many as Discord recommends (GET /gateway/bot) at start. In a
+    # cluster the instances split them; every instance must see the same number
+    shard_count: int | None = Field(None, ge=1)
 
     @field_validator("cdn_base")
     @classmethod

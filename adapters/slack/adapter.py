@@ -1,6 +1,7 @@
 """Slack: a slack-bolt `AsyncApp` fed by Socket Mode (default) or by the Events API on the
-control server. A Socket Mode event is acked once it is in the inbox (an event the store could
-not take is not acked, so Slack delivers it again); over HTTP bolt acks every event at once."""
+control server. Either way an event is acked once it is in the inbox: one the store could not
+take is not acked (over HTTP: a 503), so Slack delivers it again; at its last retry the user is
+told instead."""
 
 from __future__ import annotations
 
@@ -17,19 +18,20 @@ import structlog
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 
 from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack.api import SlackWeb, file_downloader
+from adapters.slack.copies import LAST_RETRY, Copies
 from adapters.slack.events import Recent, normalize
 from adapters.slack.http import serve_event
-from adapters.slack.once import find_posted, metadata
 from adapters.slack.progress import Progress, slack_preview
-from adapters.slack.settings import SlackConfig
-from adapters.slack.socket import AckingSocketHandler
+from adapters.slack.replies import post_reply
+from adapters.slack.settings import SlackConfig, app_key
+from adapters.slack.socket import AckingSocketHandler, take_slot
 from adapters.slack.socket import close_socket as _close_socket
 from adapters.slack.socket import frame_type as _frame_type
 from hermes_gateway.core.bus import LifecycleEvent
-from hermes_gateway.core.parts import part_key, send_parts
 from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
@@ -38,12 +40,15 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
-from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.seam.platform import AdapterHost, Health, Leadership, StreamSink
 from hermes_gateway.seam.preview import PreviewBook
-from hermes_gateway.seam.supervisor import Backoff, GiveUp, Supervisor, hold
-from hermes_gateway.text.markup import split_rendered_slack
+from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor, hold
 
 log = structlog.get_logger("hermes.adapters.slack")
+NOT_TAKEN = (
+    "I could not take your message just now (my database is not answering, or I am "
+    "restarting), so I have not acted on it; please send it again in a moment."
+)
 START_TIMEOUT_S = 15.0  # auth.test + apps.connections.open + the socket handshake
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0
 _PROGRESS_EVENTS = ("processing_start", "response_sent", "processing_complete")
@@ -63,6 +68,12 @@ class SlackAdapter:
         self._me = BotIdentity("")  # from auth.test, before any event can arrive
         self._accepting = False
         self._stopped = False
+        # Slack takes at most 10 sockets per app: in a cluster one of the slots is needed
+        self.slot: Leadership | None = None
+        self._standby = False  # every slot is another instance's: connected for sending only
+        if self.config.mode == "socket":
+            role = f"slack:{app_key(self.config.app_token)}:socket"
+            self.slot = host.leadership(role, slots=self.config.socket_slots)
         self.supervisor = Supervisor(
             self.name,
             self._connect_once,
@@ -71,7 +82,7 @@ class SlackAdapter:
                 f"connecting (last error: {str(exc) or type(exc).__name__})"
             ),
         )
-        self._seen = Recent()  # (channel, ts) already taken: the mention pair, retried events
+        self._copies = Copies()  # (channel, ts) taken: the mention pair, retried events
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
         self._unstored: set[str] = set()  # event ids left with Slack: not acked
         self._previews: PreviewBook[str, str] = PreviewBook("slack", host.remember_preview)
@@ -102,14 +113,33 @@ class SlackAdapter:
             raise self.supervisor.fatal
 
     async def _connect_once(self) -> None:
-        """Connect, then keep the connection: over a socket the SDK reconnects by itself."""
+        """Connect, then keep the connection: over a socket the SDK reconnects by itself. In
+        a cluster the socket is open only while this instance holds one of the app's socket
+        slots; without one it stands by (the bot token checked, replies can go out)."""
+        slot = self.slot
         try:
+            if slot is not None and not slot.leading:
+                assert self.web is not None
+                await asyncio.wait_for(self.web.auth_test(), START_TIMEOUT_S)
+                await take_slot(slot, self._stand_by)
             await asyncio.wait_for(self._bring_up(), START_TIMEOUT_S)
         except AdapterAuthError as exc:
             log.error("slack.auth_failed", error=str(exc))
             raise GiveUp(str(exc)) from exc
         self.supervisor.ready("connected")
-        await hold()
+        if slot is None:
+            await hold()
+            return
+        await slot.lost()  # forever on one process
+        log.warning("slack.socket_slot_lost")
+        await self._close_socket()
+        await slot.release()
+        raise RetryLater(0.0)
+
+    def _stand_by(self, standing_by: bool) -> None:
+        self._standby = standing_by
+        if standing_by:
+            self.supervisor.ready("socket stand-by: other instances hold Slack's socket slots")
 
     async def _bring_up(self) -> None:
         assert self.web is not None
@@ -143,8 +173,9 @@ class SlackAdapter:
         http = self.config.mode == "http"
         app = AsyncApp(
             client=self.web.client,
-            # Socket Mode: the listener (intake into the inbox) runs before the ack is sent
-            process_before_response=not http,
+            # the listener (intake into the inbox) runs before the ack is sent: an ack before
+            # the inbox write loses the event if the process dies or the write fails meanwhile
+            process_before_response=True,
             signing_secret=self.config.signing_secret if http else None,
             request_verification_enabled=http,  # Socket Mode needs no signature
             logger=logging.getLogger("hermes.adapters.slack.bolt"),
@@ -159,11 +190,18 @@ class SlackAdapter:
         return app
 
     async def stop(self) -> None:
-        """Stop intake: close the socket, so Slack keeps new events for the next connection."""
+        """Stop intake: close the socket, so Slack keeps new events for the next connection,
+        then give its slot to a stand-by."""
         self._accepting = False
         await self.supervisor.stop()
-        if self.socket is not None:
-            await _close_socket(self.socket)
+        await self._close_socket()
+        if self.slot is not None:
+            await self.slot.release()
+
+    async def _close_socket(self) -> None:
+        socket, self.socket, self._hello_on = self.socket, None, None
+        if socket is not None:
+            await _close_socket(socket)
 
     async def close(self) -> None:
         self._stopped = True
@@ -171,9 +209,9 @@ class SlackAdapter:
         await self.supervisor.stop()
         self._previews.cancel_all()
         await self.files.aclose()
-        if self.socket is not None:
-            await _close_socket(self.socket)
-            self.socket = None
+        await self._close_socket()
+        if self.slot is not None:
+            await self.slot.release()
         if self.web is not None:
             # runs interrupted by the shutdown end after this: take their reactions off now
             try:
@@ -189,6 +227,8 @@ class SlackAdapter:
             return self.supervisor.health
         if self.config.mode == "http":
             return Health(True, "events api")
+        if self._standby:
+            return self.supervisor.health
         client = self.socket.client if self.socket is not None else None
         session = client.current_session if client is not None else None
         if client is None or session is None or session.closed or client.stale:
@@ -209,17 +249,18 @@ class SlackAdapter:
             self._hello_on = None
             log.info("slack.socket_disconnect_requested")
 
-    async def _on_event(self, body: dict[str, Any]) -> None:
-        """A bolt listener: runs after the ack (so also for an event acked just before `stop`:
-        it still lands in the inbox). Nothing a payload holds may escape from here."""
+    async def _on_event(self, body: dict[str, Any], request: AsyncBoltRequest) -> None:
+        """A bolt listener: runs before the ack, which it withholds (``_unstored``) when the
+        store could not take the event. Nothing a payload holds may escape from here."""
         try:
-            if not await self._intake(body.get("event")):
+            if not await self._intake(body.get("event"), _retry_num(request)):
                 self._unstored.add(str(body.get("event_id") or ""))
         except Exception:
             log.exception("slack.intake_failed", event_id=body.get("event_id"))
 
-    async def _intake(self, raw: Any) -> bool:
-        """False when the store could not take the event (it is then not acked)."""
+    async def _intake(self, raw: Any, retry: int) -> bool:
+        """False when the store could not take the event (it is then not acked), unless this
+        was Slack's last try: then its user is told to send it again."""
 
         def read(per_user: bool) -> Inbound | None:
             inbound = normalize(raw, self._me, per_user=per_user)
@@ -227,24 +268,36 @@ class SlackAdapter:
                 log.debug("slack.ignored", type=_field(raw, "type"), subtype=_field(raw, "subtype"))
             return inbound
 
-        durable = self.config.mode == "socket"
-        taken = await self.intake.take(read, durable=durable, screen=self._screen)
+        mine: list[tuple[str, str]] = []  # the copy this call lets through, if any
+        stored = False  # or otherwise settled (refused, a duplicate): not to be taken again
+        try:
+            taken = await self.intake.take(read, durable=True, screen=partial(self._screen, mine))
+            stored = not taken.keep
+        finally:
+            for key in mine:
+                self._copies.settle(key, stored)
         event = taken.event
         if event is None:
             return True
         if taken.keep:
-            self._seen.discard((event.chat_id, event.message_id))  # its redelivery is new
-            return False
+            if retry < LAST_RETRY:
+                return False
+            log.error("slack.event_dropped", channel=event.chat_id, ts=event.message_id)
+            await self.send(OutboundMessage.to(event, NOT_TAKEN, "notice"))
+            return True
         if taken.outcome == "accepted" and event.chat_type == "thread":
             self._threads.add((event.chat_id, event.thread_id))
         return True
 
-    async def _screen(self, event: MessageEvent) -> MessageEvent | None:
-        # the app_mention + message pair and retried deliveries share the ts; the inbox folds
-        # them durably, this spares the second one an access check and a pairing reply
-        if not self._seen.add((event.chat_id, event.message_id)):
+    async def _screen(
+        self, mine: list[tuple[str, str]], event: MessageEvent
+    ) -> MessageEvent | None:
+        # the app_mention + message pair and retried deliveries share the ts: one is taken
+        key = (event.chat_id, event.message_id)
+        if not await self._copies.first(key):
             log.debug("slack.duplicate", channel=event.chat_id, ts=event.message_id)
             return None
+        mine.append(key)
         if not event.mentioned and await self._follows_thread(event):
             return replace(event, mentioned=True)
         return event
@@ -269,41 +322,16 @@ class SlackAdapter:
         app = self.app
         if app is None or not self._accepting:
             return web.json_response({"ok": False, "error": "not_ready"}, status=503)
-        return await serve_event(app, request, self.config.signing_secret)
+        return await serve_event(app, request, self.config.signing_secret, self._unstored)
 
     # -- delivery -----------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> None:
         """Markdown -> mrkdwn parts under `message_limit`, into the thread; each part retried
         on its own (earlier parts are never sent twice). A streamed preview becomes part 1."""
-        web = self.web
-        if web is None:
+        if self.web is None:
             raise TransientAdapterError("slack: not started")
-        preview_ts = None
-        for answered in message.answers:
-            if (preview_ts := await self._previews.take(answered)) is not None:
-                break
-
-        last = [message.reply_to or ""]  # the newest ts a part about to go out comes after
-
-        async def one(index: int, part: str) -> None:
-            if index == 0 and preview_ts:
-                edit = partial(web.update, message.chat_id, preview_ts, part)
-                if await self._previews.into(message.answers[0], preview_ts, edit):
-                    return
-            key = part_key(message, index, part)
-            if index == message.skip_parts and message.doubt is not None and key is not None:
-                found = await find_posted(
-                    web, message.chat_id, message.thread_id, message.doubt, key
-                )
-                if found:  # it went out before the crash: not twice
-                    last[0] = found
-                    return
-            ts = await web.post(message.chat_id, part, message.thread_id, metadata=metadata(key))
-            last[0] = ts or last[0]
-
-        parts = split_rendered_slack(message.text, self.config.message_limit)
-        await send_parts(message, parts, one, lambda: last[0])
+        await post_reply(self.web, self._previews, message, self.config.message_limit)
 
     async def download(self, attachment: Attachment) -> Path:
         """Fetch a file (``url_private``, with the bot token) into ``<home>/media``, never at
@@ -341,6 +369,13 @@ class SlackAdapter:
 
 async def _ack_only() -> None:
     return None
+
+
+def _retry_num(request: AsyncBoltRequest) -> int:
+    """Slack's X-Slack-Retry-Num (0: the first delivery); Socket Mode's retry_attempt."""
+    given = request.headers.get("x-slack-retry-num") or ["0"]
+    value = given[0] if isinstance(given, list | tuple) else str(given)
+    return int(value) if value.isdigit() else 0
 
 
 def _field(raw: Any, key: str) -> str:

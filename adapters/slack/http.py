@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import time
 
 import structlog
@@ -34,8 +35,12 @@ def signature_error(headers: web.BaseRequest, body: bytes, secret: str, now: flo
     return ""
 
 
-async def serve_event(app: AsyncApp, request: web.Request, secret: str) -> web.Response:
-    """Verify, then let bolt answer (url_verification, the ack) and dispatch the event."""
+async def serve_event(
+    app: AsyncApp, request: web.Request, secret: str, unstored: set[str]
+) -> web.Response:
+    """Verify, then let bolt dispatch the event and answer (url_verification, the ack). An
+    event whose id the listener put in ``unstored`` (the store could not take it) gets a 503:
+    Slack delivers it again."""
     body = await request.read()  # already read by the control server, within its limit
     if reason := signature_error(request, body, secret, time.time()):
         log.info("slack.http_unsigned", reason=reason, size=len(body))
@@ -49,7 +54,21 @@ async def serve_event(app: AsyncApp, request: web.Request, secret: str) -> web.R
         query=request.query_string,
         headers=request.headers,  # type: ignore[arg-type]
     )
-    return await to_aiohttp_response(acked(await app.async_dispatch(bolt_request)))
+    response = acked(await app.async_dispatch(bolt_request))
+    event_id = _event_id(text)
+    if event_id and event_id in unstored:
+        unstored.discard(event_id)
+        log.warning("slack.event_not_acked", event_id=event_id, reason="store cannot write")
+        return web.json_response({"ok": False, "error": "not_stored"}, status=503)
+    return await to_aiohttp_response(response)
+
+
+def _event_id(text: str) -> str:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return ""
+    return str(body.get("event_id") or "") if isinstance(body, dict) else ""
 
 
 def acked(response: BoltResponse) -> BoltResponse:

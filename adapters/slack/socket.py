@@ -1,10 +1,12 @@
 """Slack Socket Mode plumbing: the handler that acks each envelope once bolt has run its
-listener (and leaves unacked the events the store could not take), and frame helpers."""
+listener (and leaves unacked the events the store could not take), waiting for one of the
+app's socket slots in a cluster, and frame helpers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -15,8 +17,10 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
 from adapters.slack.http import acked
+from hermes_gateway.seam.platform import Leadership
 
 log = structlog.get_logger("hermes.adapters.slack")
+STANDBY_AFTER_S = 1.0  # a slot not had within this long: this instance stands by meanwhile
 
 
 class AckingSocketHandler(AsyncSocketModeHandler):
@@ -70,6 +74,21 @@ async def send_response(client: Any, req: SocketModeRequest, response: BoltRespo
     await client.send_socket_mode_response(
         SocketModeResponse(envelope_id=req.envelope_id, payload=payload)
     )
+
+
+async def take_slot(slot: Leadership, standing_by: Callable[[bool], None]) -> None:
+    """Return once this instance holds one of the app's socket slots (at once on one process).
+    If none is free within a moment, ``standing_by(True)`` says so until one is."""
+    acquiring = asyncio.ensure_future(slot.acquire())
+    try:
+        await asyncio.wait({acquiring}, timeout=STANDBY_AFTER_S)
+        if not acquiring.done():
+            standing_by(True)
+            log.info("slack.socket_standby")
+        await acquiring
+    finally:
+        acquiring.cancel()
+        standing_by(False)
 
 
 async def close_socket(handler: AsyncSocketModeHandler) -> None:

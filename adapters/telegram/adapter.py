@@ -10,19 +10,18 @@ from __future__ import annotations
 import asyncio
 import hmac
 from pathlib import Path
-from typing import Any
 
 import structlog
 from aiohttp import web
 
+from adapters.telegram.build import ALLOWED_UPDATES, bot_commands, build_app, build_poller, describe
 from adapters.telegram.delivery import Outbox, Sender, call, chat_ref
 from adapters.telegram.http import AiohttpRequest
 from adapters.telegram.media import file_downloader, locator
 from adapters.telegram.normalize import normalize
 from adapters.telegram.poller import Poller
 from adapters.telegram.settings import TelegramConfig
-from adapters.telegram.transport import PollMonitor, PollRequest, TokenLock, bounded
-from hermes_gateway.core.commands import menu
+from adapters.telegram.transport import PollMonitor, TokenLock, bounded
 from hermes_gateway.core.indicator import TypingIndicator
 from hermes_gateway.errors import (
     AdapterAuthError,
@@ -41,20 +40,12 @@ from hermes_gateway.seam.supervisor import (
     Supervisor,
     hold,
 )
-from telegram import BotCommand, Update
+from telegram import Update
 from telegram.constants import ChatAction
-from telegram.error import Conflict, InvalidToken, TelegramError
-from telegram.ext import Application, ApplicationBuilder
+from telegram.error import InvalidToken
 
 log = structlog.get_logger("hermes.adapters.telegram")
-App = Application[Any, Any, Any, Any, Any, Any]
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-ALLOWED_UPDATES = ["message"]  # ask only for what we handle; the rest is ignored anyway
-
-
-def bot_commands() -> list[BotCommand]:
-    """The gateway's commands as Telegram's command menu (`setMyCommands`) lists them."""
-    return [BotCommand(c.name, c.description) for c in menu()]
 
 
 class TelegramAdapter:
@@ -82,13 +73,21 @@ class TelegramAdapter:
         self.transport = AiohttpRequest(
             connection_pool_size=16, read_timeout=t, write_timeout=t, connect_timeout=t
         )
-        self.app = self._build_app()
+        self.app = build_app(self.config, self.transport)
         # one poller per bot token in a cluster (always this one on a single process)
         self.lead = host.leadership(f"telegram-poller:{self.config.token.split(':')[0]}")
         self.poller: Poller | None = None
         self._polling: asyncio.Task[None] | None = None
         if self.config.mode == "polling":
-            self.poller = self._build_poller()
+            self.poller = build_poller(
+                self.app.bot,
+                self.monitor,
+                self._take,
+                poll_timeout=self.poll_timeout,
+                request_timeout=self.request_timeout,
+                writable=host.writable,
+                budget=self.lead.remaining,
+            )
         sender = Sender(self.app.bot, self.transport)
         self.outbox = Outbox(sender, self.edit_interval, host.remember_preview)
         media, section = host.config.home_path / "media", self.config
@@ -103,7 +102,7 @@ class TelegramAdapter:
             self.name,
             self._connect_once,
             backoff=Backoff(self.retry_first, self.retry_max),
-            describe=_describe,
+            describe=describe,
             # no getUpdates started for this long: polling is stuck outside a request
             stall=StallWatch(
                 self._stall_after + Poller.backoff_max,
@@ -125,42 +124,6 @@ class TelegramAdapter:
         """This platform's section of the config in force, read at each use: a SIGHUP reload
         changes its access rules (`require_mention` included), which this adapter follows too."""
         return self.host.config.platforms.section("telegram", TelegramConfig)
-
-    def _build_app(self) -> App:
-        # PTB's Updater is not used: `Poller` polls (one parse per update, offsets moved only
-        # once updates are in the inbox) and the webhook handler takes updates itself
-        builder = (
-            ApplicationBuilder()
-            .token(self.config.token)
-            .base_url(self.config.base_url)
-            .base_file_url(self.config.base_file_url)
-            .request(self.transport)
-            .updater(None)
-        )
-        app: App = builder.build()
-        return app
-
-    def _build_poller(self) -> Poller:
-        t = self.request_timeout
-        request = PollRequest(
-            self.monitor,
-            connection_pool_size=2,
-            read_timeout=t,
-            write_timeout=t,
-            connect_timeout=t,
-            pool_timeout=t,
-        )
-        return Poller(
-            self.app.bot,
-            request,
-            self._take,
-            timeout=self.poll_timeout,
-            read_margin=t,
-            allowed_updates=ALLOWED_UPDATES,
-            on_error=self._on_poll_error,
-            writable=self.host.writable,
-            budget=self.lead.remaining,
-        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -324,17 +287,6 @@ class TelegramAdapter:
         except AdapterError as exc:  # the commands still work, they are just not suggested
             log.warning("telegram.set_commands_failed", error=str(exc))
 
-    def _on_poll_error(self, exc: TelegramError) -> None:
-        failures = self.monitor.failures
-        if isinstance(exc, Conflict):
-            event = "telegram.conflict"
-            hint = "another process is polling this bot token; stop it (or use one gateway)"
-            if failures <= 1 or failures % 20 == 0:
-                log.error(event, error=str(exc), failures=failures, hint=hint)
-            return
-        if failures <= 1 or failures % 20 == 0:
-            log.warning("telegram.poll_error", error=f"{type(exc).__name__}: {exc}")
-
     # -- intake ------------------------------------------------------------------------
 
     async def webhook(self, request: web.Request) -> web.Response:
@@ -406,10 +358,3 @@ class TelegramAdapter:
         `PermanentAdapterError`."""
         self.files.cap = self.config.media_max_bytes  # the cap in force: a reload may change it
         return await self.files.fetch(attachment, locate=locator(self.app.bot))
-
-
-def _describe(failures: int, exc: BaseException, wait: float) -> str:
-    return (
-        f"connecting to Telegram (attempt {failures} failed: "
-        f"{type(exc).__name__}: {exc}; next in {wait:.1f} s)"
-    )

@@ -13,9 +13,26 @@ def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
         f"cluster      instance {c.get('instance')}, coordination {coordination}, "
         f"{len(owned)} session lease(s) here\n"
     )
+    shares = c.get("shares") or {}
     for role, led in sorted((c.get("roles") or {}).items()):
+        if role.rpartition(":")[0] in shares:
+            continue  # one line per split below, not one per part
         state = f"leading for {led['for_s']} s" if led.get("leading") else "standing by"
+        if led.get("leading") and led.get("lease", role) != role:  # one of several slots
+            state += f" (slot {led['lease'].rsplit(':', 1)[-1]})"
         out.write(f"  {role:<28} {state}\n")
+    for role, split in sorted(shares.items()):
+        held = ", ".join(map(str, split["held"])) or "none"
+        notes = [
+            f"{what} {', '.join(map(str, split.get(key) or []))}"
+            for key, what in (
+                ("handing_over", "handing over:"),
+                ("kept_unleased", "lease lost, still connected:"),
+            )
+            if split.get(key)
+        ]
+        note = f" ({'; '.join(notes)})" if notes else ""
+        out.write(f"  {role:<28} serving {held} of {split['count']}{note}\n")
     if not everything:
         return
     survey = c.get("survey")
@@ -33,6 +50,11 @@ def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
         out.write("  none\n")
     for role, led in survey["leaders"].items():
         out.write(f"  {role:<28} {led['owner']} (held {led['age_s']} s, {led['left_s']} s left)\n")
+    for role, split in sorted(shares.items()):
+        out.write(f"{role}  (who serves each part)\n")
+        for n in range(split["count"]):
+            led = survey["leaders"].get(f"{role}:{n}")
+            out.write(f"  {n:<28} {led['owner'] if led else 'nobody (being taken over)'}\n")
     if owned:
         out.write("sessions here (s left on the lease)\n")
         for key, left in sorted(owned.items()):

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from hermes_gateway import __version__
 from hermes_gateway.config import Config, config_path, load_config
 from hermes_gateway.errors import AdapterAuthError, ConfigError, StoreError
+from hermes_gateway.guard.early_stop import EARLY
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -120,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:  # a bare `hermes`: what it can do, not a usage error
         parser.print_help()
         return EXIT_OK
+    if args.command == "gateway" and args.action == "run":
+        EARLY.install()  # a stop while it imports and starts: exit 0 at once, not killed
     try:
         return _dispatch(args)
     except BrokenPipeError:
@@ -291,13 +294,14 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     # the event loop shares the GIL with the agent threads: a shorter switch interval (5 ms
     # by default) lets it take its turn sooner when they are busy, which is loop lag
     sys.setswitchinterval(0.001)
-    preload(config)  # before the loop: what the start would import on it would stall it
 
     async def serve() -> int:
+        EARLY.defer()  # a stop from here on is kept for `Lifecycle.serve`
         return await Gateway(config, config_path=config_path).serve()
 
     code = EXIT_FAILURE
     try:
+        preload(config)  # before the loop: what the start would import on it would stall it
         code = uvloop.run(serve())
     except (ConfigError, AdapterAuthError) as exc:
         print(f"hermes: configuration error: {exc}", file=sys.stderr)
@@ -305,6 +309,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     except (StoreError, OSError) as exc:  # OSError: e.g. the control port is taken
         print(f"hermes: {exc}", file=sys.stderr)
     finally:
+        EARLY.stopped()
         sink.stop()
     _exit_past_stuck_threads(code)
     return code

@@ -82,7 +82,8 @@ class Vitals:
         if g.ownership is None:
             return None
         leading = {role: leader.status() for role, leader in g.leaders.items()}
-        return {**g.ownership.status(), "roles": leading}
+        shares = {role: shared.status() for role, shared in g.shared.items()}
+        return {**g.ownership.status(), "roles": leading, "shares": shares}
 
     def register_gauges(self) -> None:
         g = self.gateway

@@ -40,6 +40,7 @@ WAITING = (
 )
 SURVEY_EVERY_S = 5.0  # at most this often a scan of the coordination store (for /status)
 TELL_WAITING_AFTER_S = 30.0  # a message waiting this long for coordination: its user is told
+SWEEP_TAKES = 8  # sessions a sweep takes over at the same time
 
 
 class Ownership(Keeping):
@@ -228,15 +229,26 @@ class Ownership(Keeping):
         The first sweep, at start, takes entries of any age: it is this instance's replay."""
         older_than_s = self.coordinator.lease_s if self._swept else 0.0
         waiting = await self.store.unanswered(older_than_s=older_than_s, max_age_s=self.max_age_s)
-        for key in dict.fromkeys(event.session_key for _, event in waiting):
-            if key in self.leases or key in self._taking:
-                continue
-            if await self.coordinator.owner(key) is not None or not await self.own(key):
-                continue
-            self._taking.add(key)
-            self._later(self._take_over(key), f"takeover:{key}")
+        keys = dict.fromkeys(event.session_key for _, event in waiting)
+        free = [key for key in keys if key not in self.leases and key not in self._taking]
+        # side by side: one after the other, a dead instance's sessions were taken over at
+        # one store claim each (seconds apart on a loaded database)
+        gate = asyncio.Semaphore(SWEEP_TAKES)
+        await asyncio.gather(*(self._take(key, gate) for key in free))
         self._swept = True
         await asyncio.sleep(self.coordinator.lease_s)
+
+    async def _take(self, key: str, gate: asyncio.Semaphore) -> None:
+        """Take the session over if nobody owns it (a failure: the next sweep tries again)."""
+        async with gate:
+            try:
+                if await self.coordinator.owner(key) is not None or not await self.own(key):
+                    return
+            except (CoordinationUnavailable, StoreError) as exc:
+                log.debug("cluster.takeover_deferred", session_key=key, error=str(exc))
+                return
+        self._taking.add(key)
+        self._later(self._take_over(key), f"takeover:{key}")
 
     async def _take_over(self, key: str) -> None:
         """The session's leftovers read under its lease (quarantine included), less what is

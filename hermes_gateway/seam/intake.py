@@ -76,9 +76,11 @@ class Taken:
 
     @property
     def keep(self) -> bool:
-        """The core could not store it: the platform must keep it (no offset moved, no ack, no
-        200) so it is offered again; anything else may be confirmed to the platform."""
-        return self.outcome == "unavailable"
+        """The core did not take it, because the store could not write or the gateway is
+        shutting down: the platform must keep it (no offset moved, no ack, no 200) so it is
+        offered again (to another instance, or at the next start); anything else may be
+        confirmed to the platform."""
+        return self.outcome in ("unavailable", "closed")
 
 
 class Intake:

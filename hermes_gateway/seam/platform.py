@@ -70,6 +70,27 @@ class Leadership(Protocol):
         ...
 
 
+class Shares(Protocol):
+    """Numbered parts of a platform's intake (Discord shards) that a cluster's instances split:
+    this instance serves the parts in `held`. On one process it holds them all, always."""
+
+    count: int
+    everything: bool  # one process: `held` is every part and never changes
+    held: frozenset[int]
+
+    async def start(self) -> None:
+        """Begin taking parts (returns at once; `changed` reports what was taken)."""
+        ...
+
+    async def changed(self) -> None:
+        """Return once `held` changed (a part taken, given back or lost)."""
+        ...
+
+    async def release(self) -> None:
+        """Give every part up, so the other instances take them at once."""
+        ...
+
+
 class AdapterHost(Protocol):
     """What the gateway gives an adapter."""
 
@@ -119,8 +140,14 @@ class AdapterHost(Protocol):
         """The session's conversation so far."""
         ...
 
-    def leadership(self, role: str) -> Leadership:
-        """The leadership of ``role`` (e.g. "telegram-poller:<bot id>") in the cluster."""
+    def leadership(self, role: str, slots: int = 0) -> Leadership:
+        """The leadership of ``role`` (e.g. "telegram-poller:<bot id>") in the cluster; with
+        ``slots``, any one of the leases ``role:0`` .. ``role:<slots-1>`` (at most that many
+        instances lead at once)."""
+        ...
+
+    def shares(self, role: str, count: int) -> Shares:
+        """The parts ``<role>:<n>`` (n < ``count``) this instance serves in the cluster."""
         ...
 
     async def remember_preview(self, event: MessageEvent, ref: str) -> None:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from adapters.discord.client import HermesClient
-from adapters.telegram.adapter import bot_commands
+from adapters.telegram.build import bot_commands
 from hermes_gateway.core.commands import HELP, MENU, Commands, menu, parse_command
 
 

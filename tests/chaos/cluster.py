@@ -233,7 +233,10 @@ class Traffic:
     seed: int = 0
     sent: list[Sent] = field(default_factory=list)
     answered: dict[str, float] = field(default_factory=dict)  # token: first answer's time
-    stopping: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)  # no new messages
+    closing: threading.Event = field(default_factory=threading.Event)  # no more deliveries
+    _scanned: int = 0  # posts already scanned for answers
+    _scanning: threading.Lock = field(default_factory=threading.Lock)
 
     def channel(self, session: int) -> str:
         return f"D{session:04d}"
@@ -248,9 +251,13 @@ class Traffic:
         return thread
 
     def scan(self) -> None:
-        for msg in list(self.cluster.slack.posted):
-            for token in tokens_in(msg):
-                self.answered.setdefault(token, msg.get("at", time.monotonic()))
+        """Record the answers posted since the last scan (the posts are only appended to)."""
+        posted = self.cluster.slack.posted
+        with self._scanning:
+            fresh, self._scanned = posted[self._scanned : len(posted)], len(posted)
+            for msg in fresh:
+                for token in tokens_in(msg):
+                    self.answered.setdefault(token, msg.get("at", time.monotonic()))
 
     def unanswered(self) -> list[Sent]:
         self.scan()
@@ -275,17 +282,20 @@ class Traffic:
             sent = Sent(f"#c{session}-m{n}", session, time.monotonic())
             self.sent.append(sent)
             await self._deliver(http, sent, f"{sent.token} please answer", rng)
+            # the next message once this one is answered (it was only seen at kills before)
             while sent.token not in self.answered and time.monotonic() - sent.at < self.patience:
                 if self.stopping.is_set():
                     return
                 await asyncio.sleep(0.05)
+                self.scan()
             await asyncio.sleep(rng.uniform(*self.pause))
 
     async def _deliver(
         self, http: aiohttp.ClientSession, sent: Sent, text: str, rng: random.Random
     ) -> None:
         """POST the signed event to ready instances until one acks it with 200: a dead or
-        starting one fails and the next try (a Slack retry, same event id) goes elsewhere."""
+        starting one fails and the next try (a Slack retry, same event id) goes elsewhere.
+        Retries go on after the traffic stops (`stopping`), as Slack's would, until `closing`."""
         slack = self.cluster.slack
         event = make_message_event(
             text,
@@ -295,7 +305,7 @@ class Traffic:
             channel_type="im",
         )
         payload = slack.event_callback(event)
-        while not self.stopping.is_set():
+        while not self.closing.is_set():
             urls = self.cluster.live_urls()
             if urls:
                 body, headers = slack._signed(

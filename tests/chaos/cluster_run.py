@@ -103,16 +103,15 @@ def run_cluster_chaos(
         time.sleep(2.0)
         cluster.stopping = True
         traffic.stopping.set()
-        driver.join(30)
+        driver.join(60)  # the deliveries still being retried end
         _settle(cluster, traffic, timeout=90)
-        for node in cluster.nodes:  # a SIGTERM during start-up hangs the stop (a known bug)
-            if not node.ready:
-                cluster.wait_ready(node)
-        codes = cluster.stop_all()
+        traffic.closing.set()
+        codes = cluster.stop_all()  # one still starting is stopped too (exit 0, promptly)
     finally:
         cluster.stopping = True
         owners.stop.set()
         traffic.stopping.set()
+        traffic.closing.set()
         cluster.kill_all()
         slack.stop()
         llm.responder = None

@@ -69,8 +69,9 @@ def test_the_start_and_a_first_message_import_nothing_heavy_on_the_loop(
     with store_url() as store:
         gateway = GatewayProcess(tmp_path / "home", {**config, **store}, env)
         try:
-            gateway.start()
-            deadline = time.monotonic() + 20
+            gateway.start(wait=False)
+            gateway.wait_healthy(timeout=60)  # a loaded machine migrating PostgreSQL is slow
+            deadline = time.monotonic() + 60
             while not any(e.get("event") == "gateway.ready" for e in gateway.log_events()):
                 assert time.monotonic() < deadline, gateway.stderr()
                 time.sleep(0.05)

@@ -94,6 +94,7 @@ class _Conn:
 class _Session:
     session_id: str
     intents: int
+    shard: tuple[int, int] = (0, 1)  # [shard id, shard count] from IDENTIFY
     seq: int = 0
     frames: list[dict] = field(default_factory=list)  # every dispatch, replayed on RESUME
     conn: _Conn | None = None  # None while disconnected: dispatches only queue in `frames`
@@ -163,6 +164,10 @@ class FakeDiscord(FakeServer):
         self._owner = make_user(owner_id, "owner")
         self._users: dict[int, dict] = {bot_id: self.bot_user, owner_id: self._owner}
         self._channels: dict[int, dict] = {channel_id: make_channel(channel_id, guild_id)}
+        self._guilds: list[int] = [guild_id]  # more come from add_guild()
+        # what GET /gateway/bot recommends; each guild's events go to shard
+        # (guild_id >> 22) % count of the sessions' count, DMs to shard 0
+        self.shard_count = 1
         self._dms: dict[int, int] = {}  # user id -> DM channel id
         self._history: dict[int, list[dict]] = {}
         self._messages: dict[int, dict] = {}
@@ -174,7 +179,8 @@ class FakeDiscord(FakeServer):
         self.link_lifetime_s = 86400
         self.cdn_clock_skew = 0.0
         self._sessions: dict[str, _Session] = {}
-        self._session: _Session | None = None
+        self._session: _Session | None = None  # the last one identified or resumed
+        self._shards: dict[int, _Session] = {}  # shard id -> its latest session
         self._conns: list[_Conn] = []
         self._interactions: dict[str, _Interaction] = {}
         self._global_commands: list[dict] = []
@@ -198,6 +204,7 @@ class FakeDiscord(FakeServer):
         self.identifies = 0
         self.resumes = 0
         self.intents: int | None = None  # from the last IDENTIFY
+        self.identified: list[tuple[int, int]] = []  # the shard of each accepted IDENTIFY
         self.interaction_responses: list[dict] = []
         self.requests: list[tuple[str, str]] = []  # (method, path after /api/v10)
         self.file_requests: list[dict] = []  # attachment downloads: path, headers
@@ -413,7 +420,7 @@ class FakeDiscord(FakeServer):
         body: dict[str, Any] = {"url": self.gateway_url}
         if request.path.endswith("/bot"):
             limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
-            body.update(shards=1, session_start_limit=limit)
+            body.update(shards=self.shard_count, session_start_limit=limit)
         return _json(body)
 
     async def _create_dm(self, request: web.Request) -> web.Response:
@@ -618,7 +625,8 @@ class FakeDiscord(FakeServer):
 
     def _interaction_message(self, inter: _Interaction, body: dict, files: list[dict]) -> dict:
         in_guild = bool(self._channels[inter.channel_id].get("guild_id"))
-        owners = {"0": str(self.guild_id)} if in_guild else {"1": inter.user["id"]}
+        guild = self._channels[inter.channel_id].get("guild_id")
+        owners = {"0": str(guild)} if in_guild else {"1": inter.user["id"]}
         metadata = {
             "id": str(inter.id),
             "type": 2,
@@ -811,16 +819,28 @@ class FakeDiscord(FakeServer):
             self._dms[user_id] = channel_id
         return self._channels[self._dms[user_id]]
 
-    def _guild_payload(self) -> dict:
-        channels = [c for c in self._channels.values() if c.get("guild_id")]
+    def _guild_payload(self, guild_id: int | None = None) -> dict:
+        guild_id = guild_id or self.guild_id
+        channels = [c for c in self._channels.values() if c.get("guild_id") == str(guild_id)]
         return make_guild(
-            self.guild_id,
+            guild_id,
             owner_id=int(self._owner["id"]),
             channels=[c for c in channels if c["type"] not in _THREAD_TYPES],
             threads=[c for c in channels if c["type"] in _THREAD_TYPES],
-            roles=[make_role(self.guild_id)],  # @everyone's id is the guild's id
+            roles=[make_role(guild_id)],  # @everyone's id is the guild's id
             members=[make_member(self.bot_user)],
         )
+
+    def add_guild(self, guild_id: int, channel_id: int) -> None:
+        """Another guild the bot is in, with one text channel (call before connecting: its
+        GUILD_CREATE comes with the next IDENTIFY of its shard)."""
+        self._guilds.append(guild_id)
+        self._channels[channel_id] = make_channel(channel_id, guild_id)
+
+    @staticmethod
+    def shard_of(guild_id: int | None, count: int) -> int:
+        """Discord's rule: a guild's events go to shard (guild_id >> 22) % count; DMs to 0."""
+        return 0 if guild_id is None else (guild_id >> 22) % count
 
     # -- injection (thread-safe) --------------------------------------------------------------
 
@@ -880,6 +900,7 @@ class FakeDiscord(FakeServer):
         attachments: list[dict],
     ) -> dict:
         in_guild = bool(channel.get("guild_id"))
+        guild_id = int(channel["guild_id"]) if in_guild else None
         mentions: list[dict] = []
         if mentions_bot:
             tag = f"<@{self.bot_id}>"
@@ -891,7 +912,7 @@ class FakeDiscord(FakeServer):
             referenced = self._messages.get(ref_id)
             reference = {"type": 0, "message_id": str(ref_id), "channel_id": channel["id"]}
             if in_guild:
-                reference["guild_id"] = str(self.guild_id)
+                reference["guild_id"] = str(guild_id)
             if referenced is not None and referenced["author"] not in mentions:
                 mentions.append(referenced["author"])
         if in_guild:
@@ -902,7 +923,7 @@ class FakeDiscord(FakeServer):
             channel_id,
             author,
             content,
-            guild_id=self.guild_id if in_guild else None,
+            guild_id=guild_id,
             member=make_member() if in_guild else None,
             mentions=mentions,
             attachments=[
@@ -922,7 +943,8 @@ class FakeDiscord(FakeServer):
         async def go() -> int:
             thread_id = snowflake()
             parent = parent_channel_id or self.channel_id
-            thread = make_thread(thread_id, self.guild_id, parent, owner_id, name)
+            guild_id = int(self._channels[parent]["guild_id"])
+            thread = make_thread(thread_id, guild_id, parent, owner_id, name)
             self._channels[thread_id] = thread
             await self._dispatch("THREAD_CREATE", {**thread, "newly_created": True})
             return thread_id
@@ -943,7 +965,8 @@ class FakeDiscord(FakeServer):
         async def go() -> dict:
             channel = self._target_channel(channel_id, guild, None, user_id, username)
             user = self._user(user_id, username)
-            key = (command, self.guild_id if guild else None)
+            guild_id = int(channel["guild_id"]) if guild else None
+            key = (command, guild_id)
             command_id = self._command_ids.get(key) or self._command_ids.get((command, None))
             token = secrets.token_urlsafe(32)
             inter = _Interaction(snowflake(), token, command, int(channel["id"]), user)
@@ -955,7 +978,7 @@ class FakeDiscord(FakeServer):
                 command_id=command_id or snowflake(),
                 command_name=command,
                 channel=channel,
-                guild_id=self.guild_id if guild else None,
+                guild_id=guild_id,
                 member=make_member(user, permissions=EVERYONE_PERMISSIONS) if guild else None,
                 user=None if guild else user,
                 options=make_command_options(options),
@@ -984,6 +1007,7 @@ class FakeDiscord(FakeServer):
             conn = self._take_live_conn()
             if not resumable and conn.session is not None:
                 self._sessions.pop(conn.session.session_id, None)
+                self._shards.pop(conn.session.shard[0], None)
                 self._session = None
             await self._send(conn, {"op": 9, "d": resumable, "s": None, "t": None})
 
@@ -1056,19 +1080,28 @@ class FakeDiscord(FakeServer):
         if intents & MESSAGE_CONTENT_INTENT and not self.message_content_intent:
             await conn.ws.close(code=4014, message=b"Disallowed intent(s).")
             return
+        shard_id, count = data.get("shard") or (0, 1)
+        if not 0 <= shard_id < count:
+            await conn.ws.close(code=4010, message=b"Invalid shard.")
+            return
         self.intents = intents
-        session = _Session(secrets.token_hex(16), intents)
+        self.identified.append((shard_id, count))
+        session = _Session(secrets.token_hex(16), intents, (shard_id, count))
         self._sessions[session.session_id] = session
         self._session, conn.session, session.conn = session, session, conn
+        self._shards[shard_id] = session
+        guilds = [g for g in self._guilds if self.shard_of(g, count) == shard_id]
         ready = make_ready(
             self.bot_user,
-            [self.guild_id],
+            guilds,
             session.session_id,
             self.gateway_url,
             self._application(),
+            (shard_id, count),
         )
         await self._dispatch_to(session, "READY", ready)
-        await self._dispatch_to(session, "GUILD_CREATE", self._guild_payload())
+        for guild_id in guilds:
+            await self._dispatch_to(session, "GUILD_CREATE", self._guild_payload(guild_id))
         self.connected.set()
 
     async def _resume(self, conn: _Conn, data: dict) -> None:
@@ -1081,7 +1114,7 @@ class FakeDiscord(FakeServer):
             await self._send(conn, {"op": 9, "d": False, "s": None, "t": None})
             return
         conn.session, session.conn = session, None
-        self._session = session
+        self._session = self._shards[session.shard[0]] = session
         # discord.py writes a key into RESUMED's `d`, so it must be an object, never null.
         await self._dispatch_to(session, "RESUMED", {"_trace": ["fake-discord"]})
         # Replay what the client missed (RESUMED last); dispatches racing in append to
@@ -1104,11 +1137,18 @@ class FakeDiscord(FakeServer):
         return conn
 
     async def _dispatch(self, event: str, data: dict) -> None:
-        # Like Discord, events with no session (client not identified yet) are lost.
-        if self._session is None:
+        # Like Discord, events with no session (client not identified yet) are lost; a guild's
+        # events go only to the session of its shard
+        guild = _guild_of(event, data)
+        sessions = [s for n, s in self._shards.items() if n == self.shard_of(guild, s.shard[1])]
+        if not sessions:
             self.undelivered.append((event, data))
-        else:
-            await self._dispatch_to(self._session, event, data)
+        for session in sessions:
+            await self._dispatch_to(session, event, data)
+
+    def sessions_by_shard(self) -> dict[int, bool]:
+        """Each shard id seen, and whether its latest session has a live socket."""
+        return {n: s.conn is not None for n, s in sorted(self._shards.items())}
 
     async def _dispatch_to(self, session: _Session, event: str, data: dict) -> None:
         session.seq += 1
@@ -1143,6 +1183,17 @@ class FakeDiscord(FakeServer):
             await conn.ws.send_str(json.dumps(frame))
         except (ConnectionResetError, RuntimeError):
             pass  # the client went away mid-send; RESUME replays session frames
+
+
+def _guild_of(event: str, data: dict) -> int | None:
+    """The guild an event belongs to; None (shard 0) for a DM, or an id that is no snowflake
+    (the fuzz tests send those)."""
+    whole_guild = event in ("GUILD_CREATE", "GUILD_UPDATE", "GUILD_DELETE")
+    raw = data.get("guild_id") or (data.get("id") if whole_guild else None)
+    try:
+        return int(raw) if raw and not isinstance(raw, bool) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _without_reference(message: dict | None) -> dict | None:

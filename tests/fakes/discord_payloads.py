@@ -309,7 +309,12 @@ def make_message(
 
 
 def make_ready(
-    user: dict, guild_ids: list[int], session_id: str, resume_gateway_url: str, app: dict
+    user: dict,
+    guild_ids: list[int],
+    session_id: str,
+    resume_gateway_url: str,
+    app: dict,
+    shard: tuple[int, int] = (0, 1),
 ) -> dict:
     """READY: guilds start unavailable and become available with their GUILD_CREATE."""
     return {
@@ -318,7 +323,7 @@ def make_ready(
         "guilds": [{"id": str(g), "unavailable": True} for g in guild_ids],
         "session_id": session_id,
         "resume_gateway_url": resume_gateway_url,
-        "shard": [0, 1],
+        "shard": list(shard),
         "application": {"id": app["id"], "flags": app["flags"]},
         "private_channels": [],
         "presences": [],

@@ -1,5 +1,8 @@
 """A fake Slack (Web API + Socket Mode) for driving the real slack-bolt / slack-sdk offline.
 
+Socket Mode as Slack runs it for an app with several connections open: each event goes to one
+of them (in turn), and an envelope not acked in time is delivered again, with retry_attempt,
+possibly on another connection (`FakeSlack.redeliver_after_s`; off by default).
 Also delivers signed Events API POSTs for HTTP mode (`FakeSlack.post_event`, `sign_request`).
 """
 
@@ -14,6 +17,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -22,7 +26,9 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from tests.fakes.server import FakeServer, chunked_response
 
 JsonDict = dict[str, Any]
+_CALLER: ContextVar[str] = ContextVar("caller", default="")  # see FakeSlack.api_base_as
 
+MAX_RETRIES = 3  # Slack retries an unacknowledged event up to three times
 MAX_TEXT = 40_000  # chat.postMessage / chat.update: Slack answers msg_too_long past this
 _JSON_FIELDS = ("blocks", "attachments", "metadata")  # JSON-encoded strings in form bodies
 _CHANNEL_TYPES = {"D": "im", "G": "mpim", "C": "channel"}
@@ -155,7 +161,12 @@ class FakeSlack(FakeServer):
         self.reactions: list[tuple[str, str, str, str]] = []
         self.acks: list[tuple[str, float]] = []
         self.envelopes: list[JsonDict] = []  # every envelope written to a socket, in order
-        self.connections = 0
+        self.delivered_on: dict[str, int] = {}  # envelope id: the connection (1, 2...) it went to
+        self.opened_by: dict[int, str] = {}  # connection: who opened it (see `api_base_as`)
+        self.connections = 0  # sockets opened so far
+        self.peak_connections = 0  # most sockets open at once
+        # an envelope not acked this long after it was written is delivered again (None: never)
+        self.redeliver_after_s: float | None = None
         self.users: dict[str, JsonDict] = {}  # per-id overrides merged into users.info
         self.channels: dict[str, JsonDict] = {}  # per-id overrides merged into conversations.info
         self.files: dict[str, JsonDict] = {}
@@ -170,9 +181,13 @@ class FakeSlack(FakeServer):
         self._reacted: set[tuple[str, str, str]] = set()
         self._known: set[tuple[str, str]] = set()  # (channel, ts) of every message seen
         self._sockets: dict[web.WebSocketResponse, asyncio.Transport | None] = {}
-        self._active: web.WebSocketResponse | None = None
+        self._numbers: dict[web.WebSocketResponse, int] = {}
+        self._live: list[web.WebSocketResponse] = []  # said hello, not told to disconnect
+        self._turn = itertools.count()
         self._pending: deque[JsonDict] = deque()
         self._sent_at: dict[str, float] = {}
+        self._acked: set[str] = set()
+        self._retries: set[asyncio.Task[None]] = set()
         self._counter = itertools.count(1)
         self._ts_base = int(time.time())  # ts near "now", so age checks on ts behave
         self._methods: dict[str, Callable[[JsonDict], JsonDict]] = {
@@ -191,6 +206,7 @@ class FakeSlack(FakeServer):
             "assistant.threads.setStatus": lambda params: {},
         }
         self.app.router.add_route("*", "/api/{method}", self._api)
+        self.app.router.add_route("*", "/as/{caller}/api/{method}", self._api_as)
         self.app.router.add_get("/link/", self._socket)
         self.app.router.add_get("/files-pri/{file_id}/{name}", self._download)
 
@@ -205,10 +221,24 @@ class FakeSlack(FakeServer):
     def api_base(self) -> str:
         return f"{self.url}/api/"  # the trailing slash matters: the SDK urljoin()s method names
 
+    def api_base_as(self, caller: str) -> str:
+        """The Web API under a name of the caller's (one gateway instance of several): the
+        sockets it opens are recorded in `opened_by`, so a test knows whose they are."""
+        return f"{self.url}/as/{caller}/api/"
+
+    def delivered_to(self, envelope_id: str) -> str:
+        """Who opened the connection ``envelope_id`` was written to."""
+        return self.opened_by.get(self.delivered_on.get(envelope_id, 0), "")
+
     @property
     def connected(self) -> bool:
         """True once a socket has said hello and takes envelopes (False after disconnect())."""
-        return self._active is not None and not self._active.closed
+        return self.live_connections > 0
+
+    @property
+    def live_connections(self) -> int:
+        """Sockets taking envelopes now."""
+        return sum(1 for ws in list(self._live) if not ws.closed)
 
     def next_ts(self) -> str:
         """A fresh, increasing message ts ("1700000000.000100" style)."""
@@ -307,24 +337,26 @@ class FakeSlack(FakeServer):
         return make_event_callback(event, **ids, api_app_id=self.api_app_id, event_id=event_id)
 
     def disconnect(self, reason: str = "refresh_requested") -> None:
-        """Ask the app to reconnect. Later events wait for the new socket; the old one stays open
-        until the client closes it (Slack closes it itself some seconds later)."""
+        """Ask the app to reconnect (every live socket). Later events wait for a new socket; the
+        old one stays open until the client closes it (Slack closes it some seconds later)."""
 
         async def go() -> None:
-            ws, self._active = self._active, None
-            if ws is not None and not ws.closed:
-                await ws.send_json({"type": "disconnect", "reason": reason, "debug_info": {}})
+            sockets, self._live = self._live, []
+            for ws in sockets:
+                if not ws.closed:
+                    await ws.send_json({"type": "disconnect", "reason": reason, "debug_info": {}})
 
         self.call(go)
 
     def drop_socket(self) -> None:
-        """Kill the live socket without a close frame; the SDK notices on its next ping tick."""
+        """Kill the live sockets without a close frame; the SDK notices on its next ping tick."""
 
         async def go() -> None:
-            ws, self._active = self._active, None
-            transport = self._sockets.get(ws) if ws is not None else None
-            if transport is not None:
-                transport.abort()
+            sockets, self._live = self._live, []
+            for ws in sockets:
+                transport = self._sockets.get(ws)
+                if transport is not None:
+                    transport.abort()
 
         self.call(go)
 
@@ -408,20 +440,41 @@ class FakeSlack(FakeServer):
 
     async def _deliver(self, envelope: JsonDict) -> None:
         self._remember(envelope["payload"])
-        ws = self._active
-        if ws is None or ws.closed:
+        live = [ws for ws in self._live if not ws.closed]
+        if not live:
             self._pending.append(envelope)
-        else:
-            await self._write(ws, envelope)
+        else:  # one connection per event, in turn
+            await self._write(live[next(self._turn) % len(live)], envelope)
 
     async def _write(self, ws: web.WebSocketResponse, envelope: JsonDict) -> None:
-        self._sent_at[envelope["envelope_id"]] = time.monotonic()
+        envelope_id = envelope["envelope_id"]
+        self._sent_at[envelope_id] = time.monotonic()
         try:
             await ws.send_json(envelope)
         except (ConnectionError, RuntimeError):
             self._pending.appendleft(envelope)  # the socket died under us: keep it for the next
             return
         self.envelopes.append(envelope)
+        self.delivered_on[envelope_id] = self._numbers.get(ws, 0)
+        if self.redeliver_after_s is not None and envelope["retry_attempt"] < MAX_RETRIES:
+            task = asyncio.create_task(self._retry(envelope, self.redeliver_after_s))
+            self._retries.add(task)
+            task.add_done_callback(self._retries.discard)
+
+    async def _retry(self, envelope: JsonDict, after: float) -> None:
+        """Slack's retry of an envelope nobody acked: a new envelope, the same payload."""
+        await asyncio.sleep(after)
+        if envelope["envelope_id"] in self._acked:
+            return
+        attempt = envelope["retry_attempt"] + 1
+        await self._deliver(
+            make_envelope(
+                envelope["payload"],
+                type=envelope["type"],
+                retry_attempt=attempt,
+                retry_reason="timeout",
+            )
+        )
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         # autoping answers the SDK's "sdk-ping-pong:<t>" pings; the short timeout bounds close().
@@ -429,18 +482,21 @@ class FakeSlack(FakeServer):
         await ws.prepare(request)
         self.connections += 1
         self._sockets[ws] = request.transport
+        self._numbers[ws] = self.connections
+        self.opened_by[self.connections] = request.query.get("caller", "")
+        self.peak_connections = max(self.peak_connections, len(self._sockets))
         try:
             await ws.send_json(self._hello())
             while self._pending:  # events injected meanwhile join this queue, so order holds
                 await self._write(ws, self._pending.popleft())
-            self._active = ws
+            self._live.append(ws)
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
                     self._on_frame(msg.data)
         finally:
             self._sockets.pop(ws, None)
-            if self._active is ws:
-                self._active = None
+            if ws in self._live:
+                self._live.remove(ws)
         return ws
 
     def _hello(self) -> JsonDict:
@@ -454,15 +510,22 @@ class FakeSlack(FakeServer):
     def _on_frame(self, data: str) -> None:
         envelope_id = json.loads(data).get("envelope_id")
         if envelope_id:
+            self._acked.add(envelope_id)
             sent = self._sent_at.get(envelope_id, time.monotonic())
             self.acks.append((envelope_id, time.monotonic() - sent))
 
     async def on_shutdown(self) -> None:
-        self._active = None
+        self._live = []
+        for task in list(self._retries):
+            task.cancel()
         closes = [ws.close(code=WSCloseCode.GOING_AWAY) for ws in list(self._sockets)]
         await asyncio.gather(*closes, return_exceptions=True)  # concurrent, 0.5 s at most each
 
     # -- Web API ---------------------------------------------------------------------------
+
+    async def _api_as(self, request: web.Request) -> web.Response:
+        _CALLER.set(request.match_info["caller"])
+        return await self._api(request)
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -484,8 +547,8 @@ class FakeSlack(FakeServer):
             return _fail(exc.code)
 
     def _connections_open(self, params: JsonDict) -> JsonDict:
-        ticket = uuid.uuid4().hex
-        return {"url": f"ws://127.0.0.1:{self.port}/link/?ticket={ticket}&app_id={self.api_app_id}"}
+        query = f"ticket={uuid.uuid4().hex}&app_id={self.api_app_id}&caller={_CALLER.get()}"
+        return {"url": f"ws://127.0.0.1:{self.port}/link/?{query}"}
 
     def _auth_test(self, params: JsonDict) -> JsonDict:
         return {

@@ -475,3 +475,56 @@ def test_patched_sets_and_restores_discord_globals() -> None:
     finally:
         fake.stop()
     assert before == (route.BASE, ws.DEFAULT_GATEWAY)
+
+
+async def test_shards_each_get_their_guilds_events_and_dms_go_to_shard_zero(
+    fake: FakeDiscord,
+) -> None:
+    other_guild, other_channel = (1 << 22) + GUILD_ID, 3001  # (id >> 22) % 2 == 1
+    fake.add_guild(other_guild, other_channel)
+    fake.shard_count = 2
+    seen: dict[int, list[tuple[int | None, str]]] = {0: [], 1: []}
+    ready: dict[int, list[int]] = {}
+    clients = []
+    for shard in (0, 1):
+        intents = discord.Intents.default()
+        intents.message_content = True
+        client = FastClient(
+            intents=intents,
+            guild_ready_timeout=0.05,
+            shard_id=shard,
+            shard_count=2,
+        )
+
+        async def on_message(message: discord.Message, shard: int = shard) -> None:
+            seen[shard].append((message.guild.id if message.guild else None, message.content))
+
+        async def on_ready(shard: int = shard, client: discord.Client = client) -> None:
+            ready[shard] = [g.id for g in client.guilds]
+
+        client.on_message, client.on_ready = on_message, on_ready  # type: ignore[method-assign]
+        clients.append(client)
+    tasks = [asyncio.create_task(client.start(TOKEN)) for client in clients]
+    try:
+        await async_wait_until(lambda: len(ready) == 2 or any(t.done() for t in tasks))
+        for task in tasks:
+            alive(task)
+        assert ready == {0: [GUILD_ID], 1: [other_guild]}
+        assert sorted(fake.identified) == [(0, 2), (1, 2)]
+        fake.send_message("in guild 0")
+        fake.send_message("in guild 1", channel_id=other_channel)
+        fake.send_dm("a dm")
+        await async_wait_until(lambda: len(seen[0]) + len(seen[1]) == 3)
+        await asyncio.sleep(0.2)  # nothing more comes
+    finally:
+        for client in clients:
+            await client.close()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert seen == {
+        0: [(GUILD_ID, "in guild 0"), (None, "a dm")],
+        1: [(other_guild, "in guild 1")],
+    }
+    async with aiohttp.ClientSession() as http:
+        bot = {"Authorization": f"Bot {TOKEN}"}
+        async with http.get(f"{fake.api_base}/gateway/bot", headers=bot) as answer:
+            assert (await answer.json())["shards"] == 2

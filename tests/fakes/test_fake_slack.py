@@ -440,3 +440,46 @@ async def test_http_rejects_bad_signatures(fake: FakeSlack, http_app: tuple[Asyn
     assert (await fake.post_event_async(url, event))[0] == 200  # the same event, signed right
     await async_wait_until(lambda: texts)
     assert texts == ["forged"]
+
+
+class MuteHandler(AsyncSocketModeHandler):
+    """Takes every envelope and never acks it, as a frozen process does."""
+
+    taken: list[tuple[str, int]]
+
+    async def handle(self, client: Any, req: Any) -> None:
+        self.taken.append((req.payload["event"]["text"], req.retry_attempt or 0))
+
+
+async def test_events_are_spread_over_sockets_and_an_unacked_one_comes_again(
+    fake: FakeSlack,
+) -> None:
+    """Two connections of one app (two instances): each event goes to one of them, in turn;
+    what the first took and never acked (then it died) comes again, with retry_attempt 1, to
+    the other; what the other acked does not."""
+    fake.redeliver_after_s = 1.0
+    mute = MuteHandler(AsyncApp(client=web_client(fake)), app_token=fake.app_token)
+    mute.taken = []
+    app = AsyncApp(client=web_client(fake))
+    texts = record_texts(app)
+    live = AsyncSocketModeHandler(app, app_token=fake.app_token, ping_interval=PING_INTERVAL)
+    await mute.connect_async()
+    await async_wait_until(lambda: fake.live_connections == 1)
+    await live.connect_async()
+    await async_wait_until(lambda: fake.live_connections == 2)
+    try:
+        for i in range(4):
+            fake.send_message(text=f"m{i}", channel="D123")
+        await async_wait_until(lambda: len(mute.taken) == 2 and len(texts) == 2)
+        await mute.close_async()  # it dies with two envelopes unacked
+        await async_wait_until(lambda: len(texts) == 4, timeout=10)
+        await asyncio.sleep(1.5)  # what was acked does not come again
+    finally:
+        await live.close_async()
+    assert sorted(t for t, _ in mute.taken) == ["m0", "m2"]  # in turn: every other event
+    assert sorted(texts) == ["m0", "m1", "m2", "m3"]
+    retried = [e for e in fake.envelopes if e["retry_attempt"]]
+    assert sorted(e["payload"]["event"]["text"] for e in retried) == ["m0", "m2"]
+    assert all(e["retry_attempt"] == 1 and e["retry_reason"] == "timeout" for e in retried)
+    assert {fake.delivered_on[e["envelope_id"]] for e in retried} == {2}
+    assert fake.peak_connections == 2

@@ -1,5 +1,6 @@
 """The Slack adapter in HTTP (Events API) mode: signed POSTs to `events_path` on the control
-server, verified by slack-bolt; acked at once, answered through the Web API fake."""
+server, verified by slack-bolt; acked once in the inbox (before the model answers), answered through
+the Web API fake."""
 
 from __future__ import annotations
 

@@ -103,3 +103,28 @@ async def test_a_single_process_always_leads() -> None:
     await asyncio.sleep(0.05)
     assert not lost.done()
     lost.cancel()
+
+
+async def test_numbered_slots_let_at_most_that_many_lead_and_a_freed_one_is_taken(
+    make: Make,
+) -> None:
+    """Slack's 10 Socket Mode connections per app: 11 instances ask for one of 10 slots, 10
+    get one (each a different lease), the 11th waits and takes the one freed."""
+    leaders = [
+        ClusterLeader(await make(f"i{n}", LEASE_S), "slack:A1:socket", slots=10) for n in range(11)
+    ]
+    asking = [asyncio.create_task(leader.acquire()) for leader in leaders]
+    await asyncio.sleep(LEASE_S * 2)  # every one asked several times; renewals went on
+    waiting = [leader for leader, task in zip(leaders, asking, strict=True) if not task.done()]
+    held = sorted(leader.lease.key for leader in leaders if leader.lease is not None)
+    assert len(waiting) == 1 and not waiting[0].leading
+    assert held == sorted(f"slack:A1:socket:{n}" for n in range(10))
+    freed = next(leader for leader in leaders if leader.leading)
+    assert freed.lease is not None
+    slot = freed.lease.key
+    await freed.release()
+    await asyncio.wait_for(asking[leaders.index(waiting[0])], LEASE_S * 2)
+    assert waiting[0].lease is not None and waiting[0].lease.key == slot
+    assert waiting[0].status()["lease"] == slot
+    for leader in leaders:
+        await leader.release()

@@ -82,12 +82,15 @@ async def test_the_screen_can_change_or_drop_the_event(tmp_path: Path) -> None:
     assert dropped.outcome is None and len(host.submitted) == 1
 
 
-async def test_a_message_the_store_could_not_take_is_kept_by_the_platform(
-    tmp_path: Path,
+@pytest.mark.parametrize("outcome", ["unavailable", "closed"])
+async def test_a_message_the_core_did_not_take_is_kept_by_the_platform(
+    tmp_path: Path, outcome: SubmitOutcome
 ) -> None:
-    take, _ = intake(tmp_path, outcome="unavailable")
+    """The store could not write it, or the gateway is stopping: confirmed to the platform
+    (acked, offset moved) it would be lost; kept, it is offered again."""
+    take, _ = intake(tmp_path, outcome=outcome)
     taken = await take.take(lambda per_user: Inbound(event(), from_self=True), durable=True)
-    assert taken.keep and taken.outcome == "unavailable"
+    assert taken.keep and taken.outcome == outcome
 
 
 def test_the_bot_knows_itself_by_id_in_any_form() -> None:
