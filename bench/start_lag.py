@@ -56,7 +56,8 @@ def one_start(workdir: Path, config: dict[str, Any], before_loop: bool) -> float
     kind = GatewayProcess if before_loop else Launched
     gateway = kind(home, config)
     try:
-        gateway.start()
+        gateway.start(wait=False)
+        gateway.wait_healthy(timeout=60)
         deadline = time.monotonic() + 60
         while not any(e.get("event") == "gateway.ready" for e in gateway.log_events()):
             assert time.monotonic() < deadline, gateway.stderr()
