@@ -3,7 +3,8 @@
 Nothing here imports asyncio: the gateway runs `AIAgent.run_conversation` on a worker thread.
 """
 
-from agent_core.agent import AIAgent, RunControl, RunResult
+from agent_core.agent import AIAgent, RunResult
+from agent_core.control import RunControl
 from agent_core.llm import LLMClient, LLMSettings, ModelError
 
 __all__ = ["AIAgent", "LLMClient", "LLMSettings", "ModelError", "RunControl", "RunResult"]

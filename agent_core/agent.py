@@ -1,15 +1,13 @@
 """`AIAgent`: the synchronous ReAct loop (model -> tool calls -> observations -> model ...).
 
-It runs on a gateway worker thread. `RunControl` is how the gateway reaches into a running
-loop from the event-loop thread: `interrupt()` and `steer(text)` are thread-safe.
+It runs on a gateway worker thread; `agent_core.control.RunControl` is how the gateway reaches
+into a running loop from the event-loop thread (interrupt, deadline, steer: thread-safe).
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ import structlog
 
 from agent_core import context as budget
 from agent_core import delegation
+from agent_core.control import RunControl
 from agent_core.history import INTERRUPTED_RESULT, History, encode, synthetic_results
 from agent_core.llm import Completion, LLMClient, ModelError, ToolCall
 from agent_core.parallel import ToolExecutor
@@ -35,51 +34,6 @@ NOT_CONFIGURED = (
     "environment variable), or point model.base_url at a local OpenAI-compatible server."
 )
 INTERRUPTED_MARK = "[interrupted]"
-
-
-class RunControl:
-    """Thread-safe handles on one run: an interrupt flag and a queue of steering messages.
-
-    A child run's control (`child`) is interrupted with its parent's (delegate_task).
-    """
-
-    def __init__(self, parent: RunControl | None = None) -> None:
-        self._interrupted = threading.Event()
-        self._steers: deque[str] = deque()
-        self._lock = threading.Lock()
-        self._parent = parent
-
-    def child(self) -> RunControl:
-        return RunControl(parent=self)
-
-    def interrupt(self) -> None:
-        self._interrupted.set()
-
-    @property
-    def interrupted(self) -> bool:
-        return self._interrupted.is_set() or (self._parent is not None and self._parent.interrupted)
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True if interrupted meanwhile."""
-        if self._parent is None:
-            return self._interrupted.wait(seconds)
-        deadline = time.monotonic() + seconds
-        while not self.interrupted:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self._interrupted.wait(min(left, 0.1))
-        return True
-
-    def steer(self, text: str) -> None:
-        with self._lock:
-            self._steers.append(text)
-
-    def take_steers(self) -> list[str]:
-        with self._lock:
-            items = list(self._steers)
-            self._steers.clear()
-        return items
 
 
 @dataclass(slots=True)
@@ -246,6 +200,7 @@ class _Turn:
                     should_stop=lambda: self.control.interrupted,
                     on_delta=self.on_delta,
                     wait=self.control.wait,
+                    on_stop=self.control.on_interrupt,
                 )
             except ModelError as exc:
                 self._model_call(started, "error", {"status": exc.status})
@@ -360,6 +315,8 @@ class _Turn:
         return True
 
     def _call_tool(self, call: ToolCall) -> ToolOutcome:
+        if self.control.interrupted:  # a batch's later calls, stopped meanwhile: not begun
+            return ToolOutcome(INTERRUPTED_RESULT, ok=False)
         self.on_event("tool_start", {"tool": call.name, "call_id": call.id})
         outcome = self.agent.tools.dispatch(call.name, call.arguments, self.ctx)
         seconds = round(outcome.duration_s, 4)

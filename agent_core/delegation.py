@@ -15,7 +15,8 @@ from tools.errors import ToolError
 from tools.host import DelegateRequest
 
 if TYPE_CHECKING:
-    from agent_core.agent import AIAgent, EventSink, RunControl
+    from agent_core.agent import AIAgent, EventSink
+    from agent_core.control import RunControl
 
 log = structlog.get_logger("hermes.agent")
 CHILD_PROMPT = (

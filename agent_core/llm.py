@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 import structlog
 
+from agent_core import cutoff
 from agent_core.completion import (
     Accumulator,
     Completion,
@@ -33,6 +34,7 @@ from agent_core.completion import (
 from agent_core.history import encode
 
 Message = dict[str, Any]
+OnStop = Callable[[Callable[[], None]], Callable[[], None]]  # registers a hook, returns its remover
 log = structlog.get_logger("hermes.llm")
 __all__ = ["Completion", "LLMClient", "LLMSettings", "ModelError", "ToolCall"]
 
@@ -59,8 +61,16 @@ def sdk_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
     # should not wait for it
     import openai
 
+    from agent_core import wire
+
+    # its connections tell `cutoff` their sockets, so an interrupt can shut a request in flight
+    http = openai.DefaultHttpxClient(transport=wire.transport(openai.DEFAULT_CONNECTION_LIMITS))
     return openai.OpenAI(
-        base_url=base_url, api_key=api_key or "no-key", timeout=timeout_s, max_retries=0
+        base_url=base_url,
+        api_key=api_key or "no-key",
+        timeout=timeout_s,
+        max_retries=0,
+        http_client=http,
     )
 
 
@@ -105,18 +115,25 @@ class LLMClient:
         should_stop: Callable[[], bool] = lambda: False,
         on_delta: Callable[[str], None] | None = None,
         wait: Callable[[float], bool] | None = None,
+        on_stop: OnStop | None = None,
     ) -> Completion:
         """One assistant turn, retried on 429/5xx/timeouts; raises `ModelError` at the end.
 
         ``prefix`` holds messages already encoded as JSON (`agent_core.history.encode`) that
         go before ``messages``: the system prompt and the history, encoded once, not per call.
+        ``on_stop(hook)`` registers ``hook`` to run (on the interrupting thread) when the run
+        is interrupted and returns its remover: the hook shuts the request in flight.
         """
         body = self._body(prefix, messages, tools)
         attempt = 0
         while True:
+            if should_stop():  # checked before each request: none goes out once stopped
+                return Completion(interrupted=True)
             try:
-                return self._complete_once(body, should_stop, on_delta)
+                return self._complete_once(body, should_stop, on_delta, on_stop)
             except ModelError as exc:
+                if should_stop():  # the request was cut off by the interrupt: no failure
+                    return Completion(interrupted=True)
                 where: dict[str, str | None] = {"url": self.settings.base_url}
                 if exc.status is None:  # a status says it all; a network failure needs its cause
                     where["cause"] = _cause(exc)
@@ -165,6 +182,22 @@ class LLMClient:
         return self._tools_cache[1]
 
     def _complete_once(
+        self,
+        body: bytes,
+        should_stop: Callable[[], bool],
+        on_delta: Callable[[str], None] | None,
+        on_stop: OnStop | None = None,
+    ) -> Completion:
+        call = cutoff.begin()
+        remove = on_stop(call.cut_off) if on_stop is not None else None
+        try:
+            return self._request(body, should_stop, on_delta)
+        finally:
+            if remove is not None:
+                remove()
+            cutoff.end(call)
+
+    def _request(
         self,
         body: bytes,
         should_stop: Callable[[], bool],
@@ -238,6 +271,8 @@ class LLMClient:
         should_stop: Callable[[], bool],
         on_delta: Callable[[str], None] | None,
     ) -> Completion:
+        import httpx
+
         # the SDK's timeout bounds each read, not the request: a trickle would never end
         deadline = time.monotonic() + self.settings.timeout_s
         acc = Accumulator(on_delta)
@@ -253,6 +288,10 @@ class LLMClient:
                 if time.monotonic() > deadline:
                     raise self._timed_out()
                 acc.add(json.loads(line[5:]))
+        except (httpx.TransportError, OSError):
+            if not should_stop():
+                raise
+            acc.out.interrupted = True  # cut off by the interrupt: what came so far stands
         finally:
             response.close()
         return acc.finish()

@@ -279,6 +279,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     """Run the daemon on uvloop until SIGTERM/SIGINT; return the exit code."""
     import uvloop
 
+    from hermes_gateway.cli.preload import preload
     from hermes_gateway.logs import configure_logging
     from hermes_gateway.server import Gateway
 
@@ -300,6 +301,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
 
     code = EXIT_FAILURE
     try:
+        preload(config)  # before the loop: what the start would import on it would stall it
         code = uvloop.run(serve())
     except (ConfigError, AdapterAuthError) as exc:
         print(f"hermes: configuration error: {exc}", file=sys.stderr)

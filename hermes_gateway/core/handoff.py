@@ -8,8 +8,9 @@ import asyncio
 from typing import Any
 
 from hermes_gateway.agents.cache import AgentCache
-from hermes_gateway.core.run import Run
+from hermes_gateway.core.run import Run, inbox_ids
 from hermes_gateway.core.sessions import SessionTable
+from hermes_gateway.store.store import Store
 
 
 class ClusterSide:
@@ -18,6 +19,10 @@ class ClusterSide:
     _table: SessionTable[Run]
     _persisting: dict[str, asyncio.Task[Any]]  # a stopped turn still being written
     agents: AgentCache
+    store: Store
+
+    def _background(self, coro: Any) -> asyncio.Task[Any]:
+        raise NotImplementedError  # GatewayRunner._background
 
     def abandon(self, run: Run, *, record: bool = True) -> None:
         raise NotImplementedError  # GatewayRunner.abandon
@@ -30,7 +35,15 @@ class ClusterSide:
         if run is not None:
             self.abandon(run, record=False)
             self._table.release(key, run)
+            # given up, not crashed: its attempt must not count toward quarantine
+            self._background(self.store.undo_attempt(inbox_ids(run.items)))
         self.agents.evict(key)  # its history may hold a turn the store refused
+
+    def extend(self, key: str, until: float) -> None:
+        """The session's lease was renewed: its run may go on calling the model until then."""
+        run = self._table.active(key)
+        if run is not None:
+            run.control.expire_at(until)
 
     def knows(self, key: str, inbox_id: int) -> bool:
         """Whether the entry is in the session's active run or waits in its pending slot."""

@@ -55,6 +55,7 @@ class ClusterLeader:
         self.roles = [role] if slots <= 0 else [f"{role}:{i}" for i in range(slots)]
         self.retry_s = min(1.0, coordinator.lease_s / 4)  # how often a stand-by asks
         self.margin_s = min(1.0, coordinator.lease_s / 4)  # work ends this long before the lease
+        self.renew_retry_s = min(0.5, coordinator.lease_s / 10)  # after a renewal that failed
         self.lease: Lease | None = None
         self.since = 0.0  # monotonic time this instance began to lead
         self._lost = asyncio.Event()
@@ -117,20 +118,26 @@ class ClusterLeader:
             log.info("cluster.leader_released", role=lease.key)
 
     async def _keep(self) -> None:
-        beat = self.coordinator.lease_s / 3
+        """Renew every third of the lease; a renewal that cannot reach the store is tried
+        again after `renew_retry_s` until a margin before the deadline."""
+        pause = self.coordinator.lease_s / 3
         while self.lease is not None:
             # wakes a margin before the deadline at the latest, so a lease that cannot be
             # renewed is given up while it still holds: the work (a socket) ends before
             # another instance can take the lease
             left = self.lease.deadline - time.monotonic() - self.margin_s
-            await asyncio.sleep(min(beat, max(0.0, left)))
-            lease = self.lease
+            wait = min(pause, max(0.0, left))
+            due = time.monotonic() + wait
+            await asyncio.sleep(wait)
+            late, lease = round(time.monotonic() - due, 3), self.lease
+            pause, reason = self.coordinator.lease_s / 3, "refused"
             try:
                 renewed = await self.coordinator.renew(lease)
-            except CoordinationUnavailable:
-                renewed = lease if self._spare(lease) else None  # keep trying until the margin
+            except CoordinationUnavailable:  # keep trying, soon, until the margin
+                renewed, reason = (lease if self._spare(lease) else None), "deadline"
+                pause = self.renew_retry_s
             if renewed is None or not renewed.live:
-                log.error("cluster.leader_lost", role=lease.key)
+                log.error("cluster.leader_lost", role=lease.key, reason=reason, late_s=late)
                 self._lost.set()
                 return
             self.lease = renewed

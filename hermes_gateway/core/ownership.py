@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen, Survey
+from hermes_gateway.core.keeping import Keeping
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
@@ -42,9 +43,9 @@ TELL_WAITING_AFTER_S = 30.0  # a message waiting this long for coordination: its
 SWEEP_TAKES = 8  # sessions a sweep takes over at the same time
 
 
-class Ownership:
-    """Routes each message through the session's lease; runs the renew, receive and takeover
-    loops. ``route_here`` is the one-process route (commands, else the runner)."""
+class Ownership(Keeping):
+    """Routes each message through the session's lease; runs the renew (`Keeping`), receive
+    and takeover loops. ``route_here`` is the one-process route (commands, else the runner)."""
 
     def __init__(
         self,
@@ -76,6 +77,7 @@ class Ownership:
         self.survey: Survey | None = None  # the whole cluster, refreshed now and then
         self.surveyed = 0.0  # monotonic time of that survey
         runner.fence_for = self.fence
+        self._init_keeping()
 
     @property
     def me(self) -> str:
@@ -105,6 +107,7 @@ class Ownership:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._stop_keeping()
         for lease in list(self.leases.values()):
             with contextlib.suppress(CoordinationUnavailable):
                 await self.coordinator.release(lease)
@@ -178,9 +181,9 @@ class Ownership:
     async def own(self, key: str) -> bool:
         """This instance holds the session's lease, taking it if it is free; a new lease's
         token is recorded in the store before anything of the session is read."""
-        held = self.leases.get(key)
-        if held is not None and held.live:
+        if self.held(key):
             return True
+        held = self.leases.get(key)
         lease = await self.coordinator.acquire(key)
         if lease is None:
             return False
@@ -192,7 +195,7 @@ class Ownership:
                 with contextlib.suppress(CoordinationUnavailable):
                     await self.coordinator.release(lease)
                 raise CoordinationUnavailable(f"cannot record the lease: {exc}") from exc
-        self.leases[key] = lease
+        self._hold(key, lease)
         return True
 
     # -- the loops ----------------------------------------------------------------------
@@ -213,28 +216,6 @@ class Ownership:
             event = await self.store.accepted(inbox_id)  # None: answered meanwhile
         if event is not None:
             await self.route(event, inbox_id, message.hops)
-
-    async def _keep(self) -> None:
-        """Renew the leases of busy sessions, release the idle ones, give up the lost ones."""
-        await asyncio.sleep(self.coordinator.lease_s / 3)
-        with contextlib.suppress(CoordinationUnavailable):
-            await self.coordinator.beat()  # alive, for the other instances' surveys
-        for key, lease in list(self.leases.items()):
-            if self.runner.idle(key) and not self.owes(key) and key not in self._taking:
-                del self.leases[key]
-                with contextlib.suppress(CoordinationUnavailable):
-                    await self.coordinator.release(lease)
-                continue
-            try:
-                renewed = await self.coordinator.renew(lease)
-            except CoordinationUnavailable:
-                renewed = lease if lease.live else None
-            if renewed is None:
-                log.warning("cluster.lease_lost", session_key=key, token=lease.token)
-                del self.leases[key]
-                self.runner.relinquish(key)
-            else:
-                self.leases[key] = renewed
 
     async def _look(self) -> None:
         """Refresh the cluster's survey for `/status` (a scan of the coordination store)."""

@@ -8,6 +8,7 @@ a message can never arrive between a run's end and the drain of its pending slot
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,6 +74,9 @@ class GatewayRunner(ClusterSide):
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
         self.fence_for: Callable[[str], Fence | None] = lambda key: None  # cluster: lease token
+        # cluster: a run's lease deadline (it calls nothing past it), and giving the session up
+        self.lease_until: Callable[[str], float] = lambda key: math.inf
+        self.lease_lost: Callable[[str], None] = lambda key: None
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
 
     # -- intake -------------------------------------------------------------------------
@@ -127,6 +131,7 @@ class GatewayRunner(ClusterSide):
     def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
         run = Run(items[0].event.session_key, items, carried or [])
         run.fence = self.fence_for(run.key)
+        run.control.expire_at(self.lease_until(run.key))
         if not self._table.acquire(run.key, run):
             raise RuntimeError(f"session {run.key} already has an active run")
         self._spawn(run)
@@ -157,7 +162,12 @@ class GatewayRunner(ClusterSide):
                 result = await self._call_agent(run, ctx)
             finally:
                 self.agents.release(run.key, ctx)
-            if result is not None:
+            if result is not None and run.control.expired and not run.stopped:
+                # its lease ran out while it ran: nothing of it is written or sent
+                log.warning("run.lease_expired", result=result.status)
+                status = "lease_lost"
+                self.lease_lost(run.key)
+            elif result is not None:
                 # also after a /stop that raced with the answer: it was ready, so it goes out
                 status, error = result.status, result.error
                 self._begin_settling(run, result)
@@ -233,6 +243,7 @@ class GatewayRunner(ClusterSide):
         items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
         if items:
             nxt = Run(run.key, items, run.carry_forward, fence=self.fence_for(run.key))
+            nxt.control.expire_at(self.lease_until(run.key))
             self._table.hand_over(run.key, run, nxt)
             self._spawn(nxt)
             return

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import structlog
 
 from agent_core import RunResult
-from agent_core.agent import RunControl
+from agent_core.control import RunControl
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.errors import StoreError

@@ -266,6 +266,16 @@ class FakeOpenAI(FakeServer):
                 pass
         return not self._closing.is_set()
 
+    async def _hang(self, request: web.Request, seconds: float) -> None:
+        """Answer nothing for ``seconds``, or until the client hangs up (a server stops work
+        for a request whose connection is gone, so it no longer counts as in flight)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if request.transport is None or request.transport.is_closing():
+                return
+            if not await self._sleep(min(0.05, deadline - time.monotonic())):
+                return
+
     def _next_id(self, prefix: str) -> str:
         """``call_1``, ``chatcmpl-1``...; never reset, so ids stay unique for the fake's life."""
         with self._lock:
@@ -385,7 +395,7 @@ class FakeOpenAI(FakeServer):
         self, request: web.Request, body: dict[str, Any], spec: Response
     ) -> web.StreamResponse:
         if isinstance(spec, Hang):
-            await self._sleep(spec.seconds)
+            await self._hang(request, spec.seconds)
             # Drop the connection without a response, as a dead upstream would.
             if request.transport is not None:
                 request.transport.close()

@@ -146,7 +146,7 @@ async def test_steer_too_late_for_the_loop_runs_as_the_next_turn(
 
 
 async def test_stop_frees_a_wedged_session_at_once(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
-    fake_llm.push(hang(3))  # the model never answers: the agent thread is stuck in a read
+    fake_llm.push(hang(30))  # the model never answers: the agent thread is stuck in a read
     async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
         stuck = asyncio.create_task(client.chat("do something slow"))
         await eventually(lambda: len(fake_llm.requests) == 1)
@@ -156,15 +156,14 @@ async def test_stop_frees_a_wedged_session_at_once(tmp_path: Path, fake_llm: Fak
         stuck_result = await stuck
         after = await client.chat("are you there?")
         after_latency = time.monotonic() - started
-        _, status = await client.get("/status")
-        abandoned_while_wedged = status["pool"]["abandoned"]
         history = await client.history()
-        await eventually(lambda: gw.pool.abandoned == 0, timeout=10)  # the thread came back
+        # the stop cut the hung request off: the thread came back, and the model saw the
+        # connection close, long before the hang's 30 s
+        await eventually(lambda: gw.pool.abandoned == 0 and fake_llm.in_flight == 0, timeout=10)
         late = await client.history()
     assert stop["text"] == "Stopped." and stop_latency < 1.0
     assert stuck_result["text"] == "Stopped."
     assert after["text"] == "echo: are you there?" and after_latency < 2.0
-    assert abandoned_while_wedged == 1
     assert [m["content"] for m in history] == [
         "do something slow",
         "[interrupted]",

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import math
 
+from hermes_gateway.cluster.lease import Lease
 from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
+from hermes_gateway.errors import CoordinationUnavailable
 from tests.hermes_gateway.cluster.conftest import Make
 
 ROLE = "telegram-poller:123"
@@ -52,6 +54,26 @@ async def test_a_refused_renewal_is_reported_lost(make: Make) -> None:
     await coordinator.release(a.lease)  # gone from the store (Redis lost its data)
     await asyncio.wait_for(a.lost(), LEASE_S * 2)
     assert not a.leading and a.remaining() == 0
+    await a.release()
+
+
+async def test_a_renewal_that_cannot_reach_the_store_is_tried_again_soon(make: Make) -> None:
+    """Three renewals in a row fail (the store did not answer): each is tried again after
+    `renew_retry_s`, not a third of the lease later, so the fourth keeps the lease."""
+    coordinator = await make("a", LEASE_S)
+    renew, failures = coordinator.renew, [3]
+
+    async def flaky(lease: Lease) -> Lease | None:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise CoordinationUnavailable("the store did not answer (the test)")
+        return await renew(lease)
+
+    coordinator.renew = flaky  # type: ignore[method-assign]
+    a = ClusterLeader(coordinator, ROLE)
+    await a.acquire()
+    await asyncio.sleep(LEASE_S * 2)
+    assert failures == [0] and a.leading and not a._lost.is_set()
     await a.release()
 
 

@@ -1,0 +1,47 @@
+"""What the daemon's start would otherwise import on its event loop (the store's database driver
+and SQLAlchemy dialect, redis-py, the dashboard's templates, the scheduler), imported before
+the loop starts: an import on the loop stalls every timer, a session lease's renewal too."""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import structlog
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from hermes_gateway.config import Config
+
+log = structlog.get_logger("hermes.gateway")
+
+
+def modules_for(config: Config) -> list[str]:
+    """The modules ``config`` makes the start import, beyond those imported at module level."""
+    names = [
+        "hermes_gateway.server",
+        "encodings.idna",  # a host name's encoding, at the first connection
+        "stringprep",  # PostgreSQL's SCRAM authentication
+    ]
+    if config.cluster.redis_url:
+        names.append("hermes_gateway.cluster.on_redis")
+    if config.dashboard.enabled:
+        names.append("hermes_gateway.dashboard")
+    if config.scheduler.enabled:
+        names.append("hermes_gateway.scheduler.service")
+    return names
+
+
+def preload(config: Config) -> float:
+    """Import them, and the store's dialect and driver; returns the seconds it took. Call it
+    before the event loop starts (blocking)."""
+    started = time.monotonic()
+    for name in modules_for(config):
+        importlib.import_module(name)
+    try:  # asyncpg or aiosqlite: what `create_async_engine` would import
+        make_url(config.store_url).get_dialect().import_dbapi()
+    except (ImportError, ArgumentError) as exc:  # the store's open says it the usual way
+        log.debug("gateway.preload_skipped", error=str(exc))
+    took = time.monotonic() - started
+    log.debug("gateway.preloaded", seconds=round(took, 3))
+    return took

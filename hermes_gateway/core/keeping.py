@@ -1,0 +1,131 @@
+"""Keeping session leases in cluster mode: renewed every third of the lease (a failed renewal
+tried again soon), given up a margin before their deadline, so a run stops calling the model
+before any other instance can take its session. A base class of `Ownership`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from hermes_gateway.cluster.lease import Coordinator, Lease
+from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.errors import CoordinationUnavailable
+
+log = structlog.get_logger("hermes.cluster")
+
+
+class Keeping:
+    """The leases this instance holds, each with a timer at its deadline less `margin_s`;
+    `Ownership` routes through them and runs `_keep` as one of its loops."""
+
+    coordinator: Coordinator
+    runner: GatewayRunner
+    leases: dict[str, Lease]
+    owes: Callable[[str], bool]  # a reply of the session is still being delivered
+    _taking: set[str]
+
+    def _init_keeping(self) -> None:
+        lease_s = self.coordinator.lease_s
+        # a request sent just before a run stops must reach the model before the lease can
+        # expire in the store, so runs stop this long before the holder's own deadline
+        self.margin_s = min(1.0, lease_s / 4)
+        self.retry_s = min(0.5, lease_s / 10)  # a renewal that could not reach the store
+        self._pause = lease_s / 3
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.runner.lease_until = self.until
+        self.runner.lease_lost = lambda key: self._lose(key, "run_expired")
+
+    def until(self, key: str) -> float:
+        """Until when (monotonic) a run of the session may begin a model or tool call: 0
+        without a lease, so a run never calls the model unleased."""
+        lease = self.leases.get(key)
+        return 0.0 if lease is None else lease.deadline - self.margin_s
+
+    def held(self, key: str) -> bool:
+        """This instance holds the session's lease with time to use it."""
+        return time.monotonic() < self.until(key)
+
+    def _hold(self, key: str, lease: Lease) -> None:
+        """Keep ``lease`` (new or renewed); its timer gives it up at `until` unless renewed."""
+        self.leases[key] = lease
+        if (old := self._timers.pop(key, None)) is not None:
+            old.cancel()
+        until = lease.deadline - self.margin_s
+        self._timers[key] = asyncio.get_running_loop().call_later(
+            max(0.0, until - time.monotonic()), self._expired, key, lease
+        )
+        self.runner.extend(key, until)
+
+    def _drop(self, key: str) -> Lease | None:
+        if (timer := self._timers.pop(key, None)) is not None:
+            timer.cancel()
+        return self.leases.pop(key, None)
+
+    def _expired(self, key: str, lease: Lease) -> None:
+        if self.leases.get(key) is not lease:
+            return  # renewed, released or lost meanwhile
+        if self._idle(key):  # nothing to stop: let it go as the next round would have
+            self._drop(key)
+            return
+        late = time.monotonic() - (lease.deadline - self.margin_s)
+        self._lose(key, "deadline", late_s=round(late, 3))
+
+    def _idle(self, key: str) -> bool:
+        return self.runner.idle(key) and not self.owes(key) and key not in self._taking
+
+    def _lose(self, key: str, reason: str, **why: Any) -> None:
+        """The lease is lost (or soon may be): the run stops now and nothing of it is written;
+        the session's next owner answers its messages from the inbox."""
+        lease = self._drop(key)
+        token = None if lease is None else lease.token
+        log.warning("cluster.lease_lost", session_key=key, reason=reason, token=token, **why)
+        self.runner.relinquish(key)
+
+    async def _keep(self) -> None:
+        """Renew the leases of busy sessions, release the idle ones, give up the refused ones.
+        A renewal that cannot reach the store is tried again after `retry_s` while time is
+        left (the others wait for that round: their calls would time out the same way)."""
+        pause, due = self._pause, time.monotonic() + self._pause
+        await asyncio.sleep(pause)
+        late = round(time.monotonic() - due, 3)  # the loop's lag
+        self._pause = self.coordinator.lease_s / 3
+        for key, lease in sorted(self.leases.items(), key=lambda item: item[1].deadline):
+            if self.leases.get(key) is not lease:
+                continue  # given up while an earlier renewal was out
+            if self._idle(key):
+                self._drop(key)
+                with contextlib.suppress(CoordinationUnavailable):
+                    await self.coordinator.release(lease)
+            elif not await self._renew(key, lease, late):
+                self._pause = self.retry_s
+                break
+        with contextlib.suppress(CoordinationUnavailable):
+            await self.coordinator.beat()  # alive, for the other instances' surveys
+
+    async def _renew(self, key: str, lease: Lease, late: float) -> bool:
+        """Renew one lease; False when the store could not be reached (the lease stays
+        until its timer, unless a retry gets through first)."""
+        started = time.monotonic()
+        try:
+            renewed = await self.coordinator.renew(lease)
+        except CoordinationUnavailable:
+            return False
+        if self.leases.get(key) is not lease:  # its timer gave it up while the call was out
+            if renewed is not None:
+                with contextlib.suppress(CoordinationUnavailable):
+                    await self.coordinator.release(renewed)
+        elif renewed is None:  # expired in the store, or taken over
+            self._lose(key, "refused", late_s=late, left_s=round(lease.deadline - started, 3))
+        else:
+            self._hold(key, renewed)
+        return True
+
+    def _stop_keeping(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
