@@ -26,6 +26,13 @@ def gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> Iterator[GatewayProcess]:
     gw.kill()
 
 
+def _as_from_a_shell() -> None:
+    # a shell starts a command with Ctrl-C's default action and no signal blocked; the test
+    # process may have inherited or left other dispositions (which a child keeps across exec)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def spawn_chat(gw: GatewayProcess) -> pexpect.spawn:
     child = pexpect.spawn(
         sys.executable,
@@ -33,6 +40,7 @@ def spawn_chat(gw: GatewayProcess) -> pexpect.spawn:
         encoding="utf-8",
         timeout=20,
         env={"HOME": str(gw.home.parent), "PATH": "/usr/bin:/bin", "TERM": "dumb"},
+        preexec_fn=_as_from_a_shell,
     )
     child.expect("Connected to")
     return child
