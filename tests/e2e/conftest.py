@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI
+from tests.redis_server import RedisProcess
 
 
 @pytest.fixture
@@ -20,3 +23,14 @@ def gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> Iterator[GatewayProcess]:
     )
     yield gw
     gw.kill()
+
+
+@pytest.fixture
+def redis() -> Iterator[RedisProcess]:
+    """A Redis server of the test's own, on a Unix socket (the cluster's end-to-end tests)."""
+    directory = Path(tempfile.mkdtemp(prefix="hermes-redis-", dir="/tmp"))  # short socket path
+    server = RedisProcess(directory)
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)

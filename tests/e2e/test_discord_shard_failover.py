@@ -5,10 +5,8 @@ takes its shard once the lease runs out, and a message on that shard is answered
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -39,16 +37,6 @@ def fake() -> Iterator[FakeDiscord]:
     yield fake
     fake.stop()
     assert fake.errors == []
-
-
-@pytest.fixture
-def redis() -> Iterator[RedisProcess]:
-    directory = Path(tempfile.mkdtemp(prefix="hermes-redis-", dir="/tmp"))  # short socket path
-    server = RedisProcess(directory)
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def instance(

@@ -7,9 +7,7 @@ opens the socket once the first is gone."""
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -40,16 +38,6 @@ def slack() -> Iterator[FakeSlack]:
     with FakeSlack(app_token="xapp-1-A0FAKEAPP-1-abc") as fake:
         fake.redeliver_after_s = REDELIVER_S
         yield fake
-
-
-@pytest.fixture
-def redis() -> Iterator[RedisProcess]:
-    directory = Path(tempfile.mkdtemp(prefix="hermes-redis-", dir="/tmp"))  # short socket path
-    server = RedisProcess(directory)
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def instance(

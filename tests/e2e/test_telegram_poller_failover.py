@@ -5,11 +5,9 @@ is answered exactly once, and the fake never saw a 409."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -39,16 +37,6 @@ CHATS = list(range(555, 565))  # one message per chat: no busy policy merges two
 def tg() -> Iterator[FakeTelegram]:
     with FakeTelegram(token=TOKEN) as fake:
         yield fake
-
-
-@pytest.fixture
-def redis() -> Iterator[RedisProcess]:
-    directory = Path(tempfile.mkdtemp(prefix="hermes-redis-", dir="/tmp"))  # short socket path
-    server = RedisProcess(directory)
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def instance(
