@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -35,10 +36,18 @@ class JobOutbox:
         self.outcomes: dict[str, int] = {}
 
     async def deliver(
-        self, job: Job, run_id: int, text: str, kind: OutboundKind = "reply", parts_sent: int = 0
+        self,
+        job: Job,
+        run_id: int,
+        text: str,
+        kind: OutboundKind = "reply",
+        parts_sent: int = 0,
+        doubt: str | None = None,
     ) -> str:
         """Send until delivered or the retries are spent; returns (and records) delivered,
-        failed or skipped (nowhere to send it)."""
+        failed or skipped (nowhere to send it). Taken up after a crash, from ``parts_sent``
+        on; ``doubt`` (`RunRecord.doubt`) when that part's send had begun: the adapter checks
+        whether it went out before sending it again, as the chat replay does."""
         where = target(job.deliver, job.origin)
         platform = where.platform
         pushable = platform is not None and capabilities(platform).can_push
@@ -61,6 +70,12 @@ class JobOutbox:
             except StoreError as exc:  # the parts go on; a crash now would repeat them
                 log.error("job.progress_failed", error=str(exc), run_id=run_id)
 
+        async def sending(index: int, after: str) -> None:
+            try:
+                await self.ledger.intent(run_id, index, after)
+            except StoreError as exc:  # the part goes on; a crash during its send repeats it
+                log.error("job.intent_failed", error=str(exc), run_id=run_id)
+
         for attempt in range(len(self.retry_delays) + 1):
             if attempt:
                 await asyncio.sleep(self.retry_delays[attempt - 1])
@@ -74,6 +89,9 @@ class JobOutbox:
                 on_part=progress,
                 outcome="scheduled",
             )
+            # the part left in doubt, until a later attempt got past it
+            checked = doubt if sent == parts_sent else None
+            out = replace(out, on_sending=sending, doubt=checked)
             if await self.delivery.send(out, outcome="scheduled"):
                 await self._record(run_id, "delivered")
                 return "delivered"

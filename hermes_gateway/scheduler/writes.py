@@ -65,6 +65,10 @@ class LedgerWrites(Protocol):
 
     async def delivered(self, run_id: int, delivery: str, parts_sent: int | None) -> None: ...
 
+    async def intent(self, run_id: int, index: int, after: str) -> None:
+        """Part ``index`` of the answer is about to go out (so the ones before it went), after
+        the platform reference ``after``: a crash now leaves that part in doubt."""
+
 
 class EngineWrites:
     """`LedgerWrites` through SQLAlchemy sessions, a handful of statements per batch."""
@@ -168,6 +172,11 @@ class EngineWrites:
         values: dict[str, Any] = {"delivery": delivery}
         if parts_sent is not None:
             values["parts_sent"] = parts_sent
+        stmt = update(RUNS).where(RUNS.c.id == run_id).values(**values)
+        await self.store.write(lambda db: db.execute(stmt), background=True)
+
+    async def intent(self, run_id: int, index: int, after: str) -> None:
+        values = {"parts_sent": index, "sending": index, "sending_after": after[:128]}
         stmt = update(RUNS).where(RUNS.c.id == run_id).values(**values)
         await self.store.write(lambda db: db.execute(stmt), background=True)
 
