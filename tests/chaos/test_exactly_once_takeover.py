@@ -1,13 +1,15 @@
 """Exactly-once reply parts across a cluster failover: two `hermes gateway run` instances on one
 PostgreSQL database and one Redis. Instance A runs a session whose reply has three parts and is
-SIGKILLed right after the fake platform took part 2, before A could record it; instance B's
-sweep takes the session over once A's lease runs out and finishes the reply. Every part must be
-in the chat exactly once: B checks the part in doubt (Discord's nonce, Slack's metadata in the
-history, Telegram's edit probe) before it sends it again, and sends only part 3."""
+SIGKILLed right after the fake platform took part 2 (slow variants: part 1, part 3), before A
+could record it; instance B's sweep takes the session over once A's lease runs out and
+finishes the reply. Every part must be in the chat exactly once: B checks the part in doubt
+(Discord's nonce, Slack's metadata in the history, Telegram's edit probe) before it sends it
+again, and sends only what comes after it."""
 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,15 @@ pytestmark = [
 LEASE_S = 3
 CHAT = 1001
 Urls = tuple[str, str]  # the store's URL, Redis's URL
+# the part after which A dies: the middle one by default; the first and the last are slow
+PARTS = pytest.mark.parametrize(
+    "cut",
+    [
+        "part2",
+        pytest.param("part1", marks=pytest.mark.slow),
+        pytest.param("part3", marks=pytest.mark.slow),
+    ],
+)
 
 
 def paragraphs(words: int) -> list[str]:
@@ -74,34 +85,37 @@ def take_over(
     a: GatewayProcess,
     b: GatewayProcess,
     trigger: Armed,
+    cut: str,
     ask: Callable[[], None],
     *,
     leads: Callable[[GatewayProcess], bool],
     stands_by: Callable[[GatewayProcess], bool],
-) -> None:
+) -> float:
     """A starts and takes the platform's intake; B starts beside it; the message goes to A,
-    which is killed once the platform took part 2; B takes the session over."""
+    which is killed once the platform took the part ``cut``; B takes the session over."""
     a.start(wait=False).wait_healthy(90)  # generous: a loaded machine starts a process slowly
     wait_until(lambda: leads(a), timeout=60)
     b.start(wait=False).wait_healthy(90)
     wait_until(lambda: bool(logged(b, "gateway.ready")) and stands_by(b), timeout=60)
     assert leads(a), "the intake moved to B before the message: A would not run it"
-    trigger.arm("part2", killer(a))
+    trigger.arm(cut, killer(a))
     ask()
     wait_until(lambda: trigger.fired and a.proc is not None and a.proc.poll() is not None, 30)
+    return time.monotonic()  # (about) when A died
 
 
-def finish(b: GatewayProcess, count: Callable[[], int]) -> None:
+def finish(b: GatewayProcess, count: Callable[[], int], killed: float) -> None:
     """Wait for the reply's three parts (the takeover: A's lease, then B's sweep), then a few
     seconds more, in which a doubled part would show; B stops cleanly."""
     wait_until(lambda: count() >= 3, timeout=LEASE_S * 10)
     wait_until(lambda: bool(logged(b, "replay.platform_done")), timeout=10)
+    print(f"B finished the reply {time.monotonic() - killed:.1f} s after A's kill")
     b.signal(signal.SIGTERM)
     assert b.wait(30) == 0
 
 
 def taken_over(b: GatewayProcess) -> None:
-    """B's sweep replayed the reply (not a second run): one resend from part 2 on."""
+    """B's sweep replayed the reply (not a second run): one resend, from the part cut on."""
     assert logged(b, "cluster.takeover"), b.stderr()
     starts = logged(b, "replay.start")
     assert [(s["resends"], s["reruns"]) for s in starts] == [(1, 0)], starts
@@ -119,22 +133,24 @@ def tg() -> Iterator[KillingTelegram]:
         fake.stop()
 
 
+@PARTS
 def test_telegram_a_part_in_doubt_at_a_failover_is_probed_not_sent_twice(
-    tmp_path: Path, llm: FakeOpenAI, tg: KillingTelegram, shared: Urls
+    tmp_path: Path, llm: FakeOpenAI, tg: KillingTelegram, shared: Urls, cut: str
 ) -> None:
     config = gateway_config(tg, llm, [CHAT])
     a, b = (instance(n, tmp_path, shared, config) for n in ("a", "b"))
     llm.push(text("\n\n".join(paragraphs(400))))  # three Telegram messages
     try:
-        take_over(
+        killed = take_over(
             a,
             b,
             tg.trigger,
+            cut,
             lambda: tg.send_text(CHAT, "three parts"),
             leads=lambda gw: bool(logged(gw, "telegram.poller_leading")),
             stands_by=lambda gw: bool(logged(gw, "telegram.poller_standby")),
         )
-        finish(b, lambda: len(tg.messages_to(CHAT)))
+        finish(b, lambda: len(tg.messages_to(CHAT)), killed)
     finally:
         a.kill()
         b.kill()
@@ -165,8 +181,9 @@ def serving(gw: GatewayProcess, bot_id: int) -> list[int] | None:
     return None if shares is None else list(shares.get("held", []))
 
 
+@PARTS
 def test_discord_a_part_in_doubt_at_a_failover_is_answered_by_its_nonce(
-    tmp_path: Path, llm: FakeOpenAI, dc: KillingDiscord, shared: Urls
+    tmp_path: Path, llm: FakeOpenAI, dc: KillingDiscord, shared: Urls, cut: str
 ) -> None:
     section = {
         "enabled": True,
@@ -185,21 +202,22 @@ def test_discord_a_part_in_doubt_at_a_failover_is_answered_by_its_nonce(
     bot = int(dc.bot_user["id"])
     llm.push(text("\n\n".join(paragraphs(280))))  # three messages of up to 2000 characters
     try:
-        take_over(
+        killed = take_over(
             a,
             b,
             dc.trigger,
+            cut,
             lambda: dc.send_dm("three", user_id=ALICE),
             leads=lambda gw: serving(gw, bot) == [0],
             stands_by=lambda gw: serving(gw, bot) == [],
         )
-        finish(b, lambda: len(dc.sent))
+        finish(b, lambda: len(dc.sent), killed)
     finally:
         a.kill()
         b.kill()
     assert [m["content"].split()[0] for m in dc.sent] == ["part1", "part2", "part3"]
     assert len(llm.requests) == 1
-    assert len(dc.nonce_hits) == 1  # B's post of part 2 was answered with A's
+    assert len(dc.nonce_hits) == 1  # B's post of the part cut was answered with A's
     taken_over(b)
 
 
@@ -215,8 +233,9 @@ def slack() -> Iterator[KillingSlack]:
         fake.stop()
 
 
+@PARTS
 def test_slack_a_part_in_doubt_at_a_failover_is_found_in_the_history(
-    tmp_path: Path, llm: FakeOpenAI, slack: KillingSlack, shared: Urls
+    tmp_path: Path, llm: FakeOpenAI, slack: KillingSlack, shared: Urls, cut: str
 ) -> None:
     section = {
         "enabled": True,
@@ -240,8 +259,8 @@ def test_slack_a_part_in_doubt_at_a_failover_is_found_in_the_history(
 
     ready = lambda gw: bool(logged(gw, "gateway.ready"))  # noqa: E731
     try:
-        take_over(a, b, slack.trigger, ask, leads=ready, stands_by=ready)
-        finish(b, lambda: len(slack.messages_in("D1")))
+        killed = take_over(a, b, slack.trigger, cut, ask, leads=ready, stands_by=ready)
+        finish(b, lambda: len(slack.messages_in("D1")), killed)
     finally:
         a.kill()
         b.kill()
