@@ -4,10 +4,12 @@ SIGKILLed right after the fake platform took part 2 (slow variants: part 1, part
 could record it; instance B's sweep takes the session over once A's lease runs out and
 finishes the reply. Every part must be in the chat exactly once: B checks the part in doubt
 (Discord's nonce, Slack's metadata in the history, Telegram's edit probe) before it sends it
-again, and sends only what comes after it."""
+again, and sends only what comes after it. And an instance paused in the middle of a reply
+past its lease sends no further part once the other took the session over."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -109,7 +111,7 @@ def finish(b: GatewayProcess, count: Callable[[], int], killed: float) -> None:
     seconds more, in which a doubled part would show; B stops cleanly."""
     wait_until(lambda: count() >= 3, timeout=LEASE_S * 10)
     wait_until(lambda: bool(logged(b, "replay.platform_done")), timeout=10)
-    print(f"B finished the reply {time.monotonic() - killed:.1f} s after A's kill")
+    print(f"B finished the reply {time.monotonic() - killed:.1f} s after A went")
     b.signal(signal.SIGTERM)
     assert b.wait(30) == 0
 
@@ -233,10 +235,7 @@ def slack() -> Iterator[KillingSlack]:
         fake.stop()
 
 
-@PARTS
-def test_slack_a_part_in_doubt_at_a_failover_is_found_in_the_history(
-    tmp_path: Path, llm: FakeOpenAI, slack: KillingSlack, shared: Urls, cut: str
-) -> None:
+def slack_config(slack: KillingSlack, llm: FakeOpenAI) -> dict[str, Any]:
     section = {
         "enabled": True,
         "mode": "http",
@@ -248,18 +247,32 @@ def test_slack_a_part_in_doubt_at_a_failover_is_found_in_the_history(
         "message_limit": 2000,
     }
     model = {"base_url": llm.base_url, "api_key": keys.MODEL_KEY, "max_retries": 0}
-    config = {"model": model, "platforms": {"slack": section}}
-    a, b = (instance(n, tmp_path, shared, config) for n in ("a", "b"))
-    llm.push(text("\n\n".join(paragraphs(280))))
+    return {"model": model, "platforms": {"slack": section}}
+
+
+def asker(slack: KillingSlack, gw: GatewayProcess) -> Callable[[], None]:
+    """A DM posted (signed, over HTTP events) to ``gw``: the instance that runs it."""
 
     def ask() -> None:
         event = make_message_event("three parts", "U123", "D1", slack.next_ts(), channel_type="im")
-        answer = slack.post_event(f"{a.url}/slack/events", event, **SIGNED)
+        answer = slack.post_event(f"{gw.url}/slack/events", event, **SIGNED)
         assert answer[0] == 200, answer
 
-    ready = lambda gw: bool(logged(gw, "gateway.ready"))  # noqa: E731
+    return ask
+
+
+def ready(gw: GatewayProcess) -> bool:
+    return bool(logged(gw, "gateway.ready"))
+
+
+@PARTS
+def test_slack_a_part_in_doubt_at_a_failover_is_found_in_the_history(
+    tmp_path: Path, llm: FakeOpenAI, slack: KillingSlack, shared: Urls, cut: str
+) -> None:
+    a, b = (instance(n, tmp_path, shared, slack_config(slack, llm)) for n in ("a", "b"))
+    llm.push(text("\n\n".join(paragraphs(280))))
     try:
-        killed = take_over(a, b, slack.trigger, cut, ask, leads=ready, stands_by=ready)
+        killed = take_over(a, b, slack.trigger, cut, asker(slack, a), leads=ready, stands_by=ready)
         finish(b, lambda: len(slack.messages_in("D1")), killed)
     finally:
         a.kill()
@@ -268,6 +281,49 @@ def test_slack_a_part_in_doubt_at_a_failover_is_found_in_the_history(
     assert len(llm.requests) == 1
     lookups = slack.calls_to("conversations.history") + slack.calls_to("conversations.replies")
     assert lookups and all(c.get("include_all_metadata") in ("1", "true", True) for c in lookups)
+    taken_over(b)
+
+
+def pauser(gw: GatewayProcess) -> Callable[[], None]:
+    def pause() -> None:
+        assert gw.proc is not None
+        os.kill(gw.proc.pid, signal.SIGSTOP)
+
+    return pause
+
+
+def test_an_instance_paused_mid_reply_sends_no_part_once_another_took_the_session(
+    tmp_path: Path, llm: FakeOpenAI, slack: KillingSlack, shared: Urls
+) -> None:
+    """A is SIGSTOPped once Slack took part 1, past its lease; B takes the session over and
+    finishes the reply; A, continued, must not send parts 2 and 3 as well: its next intent is
+    refused under its stale fencing token."""
+    a, b = (instance(n, tmp_path, shared, slack_config(slack, llm)) for n in ("a", "b"))
+    llm.push(text("\n\n".join(paragraphs(280))))
+    posted = lambda: len(slack.messages_in("D1"))  # noqa: E731
+    try:
+        a.start(wait=False).wait_healthy(90)
+        wait_until(lambda: ready(a), timeout=60)
+        b.start(wait=False).wait_healthy(90)
+        wait_until(lambda: ready(b), timeout=60)
+        slack.trigger.arm("part1", pauser(a))
+        asker(slack, a)()
+        wait_until(lambda: slack.trigger.fired, timeout=30)
+        paused = time.monotonic()
+        # B claimed the session (its token is in the store) before it logs the takeover;
+        # A goes on before the 10 s its Slack call waits for an answer (a timeout would retry
+        # part 1 in process, which no check covers on Slack)
+        wait_until(lambda: bool(logged(b, "cluster.takeover")), timeout=LEASE_S * 10)
+        a.signal(signal.SIGCONT)
+        finish(b, posted, paused)
+        wait_until(lambda: bool(logged(a, "delivery.fenced_out")) or posted() > 3, timeout=30)
+        time.sleep(1)  # a part A sent late would show now
+    finally:
+        a.kill()
+        b.kill()
+    assert [m["text"].split()[0] for m in slack.messages_in("D1")] == ["part1", "part2", "part3"]
+    assert logged(a, "delivery.fenced_out"), a.stderr()
+    assert len(llm.requests) == 1
     taken_over(b)
 
 
