@@ -139,9 +139,12 @@ async def test_a_delivery_cut_short_leaves_the_part_being_sent_in_doubt(
     assert await doubt() == (0, "")  # part 1 may be out, after nothing known
     await dead.delivered(run_id, "pending", 1)
     assert await doubt() == (1, None)  # part 1 out, part 2 not begun
-    await dead.intent(run_id, 1, "77")
+    assert await dead.intent(run_id, 1, "77")
     [left] = await alive.adopt_undelivered(now + 100)  # the deliverer died there
     assert (left.id, left.parts_sent, left.doubt) == (run_id, 1, "77")
+    assert not await dead.intent(run_id, 2, "78")  # not its run any more: nothing written
+    assert await doubt() == (1, "77")
+    assert await alive.intent(run_id, 1, "")
 
 
 @pytest.mark.parametrize(
