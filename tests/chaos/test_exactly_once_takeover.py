@@ -59,14 +59,12 @@ def shared(tmp_path: Path) -> Iterator[Urls]:
         yield urls
 
 
-def instance(
-    name: str, tmp_path: Path, urls: Urls, config: dict[str, Any], env: dict[str, str] | None = None
-) -> GatewayProcess:
+def instance(name: str, tmp_path: Path, urls: Urls, config: dict[str, Any]) -> GatewayProcess:
     store_url, redis_url = urls
     cluster = {"redis_url": redis_url, "instance_id": name, "lease_s": LEASE_S}
     # these kills are not the message's fault: it must not count towards quarantine
     store = {"url": store_url, "quarantine_after": 1000}
-    return GatewayProcess(tmp_path / name, {**config, "store": store, "cluster": cluster}, env)
+    return GatewayProcess(tmp_path / name, {**config, "store": store, "cluster": cluster})
 
 
 def logged(gw: GatewayProcess, name: str) -> list[dict[str, Any]]:
@@ -107,8 +105,9 @@ def take_over(
 
 
 def finish(b: GatewayProcess, count: Callable[[], int], killed: float) -> None:
-    """Wait for the reply's three parts (the takeover: A's lease, then B's sweep), then a few
-    seconds more, in which a doubled part would show; B stops cleanly."""
+    """Wait for the reply's three parts (the takeover: A's lease, then B's sweep) and for B's
+    replay to end: no part can come later (A is dead), so a doubled one shows by then. B
+    stops cleanly."""
     wait_until(lambda: count() >= 3, timeout=LEASE_S * 10)
     wait_until(lambda: bool(logged(b, "replay.platform_done")), timeout=10)
     print(f"B finished the reply {time.monotonic() - killed:.1f} s after A went")
