@@ -16,6 +16,7 @@ import structlog
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.errors import (
     AdapterError,
+    FencedOut,
     PartialDeliveryError,
     PermanentAdapterError,
     StoreError,
@@ -23,10 +24,12 @@ from hermes_gateway.errors import (
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.seam.platform import Adapter
+from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.delivery")
-DeliveryResult = Literal["delivered", "permanent", "failed"]
+# fenced: the session's lease passed to another instance, which sends the rest
+DeliveryResult = Literal["delivered", "permanent", "failed", "fenced"]
 
 
 class Delivery:
@@ -53,6 +56,7 @@ class Delivery:
         outcome: str = "done",
         status: str = "answered",
         event: MessageEvent | None = None,
+        fence: Fence | None = None,
     ) -> bool:
         """Deliver ``out``; mark ``inbox_ids`` with ``status`` once the platform took it.
 
@@ -61,12 +65,19 @@ class Delivery:
         outage longer than the adapter's own retries) is offered again in the background, and
         stays in the inbox for the replay at the next start meanwhile. Either way a reply in
         several parts resumes at its first undelivered part: how far it got is in the inbox.
+
+        Under a ``fence`` (cluster mode: the session lease's token) each part's intent is
+        written with it, so once another instance has claimed the session no further part
+        goes out from here: that instance replays the reply from the inbox, and a part sent
+        from both would be doubled. The entries are then left as they are.
         """
         ids = [i for i in inbox_ids if i is not None]
         if ids:
-            on_sending = partial(self._intent, ids)
+            on_sending = partial(self._intent, ids, fence)
             out = replace(out, on_part=partial(self._progress, ids), on_sending=on_sending)
         result, sent = await self._attempt(out, outcome, event)
+        if result == "fenced":
+            return False
         if result == "failed" and ids:
             later = replace(out, skip_parts=sent) if sent else out
             self._later_for(out.session_key, self._redeliver(later, ids, status, event))
@@ -80,9 +91,10 @@ class Delivery:
         except StoreError as exc:  # the parts go on; a crash now would repeat the sent ones
             log.error("delivery.progress_failed", error=str(exc), inbox_ids=ids)
 
-    async def _intent(self, ids: list[int], index: int, after: str) -> None:
+    async def _intent(self, ids: list[int], fence: Fence | None, index: int, after: str) -> None:
+        """`FencedOut` goes up through the adapter's send: this part must not go out."""
         try:
-            await self.store.intent(ids, index, after)
+            await self.store.intent(ids, index, after, fence=fence)
         except StoreError as exc:  # the part goes on; a crash during its send would repeat it
             log.error("delivery.intent_failed", error=str(exc), inbox_ids=ids)
 
@@ -117,6 +129,8 @@ class Delivery:
             await asyncio.sleep(self.redeliver_delays[min(attempt, len(self.redeliver_delays) - 1)])
             attempt += 1
             result, sent = await self._attempt(out, "redelivered", event)
+            if result == "fenced":  # the session's new owner sends it from the inbox
+                return
             if result != "failed":
                 await self._settle(ids, status if result == "delivered" else "undeliverable", out)
                 log.info("delivery.redelivered", attempts=attempt, result=result, inbox_ids=ids)
@@ -166,6 +180,9 @@ class Delivery:
             except PermanentAdapterError as exc:
                 result = "permanent"
                 log.warning("delivery.permanent_failure", platform=out.platform, error=str(exc))
+            except FencedOut as exc:
+                result = "fenced"
+                log.warning("delivery.fenced_out", platform=out.platform, error=str(exc))
             except PartialDeliveryError as exc:
                 sent = exc.parts_sent
                 log.error("delivery.failed", platform=out.platform, error=str(exc), parts_sent=sent)
@@ -178,7 +195,7 @@ class Delivery:
             self.bus.emit(
                 "response_sent", event, run_id=out.run_id, kind=out.kind, chars=len(out.text)
             )
-        else:
+        elif result != "fenced":
             self.metrics.delivery_failures.labels(out.platform).inc()
             self.bus.emit("error", event, run_id=out.run_id, stage="delivery")
         return result, sent

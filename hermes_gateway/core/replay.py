@@ -194,7 +194,8 @@ class Replayer:
             out = replace(out, doubt=doubt)
         self._resume([u.event for u in group])
         ids = [u.inbox_id for u in group]
-        await self.delivery.send(out, ids, outcome="replayed", event=event)
+        fence = self.runner.fence_for(event.session_key)  # cluster: the takeover's lease
+        await self.delivery.send(out, ids, outcome="replayed", event=event, fence=fence)
 
     def _resume(self, events: list[MessageEvent]) -> None:
         """Let the adapter answer these messages the way it meant to (a slash command through

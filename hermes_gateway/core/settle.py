@@ -129,7 +129,9 @@ class Settler:
             outcome=outcome,
             **extra,
         )
-        await self.delivery.send(out, inbox_ids(items), outcome=outcome, event=event)
+        # under the run's fence: once the session moved on, its new owner sends the rest
+        ids = inbox_ids(items)
+        await self.delivery.send(out, ids, outcome=outcome, event=event, fence=run.fence)
 
     async def tell_dropped(self, item: Pending, text: str, reason: str) -> None:
         self.metrics.dropped.labels(item.event.platform, reason).inc()

@@ -172,6 +172,16 @@ class RunRecord:
     parts_sent: int
     output: str | None
     error: str | None
+    sending: int | None = None  # the part whose send began last (its intent was written)
+    sending_after: str | None = None  # the platform reference that part comes after
+
+    @property
+    def doubt(self) -> str | None:
+        """A part whose send began and was never recorded done (a crash cut it short): it
+        may be out already; the reference it comes after, else None."""
+        if self.sending is None or self.sending != self.parts_sent:
+            return None
+        return self.sending_after or ""
 
     def summary(self) -> dict[str, object]:
         out = self.output or ""

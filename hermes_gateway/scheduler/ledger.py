@@ -213,6 +213,11 @@ class Ledger:
     async def delivered(self, run_id: int, delivery: str, parts_sent: int | None = None) -> None:
         await self._paced(lambda: self.writes.delivered(run_id, delivery, parts_sent))
 
+    async def intent(self, run_id: int, index: int, after: str) -> bool:
+        """Before part ``index`` of the answer can reach the platform; False when the run's
+        delivery is another gateway's now (`LedgerWrites.intent`)."""
+        return await self._paced(lambda: self.writes.intent(run_id, index, after))
+
     async def let_go(self, run_ids: list[int], now: float) -> None:
         """A clean stop: our runs still running are abandoned at once, and the answers we are
         still delivering are left for the next start (their lease ends now)."""

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from hermes_gateway.core.delivery import Delivery
-from hermes_gateway.errors import StoreError
+from hermes_gateway.errors import FencedOut, StoreError
 from hermes_gateway.events import Chat, OutboundKind, OutboundMessage
 from hermes_gateway.platform_spec import capabilities
 from hermes_gateway.scheduler.jobs import Job, target
@@ -35,10 +36,21 @@ class JobOutbox:
         self.outcomes: dict[str, int] = {}
 
     async def deliver(
-        self, job: Job, run_id: int, text: str, kind: OutboundKind = "reply", parts_sent: int = 0
+        self,
+        job: Job,
+        run_id: int,
+        text: str,
+        kind: OutboundKind = "reply",
+        parts_sent: int = 0,
+        doubt: str | None = None,
     ) -> str:
         """Send until delivered or the retries are spent; returns (and records) delivered,
-        failed or skipped (nowhere to send it)."""
+        failed or skipped (nowhere to send it), or returns taken: another gateway adopted the
+        delivery after this one's lease lapsed, and no further part goes out from here.
+
+        Taken up after a crash, it resumes at ``parts_sent``; ``doubt`` (`RunRecord.doubt`)
+        when that part's send had begun: the adapter checks whether it went out before
+        sending it again, as the chat replay does."""
         where = target(job.deliver, job.origin)
         platform = where.platform
         pushable = platform is not None and capabilities(platform).can_push
@@ -51,16 +63,7 @@ class JobOutbox:
                 final = "failed"
             await self._record(run_id, final)
             return final
-        sent = parts_sent
-
-        async def progress(parts: int) -> None:
-            nonlocal sent
-            sent = parts
-            try:
-                await self.ledger.delivered(run_id, "pending", parts)
-            except StoreError as exc:  # the parts go on; a crash now would repeat them
-                log.error("job.progress_failed", error=str(exc), run_id=run_id)
-
+        track = Tracking(self.ledger, run_id, parts_sent)
         for attempt in range(len(self.retry_delays) + 1):
             if attempt:
                 await asyncio.sleep(self.retry_delays[attempt - 1])
@@ -70,13 +73,19 @@ class JobOutbox:
                 text,
                 kind,
                 run_id=f"cron-{run_id}",
-                skip_parts=sent,
-                on_part=progress,
+                skip_parts=track.sent,
+                on_part=track.progress,
                 outcome="scheduled",
             )
+            # the part left in doubt, until a later attempt got past it
+            checked = doubt if track.sent == parts_sent else None
+            out = replace(out, on_sending=track.sending, doubt=checked)
             if await self.delivery.send(out, outcome="scheduled"):
                 await self._record(run_id, "delivered")
                 return "delivered"
+            if track.taken:  # not ours to record either
+                log.warning("job.delivery_taken_over", job_id=job.id, run_id=run_id)
+                return "taken"
             log.warning("job.delivery_failed", job_id=job.id, run_id=run_id, attempt=attempt + 1)
         await self._record(run_id, "failed")
         return "failed"
@@ -93,3 +102,31 @@ class JobOutbox:
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self.outcomes)
+
+
+class Tracking:
+    """One delivery's record on its run: the parts that went out, and before each part the
+    intent a crash leaves behind (`Ledger.intent`)."""
+
+    def __init__(self, ledger: Ledger, run_id: int, parts_sent: int) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.sent = parts_sent
+        self.taken = False  # another gateway took this delivery over: it sends the rest
+
+    async def progress(self, parts: int) -> None:
+        self.sent = parts
+        try:
+            await self.ledger.delivered(self.run_id, "pending", parts)
+        except StoreError as exc:  # the parts go on; a crash now would repeat them
+            log.error("job.progress_failed", error=str(exc), run_id=self.run_id)
+
+    async def sending(self, index: int, after: str) -> None:
+        try:
+            ours = await self.ledger.intent(self.run_id, index, after)
+        except StoreError as exc:  # the part goes on; a crash during its send repeats it
+            log.error("job.intent_failed", error=str(exc), run_id=self.run_id)
+            return
+        if not ours:  # our lease lapsed (a pause) and another gateway adopted the answer
+            self.taken = True
+            raise FencedOut(f"run {self.run_id}: its delivery is another gateway's now")

@@ -180,8 +180,13 @@ class Scheduler:
         async def send() -> None:
             job = await self.ledger.get(left.job_id)
             if job is not None and left.output is not None:
-                log.info("job.redelivering", job_id=job.id, run_id=left.id)
-                await self.outbox.deliver(job, left.id, left.output, parts_sent=left.parts_sent)
+                doubt = left.doubt  # a part whose send the crash cut short: checked first
+                log.info(
+                    "job.redelivering", job_id=job.id, run_id=left.id, in_doubt=doubt is not None
+                )
+                await self.outbox.deliver(
+                    job, left.id, left.output, parts_sent=left.parts_sent, doubt=doubt
+                )
 
         self._spawn(send(), left.id, left.job_id)
 

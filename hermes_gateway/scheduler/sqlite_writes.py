@@ -121,6 +121,14 @@ class SqliteWrites:
         params = (delivery, parts_sent, run_id)
         await self.store.write_sqlite(lambda conn: conn.execute(sql, params))
 
+    async def intent(self, run_id: int, index: int, after: str) -> bool:
+        sql = (
+            f"UPDATE {_RUNS} SET parts_sent = ?, sending = ?, sending_after = ? "
+            f"WHERE id = ? AND owner = ?"
+        )
+        params = (index, index, after[:128], run_id, self.owner)
+        return await self.store.write_sqlite(lambda conn: conn.execute(sql, params).rowcount == 1)
+
 
 def _advance(conn: sqlite3.Connection, job: Job, p: Plan, now: float) -> bool:
     """The compare-and-set of one job's next slot: whether it moved."""

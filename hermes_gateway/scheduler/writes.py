@@ -65,6 +65,12 @@ class LedgerWrites(Protocol):
 
     async def delivered(self, run_id: int, delivery: str, parts_sent: int | None) -> None: ...
 
+    async def intent(self, run_id: int, index: int, after: str) -> bool:
+        """Part ``index`` of the answer is about to go out (so the ones before it went), after
+        the platform reference ``after``: a crash now leaves that part in doubt. False, and
+        nothing written, when the run is no longer ours (another gateway took its delivery
+        over after our lease lapsed)."""
+
 
 class EngineWrites:
     """`LedgerWrites` through SQLAlchemy sessions, a handful of statements per batch."""
@@ -170,6 +176,17 @@ class EngineWrites:
             values["parts_sent"] = parts_sent
         stmt = update(RUNS).where(RUNS.c.id == run_id).values(**values)
         await self.store.write(lambda db: db.execute(stmt), background=True)
+
+    async def intent(self, run_id: int, index: int, after: str) -> bool:
+        values = {"parts_sent": index, "sending": index, "sending_after": after[:128]}
+        mine = (RUNS.c.id == run_id, RUNS.c.owner == self.owner)
+        stmt = update(RUNS).where(*mine).values(**values)
+
+        async def run(db: AsyncSession) -> bool:
+            result: Any = await db.execute(stmt)
+            return bool(result.rowcount)
+
+        return await self.store.write(run, background=True)
 
     async def _ids(self, stmt: Any) -> set[int]:
         async def run(db: AsyncSession) -> set[int]:

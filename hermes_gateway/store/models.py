@@ -173,6 +173,9 @@ class CronRunRow(Base):
     parts_sent: Mapped[int] = mapped_column(Integer)
     output: Mapped[str | None] = mapped_column(Text, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # as on `InboxRow`: the part whose send began last, and the platform reference before it
+    sending: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    sending_after: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class MemoryRow(Base):

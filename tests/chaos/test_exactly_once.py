@@ -5,7 +5,6 @@ nonce, Slack finds it in the history by its metadata, Telegram by an edit probe.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,15 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from tests.chaos.crash import gateway_config
-from tests.chaos.kit import ChaosTelegram
+from tests.chaos.killing import Armed, Hook, KillingDiscord, KillingSlack, KillingTelegram, killer
 from tests.e2e.daemon import GatewayProcess
-from tests.fakes.discord import FakeDiscord
 from tests.fakes.openai import FakeOpenAI, text
 from tests.fakes.server import wait_until
-from tests.fakes.slack import FakeSlack, JsonDict
 from tests.integration.test_discord_kit import ALICE
 from tests.security import keys
 
@@ -31,71 +27,6 @@ pytestmark = [
 ]
 CHAT = 1001
 PARAGRAPHS = [f"part{n} " + " ".join(f"w{n}x{j}" for j in range(400)) for n in (1, 2, 3)]
-Hook = Callable[[], None]
-
-
-def killer(gw: GatewayProcess) -> Hook:
-    """What a fake calls once it took the part: the gateway dies before it hears back."""
-
-    def kill() -> None:
-        assert gw.proc is not None
-        os.kill(gw.proc.pid, signal.SIGKILL)
-        gw.proc.wait(10)
-
-    return kill
-
-
-class Armed:
-    """A one-shot trigger on the bot's posts whose text starts with ``prefix``."""
-
-    def __init__(self) -> None:
-        self.hook: Hook | None = None
-        self.prefix = ""
-        self.fired = False
-
-    def arm(self, prefix: str, hook: Hook) -> None:
-        self.prefix, self.hook = prefix, hook
-
-    def check(self, posted: str) -> None:
-        if self.hook is not None and posted.startswith(self.prefix):
-            hook, self.hook = self.hook, None
-            self.fired = True
-            hook()
-
-
-class KillingTelegram(ChaosTelegram):
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.trigger = Armed()
-
-    async def _send_message(self, p: dict[str, Any]) -> dict[str, Any]:
-        message = await super()._send_message(p)
-        self.trigger.check(str(p.get("text", "")))
-        return message
-
-
-class KillingDiscord(FakeDiscord):
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.trigger = Armed()
-
-    async def _create_message(self, request: web.Request) -> web.Response:
-        response = await super()._create_message(request)
-        if self.sent:
-            self.trigger.check(str(self.sent[-1].get("content", "")))
-        return response
-
-
-class KillingSlack(FakeSlack):
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.trigger = Armed()
-        self._methods["chat.postMessage"] = self._post_and_check
-
-    def _post_and_check(self, params: JsonDict) -> JsonDict:
-        answer = self._post_message(params)
-        self.trigger.check(str(params.get("text", "")))
-        return answer
 
 
 def start(gw: GatewayProcess) -> None:
@@ -218,3 +149,75 @@ def test_slack_a_part_taken_before_the_kill_is_found_and_not_posted_again(
     assert [m["text"].split()[0] for m in slack.messages_in("D1")] == ["part1", "part2", "part3"]
     lookups = slack.calls_to("conversations.history") + slack.calls_to("conversations.replies")
     assert lookups and all(c.get("include_all_metadata") in ("1", "true", True) for c in lookups)
+
+
+# -- a scheduled job's answer: its delivery taken up again at the restart ---------------------
+
+SCHEDULER = {"enabled": True, "timezone": "UTC", "tick_s": 0.2, "min_interval_s": 1, "lease_s": 2}
+AUTH = {"Authorization": f"Bearer {keys.CONTROL_TOKEN}"}
+
+
+def add_job(gw: GatewayProcess, deliver: str) -> str:
+    job = {"schedule": "in 1s", "prompt": "Report the backup status.", "deliver": deliver}
+    made = httpx.post(f"{gw.url}/v1/cron/jobs", json=job, headers=AUTH, timeout=10)
+    assert made.status_code == 200, made.text
+    return str(made.json()["job"]["id"])
+
+
+def delivered(gw: GatewayProcess, job_id: str) -> bool:
+    url = f"{gw.url}/v1/cron/jobs/{job_id}/runs"
+    runs = httpx.get(url, headers=AUTH, timeout=10).json()["runs"]
+    return [(r["status"], r["delivery"]) for r in runs] == [("succeeded", "delivered")]
+
+
+def crash_a_job_then_restart(
+    gw: GatewayProcess, trigger: Armed, deliver: str, count: Callable[[], int]
+) -> None:
+    """The job's answer (three parts) is cut short after the platform took part 2; the restart
+    takes its delivery up again once the run's lease ran out."""
+    trigger.arm("part2", killer(gw))
+    start(gw)
+    job_id = add_job(gw, deliver)
+    wait_until(lambda: trigger.fired and gw.proc is not None and gw.proc.poll() is not None, 30)
+    start(gw)
+    wait_until(lambda: count() >= 3 and delivered(gw, job_id), timeout=30)
+    stop(gw)
+
+
+def test_telegram_a_job_part_taken_before_the_kill_is_not_sent_again(
+    tmp_path: Path, llm: FakeOpenAI, tg: KillingTelegram
+) -> None:
+    config = {**gateway_config(tg, llm, [CHAT]), "scheduler": SCHEDULER}
+    gw = GatewayProcess(tmp_path / "home", config)
+    llm.push(text("\n\n".join(PARAGRAPHS)))
+    try:
+        crash_a_job_then_restart(gw, tg.trigger, f"telegram:{CHAT}", lambda: len(tg.sent))
+    finally:
+        gw.kill()
+    assert [m["text"].split()[0] for m in tg.messages_to(CHAT)] == ["part1", "part2", "part3"]
+    assert len(llm.requests) == 1  # the answer was delivered again, not computed again
+    assert [p for name, p in tg.calls if name == "editMessageText"], "part 2 was not checked"
+
+
+def test_slack_a_job_part_taken_before_the_kill_is_found_and_not_posted_again(
+    tmp_path: Path, llm: FakeOpenAI, slack: KillingSlack
+) -> None:
+    section = {"enabled": True, "api_base": slack.api_base, "message_limit": 2000}
+    config = {
+        "model": model(llm),
+        "platforms": {"slack": {**section, "allowed_users": ["U123"], "ping_interval_s": 0.5}},
+        "control": {"token": keys.CONTROL_TOKEN},
+        "scheduler": SCHEDULER,
+    }
+    env = {"SLACK_BOT_TOKEN": slack.bot_token, "SLACK_APP_TOKEN": slack.app_token}
+    gw = GatewayProcess(tmp_path / "home", config, env=env)
+    paragraphs = [f"part{n} " + " ".join(f"w{n}x{j}" for j in range(280)) for n in (1, 2, 3)]
+    llm.push(text("\n\n".join(paragraphs)))
+    try:
+        crash_a_job_then_restart(gw, slack.trigger, "slack:D1", lambda: len(slack.posted))
+    finally:
+        gw.kill()
+    assert [m["text"].split()[0] for m in slack.messages_in("D1")] == ["part1", "part2", "part3"]
+    assert len(llm.requests) == 1
+    lookups = slack.calls_to("conversations.history") + slack.calls_to("conversations.replies")
+    assert lookups, "part 2 was not looked up"

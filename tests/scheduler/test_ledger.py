@@ -116,6 +116,37 @@ async def test_an_expired_lease_is_abandoned_and_never_stays_running(stores: lis
     assert p is not None and await alive.claim(due, p, later) is not None
 
 
+async def test_a_delivery_cut_short_leaves_the_part_being_sent_in_doubt(
+    stores: list[Store],
+) -> None:
+    dead, alive = Ledger(stores[0], "dead", 60), Ledger(stores[1], "alive", 60)
+    job = hourly()
+    await dead.add(job, T0)
+    now = T0 + 3600
+    [due] = await dead.due(now)
+    p = plan(due, now, 3600)
+    assert p is not None
+    run_id = await dead.claim(due, p, now)
+    assert run_id is not None and await dead.start(run_id, now)
+    assert await dead.finish(run_id, "succeeded", now + 1, "one\n\ntwo", None, "pending")
+
+    async def doubt() -> tuple[int, str | None]:
+        [rec] = await alive.runs(job.id)
+        return rec.parts_sent, rec.doubt
+
+    assert await doubt() == (0, None)  # no send began
+    await dead.intent(run_id, 0, "")
+    assert await doubt() == (0, "")  # part 1 may be out, after nothing known
+    await dead.delivered(run_id, "pending", 1)
+    assert await doubt() == (1, None)  # part 1 out, part 2 not begun
+    assert await dead.intent(run_id, 1, "77")
+    [left] = await alive.adopt_undelivered(now + 100)  # the deliverer died there
+    assert (left.id, left.parts_sent, left.doubt) == (run_id, 1, "77")
+    assert not await dead.intent(run_id, 2, "78")  # not its run any more: nothing written
+    assert await doubt() == (1, "77")
+    assert await alive.intent(run_id, 1, "")
+
+
 @pytest.mark.parametrize(
     ("policy", "runs", "status"), [("one", 1, "claimed"), ("skip", 0, "skipped")]
 )

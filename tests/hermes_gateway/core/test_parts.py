@@ -22,6 +22,7 @@ from hermes_gateway.errors import (
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.seam.platform import Health
+from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.store import Store, Undelivered
 from tests.harness import dm
 
@@ -184,6 +185,64 @@ class TestDelivery:
         assert writes == []
         assert await delivery.send(message(), [inbox_id])
         assert writes == [1, 2]
+
+    async def test_no_part_goes_out_once_another_instance_claimed_the_session(
+        self, store: Store
+    ) -> None:
+        """Cluster mode: the lease passed on while the reply was going out (this instance was
+        paused, or lost its lease mid-reply); the new owner replays it from the inbox, so no
+        further part may go out from here."""
+        key = "fake:dm:c1"
+        await store.claim(Fence(key, 1))
+        adapter, sent = SplittingAdapter(), []
+        taken = Fence(key, 2)
+
+        async def then_taken_over(index: int, part: str) -> None:
+            sent.append(part)
+            if index == 0:
+                await store.claim(taken)  # another instance took the session meanwhile
+
+        adapter.send_part = then_taken_over  # type: ignore[assignment]
+        delivery = Delivery({"fake": adapter}, store, EventBus(timeout=1), Metrics())
+        inbox_id = await store.accept(event())
+        assert inbox_id is not None
+        await store.complete_turn(key, [], [inbox_id], "\n\n".join(PARTS), "run1")
+        assert not await delivery.send(message(run_id="run1"), [inbox_id], fence=Fence(key, 1))
+        assert sent == ["one"]
+        assert not delivery.owes(key)  # nothing offered again in the background either
+        # what the new owner reads: part 1 out, part 2 never begun (not in doubt)
+        [left] = (await store.replayable(3600))[1]
+        assert (left.parts_sent, left.doubt) == (1, None)
+
+    async def test_a_redelivery_stops_once_the_session_moved_on(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(Delivery, "redeliver_delays", (0.01,))
+        key = "fake:dm:c1"
+        await store.claim(Fence(key, 1))
+        adapter, sent, tries = SplittingAdapter(), [], []
+
+        async def fails_then_taken_over(index: int, part: str) -> None:
+            tries.append(index)
+            if index == 1 and tries.count(1) == 1:
+                await store.claim(Fence(key, 2))  # taken over while part 2 is failing
+                raise TransientAdapterError("503")
+            sent.append(part)
+
+        adapter.send_part = fails_then_taken_over  # type: ignore[assignment]
+        delivery = Delivery({"fake": adapter}, store, EventBus(timeout=1), Metrics())
+        inbox_id = await store.accept(event())
+        assert inbox_id is not None
+        assert not await delivery.send(message(), [inbox_id], fence=Fence(key, 1))
+        assert delivery.owes(key)  # offered again in the background...
+        for _ in range(200):
+            if not delivery.owes(key):
+                break
+            await asyncio.sleep(0.01)
+        assert not delivery.owes(key)  # ...which the new owner's claim ended
+        assert (sent, tries) == (["one"], [0, 1])
+        assert adapter.skips == [0, 1]  # one more attempt, refused before its first part
+        assert await parts_sent(store, inbox_id) == ("accepted", 1)
 
 
 class TestReplayable:
