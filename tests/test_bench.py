@@ -45,6 +45,7 @@ SIDE_FIGURES: dict[str, type | tuple[type, ...]] = {
 RATIOS = ("latency_p50", "latency_p99", "throughput_100", "cold_start", "rss_idle", "cpu_per_msg")
 
 
+@pytest.mark.slow  # .ci/run runs the quick bench and checks it lost nothing
 def test_tiny_bench_writes_every_figure_and_loses_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -61,7 +61,10 @@ def tg() -> Iterator[KillingTelegram]:
         fake.stop()
 
 
-@pytest.mark.parametrize("prefix", ["part1", "part3"])  # the first part, the last
+@pytest.mark.parametrize(
+    "prefix",  # the first part, the last (slow: part1 covers the same check)
+    ["part1", pytest.param("part3", marks=pytest.mark.slow)],
+)
 def test_telegram_a_part_taken_before_the_kill_is_not_sent_again(
     tmp_path: Path, llm: FakeOpenAI, tg: KillingTelegram, prefix: str
 ) -> None:

@@ -90,7 +90,9 @@ def _find(slack: FakeSlack, event_id: str) -> list[dict[str, Any]]:
     return [e for e in slack.envelopes if e["payload"]["event_id"] == event_id]
 
 
-@pytest.mark.parametrize("slots", [10, 1], ids=["both-connected", "stand-by"])
+@pytest.mark.parametrize(
+    "slots", [10, pytest.param(1, marks=pytest.mark.slow)], ids=["both-connected", "stand-by"]
+)
 def test_each_message_is_answered_once_across_a_kill(
     slots: int, tmp_path: Path, fake_llm: FakeOpenAI, slack: FakeSlack, redis: RedisProcess
 ) -> None:

@@ -95,7 +95,7 @@ def conflicts(fake: FakeTelegram) -> list[tuple[str, int, str]]:
     return [e for e in fake.errors if e[1] == 409]
 
 
-@pytest.mark.parametrize("how", ["kill", "stop"])
+@pytest.mark.parametrize("how", ["kill", pytest.param("stop", marks=pytest.mark.slow)])
 def test_one_poller_and_a_stand_by_takes_over(
     how: str, tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, redis: RedisProcess
 ) -> None:
