@@ -1,0 +1,89 @@
+"""An instance that holds many session leases keeps them all when each round trip to Redis is
+slow (a loaded host: every request 10 ms late): a renewal round is one round trip, not one per
+lease, so a few hundred sessions waiting for the pool do not see their leases run out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from hermes_gateway.server import Gateway
+from tests.fakes.openai import FakeOpenAI
+from tests.harness import make_config
+from tests.redis_server import SERVER, needs_redis
+
+pytestmark = [needs_redis]
+DELAY_S = 0.01  # each request's extra latency on its way to Redis
+SESSIONS = 300  # 300 x 10 ms: one call per lease would take 3 s a round, past the lease
+LEASE_S = 3.0
+
+
+@contextlib.asynccontextmanager
+async def slow_link(target: str) -> AsyncIterator[str]:
+    """A Unix-socket relay to the Redis at ``target`` (a socket path) that holds each chunk
+    the client sends for `DELAY_S`; yields its own unix:// URL."""
+    home = Path(tempfile.mkdtemp(prefix="slowlink", dir="/tmp"))  # socket paths are short
+    path = str(home / "redis.sock")
+
+    async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await src.read(65536):
+                await asyncio.sleep(delay)
+                dst.write(data)
+                await dst.drain()
+        dst.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(target)
+        await asyncio.gather(
+            pipe(reader, up_writer, DELAY_S), pipe(up_reader, writer, 0.0), return_exceptions=True
+        )
+
+    server = await asyncio.start_unix_server(relay, path)
+    try:
+        yield f"unix://{path}"
+    finally:
+        server.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def test_hundreds_of_busy_sessions_keep_their_leases_over_a_slow_link(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    me = f"a-{uuid.uuid4().hex[:8]}"
+    keys = [f"slack:dm:R{uuid.uuid4().hex[:8]}{i}" for i in range(SESSIONS)]
+    async with slow_link(SERVER.removeprefix("unix://")) as url:
+        config = make_config(
+            tmp_path,
+            fake_llm.base_url,
+            store={"url": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"},
+            cluster={"redis_url": url, "instance_id": me, "lease_s": LEASE_S},
+        )
+        gateway = Gateway(config)
+        await gateway.startup()
+        try:
+            ownership = gateway.ownership
+            assert ownership is not None
+            lost: list[str] = []
+            relinquish = gateway.runner.relinquish
+            gateway.runner.relinquish = lambda key: (lost.append(key), relinquish(key))  # type: ignore[method-assign]
+            for key in keys:
+                assert await ownership.own(key)
+                # busy, as a session waiting for the pool is: its lease must be kept
+                ownership._taking.add(key)
+            await asyncio.sleep(2 * LEASE_S)  # every lease needed renewing at least twice
+            held = set(ownership.leases)
+            async with Redis.from_url(SERVER) as redis:
+                owners = [await redis.hget(f"hermes:session:{key}", "owner") for key in keys]
+        finally:
+            await gateway.shutdown()
+    assert lost == []
+    assert held >= set(keys)
+    assert owners == [me.encode()] * SESSIONS
