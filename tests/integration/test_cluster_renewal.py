@@ -1,25 +1,35 @@
-"""An instance that holds many session leases keeps them all when each round trip to Redis is
-slow (a loaded host: every request 10 ms late): a renewal round is one round trip, not one per
-lease, so a few hundred sessions waiting for the pool do not see their leases run out."""
+"""Leases kept under load: an instance that holds many session leases keeps them all when each
+round trip to Redis is slow (a loaded host: every request 10 ms late), as a renewal round is one
+round trip, not one per lease; and a new lease whose token took seconds to record in the store
+(a burst of new sessions on a loaded database) is renewed before it can run out unused."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from redis.asyncio import Redis
 
 from hermes_gateway.server import Gateway
+from hermes_gateway.store.fence import Fence
 from tests.fakes.openai import FakeOpenAI
-from tests.harness import make_config
+from tests.fakes.telegram import FakeTelegram
+from tests.harness import dm, make_config
+from tests.integration.test_cluster_lease import cluster, fast_adapter, tg
 from tests.redis_server import SERVER, needs_redis
 
-pytestmark = [needs_redis]
+pytestmark = [
+    needs_redis,
+    pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning"),
+]
+__all__ = ["fast_adapter", "tg"]
 DELAY_S = 0.01  # each request's extra latency on its way to Redis
 SESSIONS = 300  # 300 x 10 ms: one call per lease would take 3 s a round, past the lease
 LEASE_S = 3.0
@@ -87,3 +97,28 @@ async def test_hundreds_of_busy_sessions_keep_their_leases_over_a_slow_link(
     assert lost == []
     assert held >= set(keys)
     assert owners == [me.encode()] * SESSIONS
+
+
+async def test_a_lease_whose_claim_took_most_of_it_is_renewed_not_lost(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """Recording the new lease's token takes 3.2 s of a 4 s lease (its holder's deadline less
+    the 1 s margin is 3 s): the lease is renewed at once, so the message runs under it and is
+    answered without the lease ever being given up."""
+    chat = random.randint(10_000, 99_999)
+    async with cluster(tmp_path, fake_llm, tg, lease_s=4) as (a, _b):
+        claim, lost = a.store.claim, []
+
+        async def slow(fence: Fence) -> None:
+            await asyncio.sleep(3.2)
+            await claim(fence)
+
+        a.store.claim = slow  # type: ignore[method-assign]
+        relinquish = a.runner.relinquish
+        a.runner.relinquish = lambda key: (lost.append(key), relinquish(key))  # type: ignore[method-assign]
+        event = dm("1", "hello", chat=str(chat))
+        await a.submit(event, durable=True)
+        [reply] = await tg.wait_sent(1, chat_id=chat, timeout=20)
+    assert reply["text"] == "echo: hello"
+    assert lost == []
+    assert len(fake_llm.requests) == 1
