@@ -95,12 +95,11 @@ class Keeping:
         await asyncio.sleep(pause)
         late = round(time.monotonic() - due, 3)  # the loop's lag
         self._pause = self.coordinator.lease_s / 3
-        idle = [lease for key, lease in self.leases.items() if self._idle(key)]
-        for lease in idle:
-            self._drop(lease.key)
-        if idle:
+        idle = [key for key in self.leases if self._idle(key)]
+        released = [lease for key in idle if (lease := self._drop(key)) is not None]
+        if released:
             with contextlib.suppress(CoordinationUnavailable):
-                await self.coordinator.release_all(idle)
+                await self.coordinator.release_all(released)
         busy = list(self.leases.items())
         if busy and not await self._renew(busy, late):
             self._pause = self.retry_s
