@@ -146,3 +146,16 @@ def test_micro_benchmarks_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert micro.main(["-n", "3"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + 2 + 3 + 6  # the header, then store, llm, telegram
+
+
+@pytest.mark.slow  # real PostgreSQL and Redis, five gateway processes: about a minute
+def test_tiny_cluster_scale_bench_writes_its_figures_and_loses_nothing(tmp_path: Path) -> None:
+    from bench import cluster_scale
+
+    out = tmp_path / "scale.json"
+    figures = cluster_scale.main(["--tiny", "--json", str(out)])
+    assert json.loads(out.read_text())["answers_per_s"].keys() == {"1", "2"}
+    assert set(figures["max_in_flight"]) == {1, 2} and set(figures["scaling"]) == {2}
+    assert figures["max_in_flight"][2] <= 2  # one worker an instance: the pool bounds it
+    assert (figures["lost"], figures["concurrent_runs"]) == (0, 0)
+    assert isinstance(figures["failover_p50_s"], NUMBER)

@@ -134,8 +134,14 @@ class Coordinator(Protocol):
     async def renew(self, lease: Lease) -> Lease | None:
         """The lease extended by `lease_s`, or None: it expired and may be another's now."""
 
+    async def renew_all(self, leases: list[Lease]) -> list[Lease | None]:
+        """`renew` of each lease (all this instance's), in one round trip to the store."""
+
     async def release(self, lease: Lease) -> None:
         """Give the lease up (nothing happens if it is no longer this holder's)."""
+
+    async def release_all(self, leases: list[Lease]) -> None:
+        """`release` of each lease (all this instance's), in one round trip to the store."""
 
     async def owner(self, key: str) -> str | None:
         """The instance holding the session's lease, if any."""

@@ -80,10 +80,17 @@ class LocalCoordinator:
         self.hub.leases[(lease.kind, lease.key)] = (lease.owner, lease.token, deadline)
         return lease.extended(deadline)
 
+    async def renew_all(self, leases: list[Lease]) -> list[Lease | None]:
+        return [await self.renew(lease) for lease in leases]
+
     async def release(self, lease: Lease) -> None:
         held = self.hub.leases.get((lease.kind, lease.key))
         if held is not None and held[:2] == (lease.owner, lease.token):
             del self.hub.leases[(lease.kind, lease.key)]
+
+    async def release_all(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            await self.release(lease)
 
     async def owner(self, key: str) -> str | None:
         return self._holder("session", key)

@@ -28,6 +28,7 @@ GROUP = "owner"
 STREAM_MAX = 10_000  # messages kept per instance (approximate trim)
 STREAM_TTL_S = 86_400  # an instance gone for good: its stream goes a day after the last message
 _SURVEYED = ("instance", "session", "leader")  # the key kinds `survey` reads
+RENEW_BATCH = 1000  # leases renewed or released by one script call (Redis runs it without a break)
 BLOCK_MS = 1000  # a reader's wait per round trip; a message arriving ends it at once
 
 
@@ -106,16 +107,33 @@ class RedisCoordinator:
         return Lease(kind, key, self.instance_id, int(value), started + self.lease_s)
 
     async def renew(self, lease: Lease) -> Lease | None:
-        started = time.monotonic()
-        args = [lease.owner, int(self.lease_s * 1000), str(lease.token)]
-        keys = [self._key(lease.kind, lease.key)]
-        if not await self._call(self._renew(keys=keys, args=args)):
-            return None
-        return lease.extended(started + self.lease_s)
+        [renewed] = await self.renew_all([lease])
+        return renewed
+
+    async def renew_all(self, leases: list[Lease]) -> list[Lease | None]:
+        renewed: list[Lease | None] = []
+        ttl = int(self.lease_s * 1000)
+        for at in range(0, len(leases), RENEW_BATCH):
+            started = time.monotonic()
+            batch = leases[at : at + RENEW_BATCH]
+            keys = [self._key(lease.kind, lease.key) for lease in batch]
+            args = [self.instance_id, ttl, *(str(lease.token) for lease in batch)]
+            answers = await self._call(self._renew(keys=keys, args=args))
+            renewed += [
+                lease.extended(started + self.lease_s) if ok else None
+                for lease, ok in zip(batch, answers, strict=True)
+            ]
+        return renewed
 
     async def release(self, lease: Lease) -> None:
-        keys = [self._key(lease.kind, lease.key)]
-        await self._call(self._release(keys=keys, args=[lease.owner, str(lease.token)]))
+        await self.release_all([lease])
+
+    async def release_all(self, leases: list[Lease]) -> None:
+        for at in range(0, len(leases), RENEW_BATCH):
+            batch = leases[at : at + RENEW_BATCH]
+            keys = [self._key(lease.kind, lease.key) for lease in batch]
+            args = [self.instance_id, *(str(lease.token) for lease in batch)]
+            await self._call(self._release(keys=keys, args=args))
 
     async def owner(self, key: str) -> str | None:
         return await self._holder("session", key)

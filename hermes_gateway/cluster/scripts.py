@@ -23,22 +23,34 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}
 """
 
-# KEYS: lease; ARGV: owner, ttl ms, token -> 1 extended, 0 not this holder's any more
+# KEYS: leases; ARGV: owner, ttl ms, then each lease's token -> for each lease 1 extended,
+# 0 not this holder's any more (one round trip for every lease an instance keeps)
 RENEW = """
-local held = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if held[1] == ARGV[1] and held[2] == ARGV[3] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  local held = redis.call('HMGET', key, 'owner', 'token')
+  if held[1] == ARGV[1] and held[2] == ARGV[i + 2] then
+    redis.call('PEXPIRE', key, ARGV[2])
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
 end
-return 0
+return renewed
 """
 
-# KEYS: lease; ARGV: owner, token -> 1 released, 0 not this holder's
+# KEYS: leases; ARGV: owner, then each lease's token -> for each lease 1 released, 0 not
+# this holder's
 RELEASE = """
-local held = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if held[1] == ARGV[1] and held[2] == ARGV[2] then
-  redis.call('DEL', KEYS[1])
-  return 1
+local released = {}
+for i, key in ipairs(KEYS) do
+  local held = redis.call('HMGET', key, 'owner', 'token')
+  if held[1] == ARGV[1] and held[2] == ARGV[i + 1] then
+    redis.call('DEL', key)
+    released[i] = 1
+  else
+    released[i] = 0
+  end
 end
-return 0
+return released
 """

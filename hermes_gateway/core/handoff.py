@@ -9,7 +9,7 @@ from typing import Any
 
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.core.run import Run, inbox_ids
-from hermes_gateway.core.sessions import SessionTable
+from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.store.store import Store
 
 
@@ -50,6 +50,16 @@ class ClusterSide:
         run = self._table.active(key)
         ran = [] if run is None else run.items + run.carried + run.steered
         return any(p.inbox_id == inbox_id for p in ran + self._table.pending(key))
+
+    def new_here(self, items: list[Pending]) -> list[Pending]:
+        """``items`` less the entries already here: one entry can arrive twice (a takeover's
+        replay and a "queued" notice each check `knows`, then await the store), and a second
+        copy would run it twice. No await between this and the hand-over: atomic."""
+        return [
+            p
+            for p in items
+            if p.inbox_id is None or not self.knows(p.event.session_key, p.inbox_id)
+        ]
 
     def idle(self, key: str) -> bool:
         """Nothing runs, waits or is still being written for the session."""

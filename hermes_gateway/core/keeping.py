@@ -87,42 +87,45 @@ class Keeping:
         self.runner.relinquish(key)
 
     async def _keep(self) -> None:
-        """Renew the leases of busy sessions, release the idle ones, give up the refused ones.
-        A renewal that cannot reach the store is tried again after `retry_s` while time is
-        left (the others wait for that round: their calls would time out the same way)."""
+        """Release the leases of idle sessions, then renew those of busy ones, each all in one
+        round trip (one call per lease took longer than a lease with a few hundred sessions
+        waiting for the pool). Renewals that cannot reach the store are tried again after `retry_s`
+        (each lease stays until its timer, unless a retry gets through first)."""
         pause, due = self._pause, time.monotonic() + self._pause
         await asyncio.sleep(pause)
         late = round(time.monotonic() - due, 3)  # the loop's lag
         self._pause = self.coordinator.lease_s / 3
-        for key, lease in sorted(self.leases.items(), key=lambda item: item[1].deadline):
-            if self.leases.get(key) is not lease:
-                continue  # given up while an earlier renewal was out
-            if self._idle(key):
-                self._drop(key)
-                with contextlib.suppress(CoordinationUnavailable):
-                    await self.coordinator.release(lease)
-            elif not await self._renew(key, lease, late):
-                self._pause = self.retry_s
-                break
+        idle = [key for key in self.leases if self._idle(key)]
+        released = [lease for key in idle if (lease := self._drop(key)) is not None]
+        if released:
+            with contextlib.suppress(CoordinationUnavailable):
+                await self.coordinator.release_all(released)
+        busy = list(self.leases.items())
+        if busy and not await self._renew(busy, late):
+            self._pause = self.retry_s
         with contextlib.suppress(CoordinationUnavailable):
             await self.coordinator.beat()  # alive, for the other instances' surveys
 
-    async def _renew(self, key: str, lease: Lease, late: float) -> bool:
-        """Renew one lease; False when the store could not be reached (the lease stays
-        until its timer, unless a retry gets through first)."""
+    async def _renew(self, busy: list[tuple[str, Lease]], late: float) -> bool:
+        """Renew the leases of ``busy``; False when the store could not be reached."""
         started = time.monotonic()
         try:
-            renewed = await self.coordinator.renew(lease)
+            answers = await self.coordinator.renew_all([lease for _, lease in busy])
         except CoordinationUnavailable:
             return False
-        if self.leases.get(key) is not lease:  # its timer gave it up while the call was out
-            if renewed is not None:
-                with contextlib.suppress(CoordinationUnavailable):
-                    await self.coordinator.release(renewed)
-        elif renewed is None:  # expired in the store, or taken over
-            self._lose(key, "refused", late_s=late, left_s=round(lease.deadline - started, 3))
-        else:
-            self._hold(key, renewed)
+        took = time.monotonic() - started
+        if took > self.margin_s:
+            log.warning("cluster.renewal_slow", leases=len(busy), seconds=round(took, 3))
+        for (key, lease), renewed in zip(busy, answers, strict=True):
+            if self.leases.get(key) is not lease:  # its timer gave it up while the call was out
+                if renewed is not None:
+                    with contextlib.suppress(CoordinationUnavailable):
+                        await self.coordinator.release(renewed)
+            elif renewed is None:  # expired in the store, or taken over
+                left = round(lease.deadline - started, 3)
+                self._lose(key, "refused", late_s=late, left_s=left)
+            else:
+                self._hold(key, renewed)
         return True
 
     def _stop_keeping(self) -> None:

@@ -195,8 +195,21 @@ class Ownership(Keeping):
                 with contextlib.suppress(CoordinationUnavailable):
                     await self.coordinator.release(lease)
                 raise CoordinationUnavailable(f"cannot record the lease: {exc}") from exc
+            lease = await self._fresh(lease)
         self._hold(key, lease)
         return True
+
+    async def _fresh(self, lease: Lease) -> Lease:
+        """``lease``, renewed if recording its token took so long (a loaded database: seconds
+        under a burst of new sessions) that it would run out before the next renewal round;
+        `CoordinationUnavailable` if it ran out already (the sweep answers the message)."""
+        if lease.deadline - self.margin_s - time.monotonic() > self.coordinator.lease_s / 2:
+            return lease
+        renewed = await self.coordinator.renew(lease)
+        if renewed is None:
+            log.warning("cluster.claim_outlasted_lease", session_key=lease.key)
+            raise CoordinationUnavailable("the lease ran out while its token was recorded")
+        return renewed
 
     # -- the loops ----------------------------------------------------------------------
 

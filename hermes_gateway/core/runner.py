@@ -85,6 +85,8 @@ class GatewayRunner(ClusterSide):
         """Start a run for ``event`` or apply the busy policy; returns without waiting."""
         item = Pending(event, inbox_id)
         run = self._table.active(event.session_key)
+        if not self.new_here([item]):
+            return
         if run is None:
             self.start([item])
             return
@@ -359,10 +361,10 @@ class GatewayRunner(ClusterSide):
 
     def resume(self, items: list[Pending]) -> None:
         """Replay: answer ``items`` (one session's) now, or before what waits if it is busy."""
-        key = items[0].event.session_key
-        if self._table.active(key) is None:
+        key, items = items[0].event.session_key, self.new_here(items)
+        if items and self._table.active(key) is None:
             self.start(items)
-        else:
+        elif items:
             self._table.push_front(key, items)
 
     def counts(self) -> dict[str, int]:

@@ -126,3 +126,21 @@ async def test_control_messages_arrive_in_order_at_least_once_handled_once(make:
     assert [m.kind for m in sent] == kinds
     with pytest.raises(TimeoutError):  # everything acknowledged: nothing comes again
         await asyncio.wait_for(restarted.receive(), 1.5)
+
+
+async def test_renew_all_and_release_all_keep_each_lease_apart(make: Make) -> None:
+    """One call for many leases: each is renewed (or released) only while still its holder's;
+    one lost to another instance comes back None and stays the other's."""
+    a, b = await make("a", LEASE_S), await make("b", LEASE_S)
+    mine = [await a.acquire(f"{KEY}:{i}") for i in range(3)]
+    assert all(lease is not None for lease in mine)
+    held = [lease for lease in mine if lease is not None]
+    await a.release(held[1])
+    taken = await b.acquire(f"{KEY}:1")  # the middle one is b's now
+    assert taken is not None
+    renewed = await a.renew_all(held)
+    assert [r is not None for r in renewed] == [True, False, True]
+    assert renewed[0] is not None and renewed[0].deadline >= held[0].deadline
+    await a.release_all(held)  # b's lease stays: a's token there is stale
+    assert [await a.owner(f"{KEY}:{i}") for i in range(3)] == [None, "b", None]
+    assert await a.renew_all([]) == []
