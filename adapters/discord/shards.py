@@ -14,6 +14,8 @@ import structlog
 import discord
 from adapters.discord.catchup import CatchUp
 from adapters.discord.client import HermesClient
+from adapters.discord.handover import Keeper, Marks, parse
+from hermes_gateway.errors import CoordinationUnavailable
 from hermes_gateway.seam.platform import Shares
 from hermes_gateway.seam.supervisor import GiveUp
 
@@ -35,6 +37,9 @@ class Shard:
         self.ready = False
         self.sessions = 0  # READYs seen: after the first, missed messages are fetched
         self.catchup = CatchUp()
+        self.marks = Marks()  # what the shard's next holder fetches after (in a cluster)
+        self.recalled = fleet.shares.everything  # the last holder's marks were read
+        self.behind = False  # those marks are to be fetched after, at the next READY
         self.task = asyncio.create_task(self._run(), name=f"adapter:discord:shard:{n}")
 
     # -- the client's events ------------------------------------------------------------------
@@ -42,9 +47,27 @@ class Shard:
     async def on_ready(self) -> None:
         self.ready, self.sessions = True, self.sessions + 1
         log.info("discord.shard_ready", shard=self.n, count=self.fleet.count)
-        if self.sessions > 1 and self.client is not None:  # a new session: nothing was replayed
-            self.fleet.adapter.catch_up(self.catchup, self.client)
+        if self.sessions > 1 or self.behind:  # a new session: nothing was replayed
+            self._catch_up()
         self.fleet.report()
+
+    async def recall(self) -> None:
+        """Start from the newest ids the shard's last holder kept, and fetch what came after
+        them (at READY, or now if connected). Raises `CoordinationUnavailable`."""
+        last = parse(await self.fleet.shares.notes(self.n))
+        self.recalled = True
+        self.marks.merge(last)
+        self.catchup.resume(last)
+        log.info("discord.shard_marks_read", shard=self.n, channels=len(last))
+        self.behind = bool(last)
+        if self.behind and self.ready:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        self.behind = False
+        if self.client is not None:
+            take = self.catchup.run(self.client, self.on_message)
+            self.fleet.adapter.spawn(take, f"adapter:discord:catch-up:{self.n}")
 
     async def on_resumed(self) -> None:
         self.ready = True
@@ -58,7 +81,11 @@ class Shard:
 
     async def on_message(self, message: discord.Message) -> None:
         self.catchup.saw(message)
-        await self.fleet.adapter.on_message(message)
+        self.marks.begin(message)
+        try:
+            await self.fleet.adapter.on_message(message)
+        finally:
+            self.marks.end(message)
 
     async def on_command(self, interaction: discord.Interaction[Any], name: str, args: str) -> None:
         await self.fleet.adapter.on_command(interaction, name, args)
@@ -66,6 +93,9 @@ class Shard:
     # -- the connection -----------------------------------------------------------------------
 
     async def _run(self) -> None:
+        if not self.recalled:  # else the fleet's keeper reads them once it can
+            with contextlib.suppress(CoordinationUnavailable):
+                await self.recall()
         delay = 0.0
         while True:
             await asyncio.sleep(delay)
@@ -122,6 +152,7 @@ class Fleet:
         self._failed: asyncio.Future[str] | None = None
         self._identify = asyncio.Lock()
         self._last_identify = -float("inf")
+        self.keeper = None if shares.everything else Keeper(self)
 
     async def run(self) -> None:
         """Serve the held shards until a fatal error (raised as `GiveUp`) or a cancel."""
@@ -129,6 +160,8 @@ class Fleet:
         if not self._started:
             self._started = True
             await self.shares.start()
+            if self.keeper is not None:
+                self.keeper.start()
         try:
             while True:
                 self._follow()
@@ -144,6 +177,8 @@ class Fleet:
     async def stop(self) -> None:
         """Give every shard back (the other instances take them at once) and disconnect."""
         self.closing = True
+        if self.keeper is not None:
+            await self.keeper.stop()
         await self.shares.release()
         await self._close(list(self.shards))
 

@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -158,6 +159,13 @@ class Coordinator(Protocol):
 
     async def ack(self, message: Control) -> None:
         """``message`` was handled: it is not delivered again."""
+
+    async def note(self, name: str, values: Mapping[str, str], keep_s: float) -> None:
+        """Replace the small map kept under ``name`` for whichever instance reads it next (a
+        shard's newest message ids); it is dropped ``keep_s`` after its last write."""
+
+    async def notes(self, name: str) -> dict[str, str]:
+        """The map kept under ``name`` (empty if none)."""
 
 
 class Seen:

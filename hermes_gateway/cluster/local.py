@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from hermes_gateway.cluster.lease import Control, Kind, Lease, Survey, held, next_token
@@ -28,6 +29,7 @@ class LocalHub:
         self.seq = 0
         self.streams: dict[str, _Stream] = {}
         self.beats: dict[str, float] = {}  # instance -> monotonic time of its last heartbeat
+        self.notes: dict[str, tuple[dict[str, str], float]] = {}  # name -> map, expiry
 
     def stream(self, instance: str) -> _Stream:
         return self.streams.setdefault(instance, _Stream())
@@ -127,3 +129,10 @@ class LocalCoordinator:
 
     async def ack(self, message: Control) -> None:
         self.hub.stream(self.instance_id).entries.pop(int(message.ref), None)
+
+    async def note(self, name: str, values: Mapping[str, str], keep_s: float) -> None:
+        self.hub.notes[name] = (dict(values), time.monotonic() + keep_s)
+
+    async def notes(self, name: str) -> dict[str, str]:
+        values, until = self.hub.notes.get(name, ({}, 0.0))
+        return dict(values) if until > time.monotonic() else {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -193,3 +193,16 @@ class RedisCoordinator:
 
     async def ack(self, message: Control) -> None:
         await self._call(self._redis.xack(self._stream, GROUP, message.ref))
+
+    async def note(self, name: str, values: Mapping[str, str], keep_s: float) -> None:
+        key = f"{self.prefix}note:{name}"
+        pipe = self._redis.pipeline(transaction=True)  # readers see the old map or the new
+        pipe.delete(key)
+        if values:
+            pipe.hset(key, mapping=dict(values))
+            pipe.pexpire(key, max(1, int(keep_s * 1000)))
+        await self._call(pipe.execute())
+
+    async def notes(self, name: str) -> dict[str, str]:
+        found = await self._call(self._redis.hgetall(f"{self.prefix}note:{name}"))
+        return {k.decode(): v.decode() for k, v in found.items()}

@@ -78,6 +78,12 @@ class SoleShares:
     async def release(self) -> None:
         return None
 
+    async def note(self, n: int, values: Mapping[str, str], keep_s: float) -> None:
+        return None
+
+    async def notes(self, n: int) -> dict[str, str]:
+        return {}
+
 
 class ClusterShares:
     """The parts ``<role>:<n>`` for n < count, each a `ClusterLeader` made by ``leader``. A
@@ -127,6 +133,12 @@ class ClusterShares:
         self._leading.clear()
         self._kept.clear()
         self._set(frozenset())
+
+    async def note(self, n: int, values: Mapping[str, str], keep_s: float) -> None:
+        await self.coordinator.note(f"{self.role}:{n}", values, keep_s)
+
+    async def notes(self, n: int) -> dict[str, str]:
+        return await self.coordinator.notes(f"{self.role}:{n}")
 
     def _set(self, held: frozenset[int]) -> None:
         if held != self.held:

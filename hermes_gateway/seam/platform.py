@@ -3,7 +3,7 @@ import of an enabled platform's adapter through its `PlatformSpec`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -88,6 +88,17 @@ class Shares(Protocol):
 
     async def release(self) -> None:
         """Give every part up, so the other instances take them at once."""
+        ...
+
+    async def note(self, n: int, values: Mapping[str, str], keep_s: float) -> None:
+        """Keep ``values`` for part ``n``'s next holder (replacing what was kept), for
+        ``keep_s`` after this write; nothing on one process. Raises
+        `CoordinationUnavailable`."""
+        ...
+
+    async def notes(self, n: int) -> dict[str, str]:
+        """What the last holder of part ``n`` kept for it (empty on one process). Raises
+        `CoordinationUnavailable`."""
         ...
 
 

@@ -1,10 +1,13 @@
 """Two `hermes gateway run` processes on one store and one Redis, one Discord bot with two shards
 on the fake gateway (each guild's events only on its shard): each instance serves one shard, a
 message in a guild of each shard is answered exactly once; SIGKILL one instance and the other
-takes its shard once the lease runs out, and a message on that shard is answered."""
+takes its shard once the lease runs out, and a message on that shard is answered; a message
+posted while nobody held the shard (the killed holder gone, the lease not yet run out) is
+fetched by the new holder from the ids its predecessor kept in Redis, and answered once."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -15,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis as redis_py
 
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.discord import FakeDiscord
@@ -141,3 +145,51 @@ def test_two_instances_split_the_shards_and_one_takes_over_a_killed_ones(
     assert took_over < LEASE_S + 2 * LEASE_S / 3 + 2, took_over
     print(f"the survivor served the dead one's shard {took_over:.2f} s after the kill")
     print(f"and its session was connected {connected:.2f} s after the kill")
+
+
+def kept_marks(redis: RedisProcess, shard: int) -> dict[bytes, bytes]:
+    """The newest message ids the holder of ``shard`` kept for its next holder."""
+    client = redis_py.Redis.from_url(redis.url)
+    try:
+        return client.hgetall(f"hermes:note:{ROLE}:{shard}")
+    finally:
+        client.close()
+
+
+def split_in_two(a: GatewayProcess, b: GatewayProcess) -> bool:
+    """Each instance leads one shard (none is handed over any more)."""
+    mine, theirs = serving(a), serving(b)
+    return len(mine) == 1 and sorted(mine + theirs) == [0, 1]
+
+
+def test_a_message_posted_while_nobody_holds_the_shard_is_answered_once_by_the_next_holder(
+    tmp_path: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, redis: RedisProcess
+) -> None:
+    a = instance("a", tmp_path, fake_llm, fake, redis)
+    b = instance("b", tmp_path, fake_llm, fake, redis)
+    try:
+        a.start(wait=False).wait_healthy(60)
+        b.start(wait=False).wait_healthy(60)
+        wait_until(lambda: split_in_two(a, b), timeout=40)
+        wait_until(lambda: all(fake.sessions_by_shard().values()), timeout=10)
+        say(fake, 1, "seen by the holder")
+        wait_until(lambda: sum(replies(fake).values()) >= 1, timeout=30)
+        channel = str(GUILDS[1][1]).encode()
+        # the holder keeps them within a second (waited for here, not asserted: the test is
+        # about the answer below)
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: channel in kept_marks(redis, 1), timeout=5)
+        dead, survivor = (a, b) if serving(a) == [1] else (b, a)
+        dead.kill()
+        say(fake, 1, "while nobody holds shard 1")
+        assert 1 not in serving(survivor)  # posted before the lease ran out: nobody heard it
+        wait_until(lambda: sorted(serving(survivor)) == [0, 1], timeout=LEASE_S * 5)
+        wait_until(lambda: sum(replies(fake).values()) >= 2, timeout=30)
+        time.sleep(1.5)  # a reply sent twice would show now
+        got = replies(fake)
+        log = survivor.stderr(20000)
+    finally:
+        a.kill()
+        b.kill()
+    expected = ["echo: seen by the holder", "echo: while nobody holds shard 1"]
+    assert got == Counter(expected), (got, log)

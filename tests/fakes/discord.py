@@ -434,7 +434,15 @@ class FakeDiscord(FakeServer):
         history = self._history.get(int(self._channel(request)["id"]), [])
         history = [m for m in history if not m["flags"] & EPHEMERAL_FLAG]
         limit = int(request.query.get("limit", 50))
-        return _json(list(reversed(history))[:limit])  # newest first, like Discord
+        # like Discord: `after` gives the oldest `limit` messages after that id, `before` the
+        # newest before it; either way the page comes newest first
+        if "after" in request.query:
+            after = int(request.query["after"])
+            return _json(list(reversed([m for m in history if int(m["id"]) > after][:limit])))
+        if "before" in request.query:
+            before = int(request.query["before"])
+            history = [m for m in history if int(m["id"]) < before]
+        return _json(list(reversed(history))[:limit])
 
     async def _get_message(self, request: web.Request) -> web.Response:
         return _json(self._message(self._channel(request), request.match_info["mid"]))

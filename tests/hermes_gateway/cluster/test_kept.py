@@ -1,0 +1,24 @@
+"""What the coordination seam keeps besides leases, on the in-process hub and on Redis alike:
+small maps one instance leaves for the next (a Discord shard's newest message ids)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.hermes_gateway.cluster.conftest import Make
+
+LEASE_S = 1.0
+
+
+async def test_a_map_noted_by_one_instance_is_read_by_another_until_it_expires(
+    make: Make,
+) -> None:
+    a, b = await make("a", LEASE_S), await make("b", LEASE_S)
+    assert await b.notes("discord:1:shard:0") == {}
+    await a.note("discord:1:shard:0", {"3000": "17", "3001": "18"}, keep_s=0.5)
+    assert await b.notes("discord:1:shard:0") == {"3000": "17", "3001": "18"}
+    await a.note("discord:1:shard:0", {"3001": "19"}, keep_s=0.5)  # replaces the whole map
+    assert await b.notes("discord:1:shard:0") == {"3001": "19"}
+    assert await b.notes("discord:1:shard:1") == {}  # another name: its own map
+    await asyncio.sleep(0.8)
+    assert await b.notes("discord:1:shard:0") == {}
