@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -15,6 +14,7 @@ import discord
 from adapters.discord.catchup import CatchUp
 from adapters.discord.client import HermesClient
 from adapters.discord.handover import Keeper, Marks, parse
+from adapters.discord.identify import Pacer, concurrency
 from hermes_gateway.errors import CoordinationUnavailable
 from hermes_gateway.seam.platform import Shares
 from hermes_gateway.seam.supervisor import GiveUp
@@ -105,7 +105,7 @@ class Shard:
                 adapter.config,
                 message_content=adapter.message_content,
                 shard=(self.n, self.fleet.count),
-                pace=self.fleet.pace,
+                pace=self.fleet.pacer,
             )
             try:
                 await self.client.login(adapter.config.token)
@@ -143,15 +143,14 @@ class Fleet:
     """The shards this instance serves, following ``shares``; the adapter's health says which
     are connected (ready with none held: the other instances serve them all)."""
 
-    def __init__(self, adapter: DiscordAdapter, shares: Shares) -> None:
+    def __init__(self, adapter: DiscordAdapter, shares: Shares, buckets: int = 1) -> None:
         self.adapter, self.shares = adapter, shares
         self.count = shares.count
         self.shards: dict[int, Shard] = {}
         self.closing = False
         self._started = False
         self._failed: asyncio.Future[str] | None = None
-        self._identify = asyncio.Lock()
-        self._last_identify = -float("inf")
+        self.pacer = Pacer(shares, lambda: adapter.config.identify_delay_s, buckets)
         self.keeper = None if shares.everything else Keeper(self)
 
     async def run(self) -> None:
@@ -185,15 +184,6 @@ class Fleet:
     def fail(self, detail: str) -> None:
         if self._failed is not None and not self._failed.done():
             self._failed.set_result(detail)
-
-    async def pace(self) -> None:
-        """Space this instance's first IDENTIFYs (Discord: one per 5 s unless the bot's
-        `max_concurrency` is higher)."""
-        async with self._identify:
-            wait = self._last_identify + self.adapter.config.identify_delay_s - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._last_identify = time.monotonic()
 
     def _follow(self) -> None:
         held = set() if self.closing else set(self.shares.held)
@@ -234,12 +224,14 @@ async def split(adapter: DiscordAdapter, client: discord.Client) -> Fleet | None
     """After the first login: None to run one connection as ever (one shard on one process),
     else the fleet of the shards this instance serves (`shard_count`, or what Discord
     recommends; in a cluster ``discord:<bot id>:shard:<n>`` leases decide which)."""
-    count = adapter.config.shard_count
+    count, limit = adapter.config.shard_count, None
     if count is None:
-        count, _url, _limit = await client.http.get_bot_gateway()
+        count, _url, limit = await client.http.get_bot_gateway()
     bot = client.user.id if client.user is not None else 0
     shares = adapter.host.shares(f"discord:{bot}:shard", count)
     if count == 1 and shares.everything:
         return None
-    log.info("discord.sharded", count=count, cluster=not shares.everything)
-    return Fleet(adapter, shares)
+    # one process spaces all its IDENTIFYs; a cluster's gates go by Discord's buckets
+    buckets = 1 if shares.everything else await concurrency(client, limit)
+    log.info("discord.sharded", count=count, cluster=not shares.everything, buckets=buckets)
+    return Fleet(adapter, shares, buckets)

@@ -167,6 +167,10 @@ class Coordinator(Protocol):
     async def notes(self, name: str) -> dict[str, str]:
         """The map kept under ``name`` (empty if none)."""
 
+    async def gate(self, name: str, ttl_s: float) -> float:
+        """Pass the cluster-wide gate ``name``, which then stays shut for ``ttl_s``: 0.0 if
+        this call passed, else the seconds until it opens (another instance passed it)."""
+
 
 class Seen:
     """The ids of the last control messages handled, so a redelivered one is skipped."""

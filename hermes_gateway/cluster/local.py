@@ -30,6 +30,7 @@ class LocalHub:
         self.streams: dict[str, _Stream] = {}
         self.beats: dict[str, float] = {}  # instance -> monotonic time of its last heartbeat
         self.notes: dict[str, tuple[dict[str, str], float]] = {}  # name -> map, expiry
+        self.gates: dict[str, float] = {}  # name -> monotonic time it opens again
 
     def stream(self, instance: str) -> _Stream:
         return self.streams.setdefault(instance, _Stream())
@@ -136,3 +137,11 @@ class LocalCoordinator:
     async def notes(self, name: str) -> dict[str, str]:
         values, until = self.hub.notes.get(name, ({}, 0.0))
         return dict(values) if until > time.monotonic() else {}
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        now = time.monotonic()
+        opens = self.hub.gates.get(name, 0.0)
+        if opens > now:
+            return opens - now
+        self.hub.gates[name] = now + ttl_s
+        return 0.0

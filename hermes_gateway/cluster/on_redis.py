@@ -51,6 +51,7 @@ class RedisCoordinator:
         self._acquire = self._redis.register_script(scripts.ACQUIRE)
         self._renew = self._redis.register_script(scripts.RENEW)
         self._release = self._redis.register_script(scripts.RELEASE)
+        self._gate = self._redis.register_script(scripts.GATE)
         self._available = False
         self._stream = f"{prefix}ctl:{instance_id}"
         self._backlog: list[Control] = []
@@ -206,3 +207,8 @@ class RedisCoordinator:
     async def notes(self, name: str) -> dict[str, str]:
         found = await self._call(self._redis.hgetall(f"{self.prefix}note:{name}"))
         return {k.decode(): v.decode() for k, v in found.items()}
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        keys, ttl = [f"{self.prefix}gate:{name}"], max(1, int(ttl_s * 1000))
+        shut_ms = await self._call(self._gate(keys=keys, args=[self.instance_id, ttl]))
+        return int(shut_ms) / 1000

@@ -42,3 +42,9 @@ if held[1] == ARGV[1] and held[2] == ARGV[2] then
 end
 return 0
 """
+
+# KEYS: gate; ARGV: holder, ttl ms -> 0 passed (shut for ttl ms now), else ms until it opens
+GATE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+return math.max(1, redis.call('PTTL', KEYS[1]))
+"""

@@ -84,6 +84,9 @@ class SoleShares:
     async def notes(self, n: int) -> dict[str, str]:
         return {}
 
+    async def gate(self, name: str, ttl_s: float) -> float:
+        return 0.0
+
 
 class ClusterShares:
     """The parts ``<role>:<n>`` for n < count, each a `ClusterLeader` made by ``leader``. A
@@ -139,6 +142,9 @@ class ClusterShares:
 
     async def notes(self, n: int) -> dict[str, str]:
         return await self.coordinator.notes(f"{self.role}:{n}")
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        return await self.coordinator.gate(f"{self.role}:{name}", ttl_s)
 
     def _set(self, held: frozenset[int]) -> None:
         if held != self.held:

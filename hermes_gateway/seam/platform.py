@@ -101,6 +101,12 @@ class Shares(Protocol):
         `CoordinationUnavailable`."""
         ...
 
+    async def gate(self, name: str, ttl_s: float) -> float:
+        """Pass the gate ``name`` shared by every instance (e.g. one IDENTIFY at a time), which
+        then stays shut ``ttl_s``: 0.0 if passed, else the seconds until it opens; always
+        0.0 on one process. Raises `CoordinationUnavailable`."""
+        ...
+
 
 class AdapterHost(Protocol):
     """What the gateway gives an adapter."""

@@ -1,5 +1,6 @@
 """What the coordination seam keeps besides leases, on the in-process hub and on Redis alike:
-small maps one instance leaves for the next (a Discord shard's newest message ids)."""
+small maps one instance leaves for the next (a Discord shard's newest message ids), and
+gates only one instance passes at a time (a Discord IDENTIFY)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,14 @@ async def test_a_map_noted_by_one_instance_is_read_by_another_until_it_expires(
     assert await b.notes("discord:1:shard:1") == {}  # another name: its own map
     await asyncio.sleep(0.8)
     assert await b.notes("discord:1:shard:0") == {}
+
+
+async def test_a_gate_lets_one_instance_through_then_stays_shut_for_its_time(make: Make) -> None:
+    a, b = await make("a", LEASE_S), await make("b", LEASE_S)
+    assert await a.gate("discord:1:identify:0", 0.5) == 0.0  # passed
+    shut = await b.gate("discord:1:identify:0", 0.5)
+    assert 0.0 < shut <= 0.5
+    assert await a.gate("discord:1:identify:0", 0.5) > 0.0  # shut for its own passer too
+    assert await b.gate("discord:1:identify:1", 0.5) == 0.0  # another bucket: its own gate
+    await asyncio.sleep(shut + 0.05)
+    assert await b.gate("discord:1:identify:0", 0.5) == 0.0
