@@ -220,6 +220,23 @@ class Fleet:
         return {"count": self.count, "ready": sorted(n for n, s in self.shards.items() if s.ready)}
 
 
+async def agree(adapter: DiscordAdapter, role: str, count: int, agreed: int) -> Shares:
+    """The cluster counts ``agreed`` shards, this instance ``count``: a configured count is
+    refused (the two would split different shards), Discord's recommendation follows it."""
+    if adapter.config.shard_count is not None:
+        detail = (
+            f"platforms.discord.shard_count is {count} here but {agreed} on the cluster's other "
+            "instances; give every instance the same shard_count and restart this one"
+        )
+        log.error("discord.shard_count_mismatch", configured=count, cluster=agreed)
+        raise GiveUp(detail)
+    log.info("discord.shard_count_followed", recommended=count, cluster=agreed)
+    shares = adapter.host.shares(role, agreed)
+    if await shares.agree() != agreed:  # changed meanwhile: split again, after a backoff
+        raise RuntimeError("the cluster's shard count changed while it was read")
+    return shares
+
+
 async def split(adapter: DiscordAdapter, client: discord.Client) -> Fleet | None:
     """After the first login: None to run one connection as ever (one shard on one process),
     else the fleet of the shards this instance serves (`shard_count`, or what Discord
@@ -228,9 +245,13 @@ async def split(adapter: DiscordAdapter, client: discord.Client) -> Fleet | None
     if count is None:
         count, _url, limit = await client.http.get_bot_gateway()
     bot = client.user.id if client.user is not None else 0
-    shares = adapter.host.shares(f"discord:{bot}:shard", count)
+    role = f"discord:{bot}:shard"
+    shares = adapter.host.shares(role, count)
     if count == 1 and shares.everything:
         return None
+    agreed = await shares.agree()  # in a cluster: the first instance's count
+    if agreed != count:
+        shares, count = await agree(adapter, role, count, agreed), agreed
     # one process spaces all its IDENTIFYs; a cluster's gates go by Discord's buckets
     buckets = 1 if shares.everything else await concurrency(client, limit)
     log.info("discord.sharded", count=count, cluster=not shares.everything, buckets=buckets)

@@ -171,6 +171,11 @@ class Coordinator(Protocol):
         """Pass the cluster-wide gate ``name``, which then stays shut for ``ttl_s``: 0.0 if
         this call passed, else the seconds until it opens (another instance passed it)."""
 
+    async def settle(self, name: str, value: str, keep_s: float) -> str:
+        """The cluster's value of the setting ``name``: the first writer's (``value`` if none
+        is kept). A caller whose value it is keeps it ``keep_s`` longer; one whose value
+        differs changes nothing."""
+
 
 class Seen:
     """The ids of the last control messages handled, so a redelivered one is skipped."""

@@ -31,6 +31,7 @@ class LocalHub:
         self.beats: dict[str, float] = {}  # instance -> monotonic time of its last heartbeat
         self.notes: dict[str, tuple[dict[str, str], float]] = {}  # name -> map, expiry
         self.gates: dict[str, float] = {}  # name -> monotonic time it opens again
+        self.settings: dict[str, tuple[str, float]] = {}  # name -> value, expiry
 
     def stream(self, instance: str) -> _Stream:
         return self.streams.setdefault(instance, _Stream())
@@ -145,3 +146,12 @@ class LocalCoordinator:
             return opens - now
         self.hub.gates[name] = now + ttl_s
         return 0.0
+
+    async def settle(self, name: str, value: str, keep_s: float) -> str:
+        now = time.monotonic()
+        kept, until = self.hub.settings.get(name, (value, 0.0))
+        if until <= now:
+            kept = value
+        if kept == value:
+            self.hub.settings[name] = (value, now + keep_s)
+        return kept

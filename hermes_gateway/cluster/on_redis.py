@@ -52,6 +52,7 @@ class RedisCoordinator:
         self._renew = self._redis.register_script(scripts.RENEW)
         self._release = self._redis.register_script(scripts.RELEASE)
         self._gate = self._redis.register_script(scripts.GATE)
+        self._settle = self._redis.register_script(scripts.SETTLE)
         self._available = False
         self._stream = f"{prefix}ctl:{instance_id}"
         self._backlog: list[Control] = []
@@ -212,3 +213,8 @@ class RedisCoordinator:
         keys, ttl = [f"{self.prefix}gate:{name}"], max(1, int(ttl_s * 1000))
         shut_ms = await self._call(self._gate(keys=keys, args=[self.instance_id, ttl]))
         return int(shut_ms) / 1000
+
+    async def settle(self, name: str, value: str, keep_s: float) -> str:
+        keys, ttl = [f"{self.prefix}setting:{name}"], max(1, int(keep_s * 1000))
+        kept = await self._call(self._settle(keys=keys, args=[value, ttl]))
+        return kept.decode() if isinstance(kept, bytes) else str(kept)

@@ -107,6 +107,12 @@ class Shares(Protocol):
         0.0 on one process. Raises `CoordinationUnavailable`."""
         ...
 
+    async def agree(self) -> int:
+        """The part count every instance uses: the first instance's, kept in the coordination
+        store while an instance with that count runs (`count` on one process); a caller
+        whose `count` differs must not take parts. Raises `CoordinationUnavailable`."""
+        ...
+
 
 class AdapterHost(Protocol):
     """What the gateway gives an adapter."""

@@ -44,7 +44,12 @@ def fake() -> Iterator[FakeDiscord]:
 
 
 def instance(
-    name: str, tmp_path: Path, llm: FakeOpenAI, fake: FakeDiscord, redis: RedisProcess
+    name: str,
+    tmp_path: Path,
+    llm: FakeOpenAI,
+    fake: FakeDiscord,
+    redis: RedisProcess,
+    shard_count: int | None = 2,
 ) -> GatewayProcess:
     config: dict[str, Any] = {
         "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
@@ -61,10 +66,11 @@ def instance(
                 "guild_ready_timeout_s": 0.05,
                 "identify_delay_s": 0,
                 "sync_commands": False,
-                "shard_count": 2,
             }
         },
     }
+    if shard_count is not None:
+        config["platforms"]["discord"]["shard_count"] = shard_count
     return GatewayProcess(tmp_path / name, config)
 
 
@@ -193,3 +199,58 @@ def test_a_message_posted_while_nobody_holds_the_shard_is_answered_once_by_the_n
         b.kill()
     expected = ["echo: seen by the holder", "echo: while nobody holds shard 1"]
     assert got == Counter(expected), (got, log)
+
+
+def reasons(gateway: GatewayProcess) -> list[str]:
+    """Why the instance is not ready, from `/readyz`."""
+    try:
+        return list(httpx.get(f"{gateway.url}/readyz", timeout=5).json().get("reasons", []))
+    except httpx.HTTPError:
+        return []
+
+
+def test_an_instance_with_another_shard_count_refuses_discord_and_says_why(
+    tmp_path: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, redis: RedisProcess
+) -> None:
+    a = instance("a", tmp_path, fake_llm, fake, redis, shard_count=2)
+    b = instance("b", tmp_path, fake_llm, fake, redis, shard_count=3)
+    try:
+        a.start(wait=False).wait_healthy(60)
+        wait_until(lambda: sorted(serving(a)) == [0, 1], timeout=20)
+        b.start(wait=False).wait_healthy(60)
+        wait_until(lambda: any(r.startswith("discord:") for r in reasons(b)), timeout=30)
+        why = [r for r in reasons(b) if r.startswith("discord:")]
+        platforms = httpx.get(f"{b.url}/status", timeout=5).json()["platforms"]
+        time.sleep(LEASE_S)  # rounds of both: b takes no shard
+        b_held = serving(b)
+        for shard in GUILDS:  # a answers on both shards (b counts as live: see docs)
+            say(fake, shard, f"still served {shard}")
+        wait_until(lambda: sum(replies(fake).values()) >= 2, timeout=30)
+        events = [e for e in b.log_events() if e.get("event") == "discord.shard_count_mismatch"]
+    finally:
+        a.kill()
+        b.kill()
+    assert len(why) == 1 and "shard_count is 3 here but 2" in why[0], why
+    assert platforms["api"]["ready"], platforms  # its other platforms keep running
+    assert not platforms["discord"]["ready"], platforms
+    assert [(e["configured"], e["cluster"]) for e in events] == [(3, 2)], events
+    assert b_held == [], b_held
+    assert replies(fake) == Counter(["echo: still served 0", "echo: still served 1"])
+    assert all(count == 2 for _shard, count in fake.identified), fake.identified
+
+
+def test_an_instance_without_a_configured_count_follows_the_clusters(
+    tmp_path: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, redis: RedisProcess
+) -> None:
+    a = instance("a", tmp_path, fake_llm, fake, redis, shard_count=2)
+    b = instance("b", tmp_path, fake_llm, fake, redis, shard_count=None)
+    try:
+        a.start(wait=False).wait_healthy(60)
+        wait_until(lambda: sorted(serving(a)) == [0, 1], timeout=20)
+        fake.shard_count = 4  # what Discord recommends to the instance that starts next
+        b.start(wait=False).wait_healthy(60)
+        wait_until(lambda: split_in_two(a, b), timeout=40)
+    finally:
+        a.kill()
+        b.kill()
+    assert all(count == 2 for _shard, count in fake.identified), fake.identified
