@@ -40,6 +40,7 @@ class Shard:
         self.marks = Marks()  # what the shard's next holder fetches after (in a cluster)
         self.recalled = fleet.shares.everything  # the last holder's marks were read
         self.behind = False  # those marks are to be fetched after, at the next READY
+        self._recalling = False
         self.task = asyncio.create_task(self._run(), name=f"adapter:discord:shard:{n}")
 
     # -- the client's events ------------------------------------------------------------------
@@ -54,7 +55,13 @@ class Shard:
     async def recall(self) -> None:
         """Start from the newest ids the shard's last holder kept, and fetch what came after
         them (at READY, or now if connected). Raises `CoordinationUnavailable`."""
-        last = parse(await self.fleet.shares.notes(self.n))
+        if self._recalling:  # the keeper's retry while the first read is still out
+            return
+        self._recalling = True
+        try:
+            last = parse(await self.fleet.shares.notes(self.n))
+        finally:
+            self._recalling = False
         self.recalled = True
         self.marks.merge(last)
         self.catchup.resume(last)
