@@ -314,6 +314,9 @@ class Gateway(Lifecycle):
         if self.ownership is None:
             return SoleShares(count)
         coordinator = self.ownership.coordinator
+        old = self.shared.get(role)
+        for n in range(old.count if old is not None else 0):  # asked again with another count
+            self.leaders.pop(f"{role}:{n}", None)
         shares = self.shared[role] = ClusterShares(coordinator, role, count, self._leader)
         return shares
 

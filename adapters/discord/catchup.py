@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 
@@ -29,6 +29,19 @@ class CatchUp:
         channel_id = message.channel.id
         last, _ = self._last.pop(channel_id, (0, 0.0))
         self._last[channel_id] = (max(last, message.id), time.monotonic())
+        while len(self._last) > self.max_channels:
+            self._last.popitem(last=False)
+
+    def resume(self, last: Mapping[int, int]) -> None:
+        """Start from another instance's newest ids (channel -> message id), each counted as
+        seen when its message was posted; a newer id seen here stays."""
+        now_wall, now = time.time(), time.monotonic()
+        for channel_id, message_id in sorted(last.items(), key=lambda item: item[1]):
+            if self._last.get(channel_id, (0, 0.0))[0] >= message_id:
+                continue
+            posted = discord.utils.snowflake_time(message_id).timestamp()
+            self._last[channel_id] = (message_id, now - max(0.0, now_wall - posted))
+            self._last.move_to_end(channel_id)
         while len(self._last) > self.max_channels:
             self._last.popitem(last=False)
 

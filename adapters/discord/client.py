@@ -26,7 +26,7 @@ log = structlog.get_logger("hermes.adapters.discord")
 _VITAL = frozenset({"READY", "RESUMED"})  # without these the session is broken anyway
 
 OnCommand = Callable[["discord.Interaction[Any]", str, str], Awaitable[None]]
-Pace = Callable[[], Awaitable[None]]
+Pace = Callable[[int | None, bool], Awaitable[None]]  # shard id, initial
 
 
 class ClientEvents(Protocol):
@@ -79,7 +79,7 @@ class HermesClient(discord.Client):
         )
         self.events = events
         self.identify_delay = config.identify_delay_s
-        self.pace = pace  # spaces the first IDENTIFYs of several shards on one instance
+        self.pace = pace  # spaces the IDENTIFYs of several shards (in a cluster: of all)
         self.tree: app_commands.CommandTree[HermesClient] = _Tree(self)
         for info in menu():
             self.tree.add_command(_command(info, events.on_command))
@@ -87,10 +87,10 @@ class HermesClient(discord.Client):
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         # Discord allows one IDENTIFY per 5 s per bot; discord.py's default waits exactly that
-        if not initial and self.identify_delay > 0:
+        if self.pace is not None:
+            await self.pace(shard_id, initial)
+        elif not initial and self.identify_delay > 0:
             await asyncio.sleep(self.identify_delay)
-        elif initial and self.pace is not None:
-            await self.pace()
 
     async def on_ready(self) -> None:
         await self.events.on_ready()

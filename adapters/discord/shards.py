@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -14,6 +13,9 @@ import structlog
 import discord
 from adapters.discord.catchup import CatchUp
 from adapters.discord.client import HermesClient
+from adapters.discord.handover import Keeper, Marks, parse
+from adapters.discord.identify import Pacer, concurrency
+from hermes_gateway.errors import CoordinationUnavailable
 from hermes_gateway.seam.platform import Shares
 from hermes_gateway.seam.supervisor import GiveUp
 
@@ -35,6 +37,10 @@ class Shard:
         self.ready = False
         self.sessions = 0  # READYs seen: after the first, missed messages are fetched
         self.catchup = CatchUp()
+        self.marks = Marks()  # what the shard's next holder fetches after (in a cluster)
+        self.recalled = fleet.shares.everything  # the last holder's marks were read
+        self.behind = False  # those marks are to be fetched after, at the next READY
+        self._recalling = False
         self.task = asyncio.create_task(self._run(), name=f"adapter:discord:shard:{n}")
 
     # -- the client's events ------------------------------------------------------------------
@@ -42,9 +48,33 @@ class Shard:
     async def on_ready(self) -> None:
         self.ready, self.sessions = True, self.sessions + 1
         log.info("discord.shard_ready", shard=self.n, count=self.fleet.count)
-        if self.sessions > 1 and self.client is not None:  # a new session: nothing was replayed
-            self.fleet.adapter.catch_up(self.catchup, self.client)
+        if self.sessions > 1 or self.behind:  # a new session: nothing was replayed
+            self._catch_up()
         self.fleet.report()
+
+    async def recall(self) -> None:
+        """Start from the newest ids the shard's last holder kept, and fetch what came after
+        them (at READY, or now if connected). Raises `CoordinationUnavailable`."""
+        if self._recalling:  # the keeper's retry while the first read is still out
+            return
+        self._recalling = True
+        try:
+            last = parse(await self.fleet.shares.notes(self.n))
+        finally:
+            self._recalling = False
+        self.recalled = True
+        self.marks.merge(last)
+        self.catchup.resume(last)
+        log.info("discord.shard_marks_read", shard=self.n, channels=len(last))
+        self.behind = bool(last)
+        if self.behind and self.ready:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        self.behind = False
+        if self.client is not None:
+            take = self.catchup.run(self.client, self.on_message)
+            self.fleet.adapter.spawn(take, f"adapter:discord:catch-up:{self.n}")
 
     async def on_resumed(self) -> None:
         self.ready = True
@@ -58,7 +88,11 @@ class Shard:
 
     async def on_message(self, message: discord.Message) -> None:
         self.catchup.saw(message)
-        await self.fleet.adapter.on_message(message)
+        self.marks.begin(message)
+        try:
+            await self.fleet.adapter.on_message(message)
+        finally:
+            self.marks.end(message)
 
     async def on_command(self, interaction: discord.Interaction[Any], name: str, args: str) -> None:
         await self.fleet.adapter.on_command(interaction, name, args)
@@ -66,6 +100,9 @@ class Shard:
     # -- the connection -----------------------------------------------------------------------
 
     async def _run(self) -> None:
+        if not self.recalled:  # else the fleet's keeper reads them once it can
+            with contextlib.suppress(CoordinationUnavailable):
+                await self.recall()
         delay = 0.0
         while True:
             await asyncio.sleep(delay)
@@ -75,7 +112,7 @@ class Shard:
                 adapter.config,
                 message_content=adapter.message_content,
                 shard=(self.n, self.fleet.count),
-                pace=self.fleet.pace,
+                pace=self.fleet.pacer,
             )
             try:
                 await self.client.login(adapter.config.token)
@@ -113,15 +150,15 @@ class Fleet:
     """The shards this instance serves, following ``shares``; the adapter's health says which
     are connected (ready with none held: the other instances serve them all)."""
 
-    def __init__(self, adapter: DiscordAdapter, shares: Shares) -> None:
+    def __init__(self, adapter: DiscordAdapter, shares: Shares, buckets: int = 1) -> None:
         self.adapter, self.shares = adapter, shares
         self.count = shares.count
         self.shards: dict[int, Shard] = {}
         self.closing = False
         self._started = False
         self._failed: asyncio.Future[str] | None = None
-        self._identify = asyncio.Lock()
-        self._last_identify = -float("inf")
+        self.pacer = Pacer(shares, lambda: adapter.config.identify_delay_s, buckets)
+        self.keeper = None if shares.everything else Keeper(self)
 
     async def run(self) -> None:
         """Serve the held shards until a fatal error (raised as `GiveUp`) or a cancel."""
@@ -129,6 +166,8 @@ class Fleet:
         if not self._started:
             self._started = True
             await self.shares.start()
+            if self.keeper is not None:
+                self.keeper.start()
         try:
             while True:
                 self._follow()
@@ -144,21 +183,14 @@ class Fleet:
     async def stop(self) -> None:
         """Give every shard back (the other instances take them at once) and disconnect."""
         self.closing = True
+        if self.keeper is not None:
+            await self.keeper.stop()
         await self.shares.release()
         await self._close(list(self.shards))
 
     def fail(self, detail: str) -> None:
         if self._failed is not None and not self._failed.done():
             self._failed.set_result(detail)
-
-    async def pace(self) -> None:
-        """Space this instance's first IDENTIFYs (Discord: one per 5 s unless the bot's
-        `max_concurrency` is higher)."""
-        async with self._identify:
-            wait = self._last_identify + self.adapter.config.identify_delay_s - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._last_identify = time.monotonic()
 
     def _follow(self) -> None:
         held = set() if self.closing else set(self.shares.held)
@@ -195,16 +227,39 @@ class Fleet:
         return {"count": self.count, "ready": sorted(n for n, s in self.shards.items() if s.ready)}
 
 
+async def agree(adapter: DiscordAdapter, role: str, count: int, agreed: int) -> Shares:
+    """The cluster counts ``agreed`` shards, this instance ``count``: a configured count is
+    refused (the two would split different shards), Discord's recommendation follows it."""
+    if adapter.config.shard_count is not None:
+        detail = (
+            f"platforms.discord.shard_count is {count} here but {agreed} on the cluster's other "
+            "instances; give every instance the same shard_count and restart this one"
+        )
+        log.error("discord.shard_count_mismatch", configured=count, cluster=agreed)
+        raise GiveUp(detail)
+    log.info("discord.shard_count_followed", recommended=count, cluster=agreed)
+    shares = adapter.host.shares(role, agreed)
+    if await shares.agree() != agreed:  # changed meanwhile: split again, after a backoff
+        raise RuntimeError("the cluster's shard count changed while it was read")
+    return shares
+
+
 async def split(adapter: DiscordAdapter, client: discord.Client) -> Fleet | None:
     """After the first login: None to run one connection as ever (one shard on one process),
     else the fleet of the shards this instance serves (`shard_count`, or what Discord
     recommends; in a cluster ``discord:<bot id>:shard:<n>`` leases decide which)."""
-    count = adapter.config.shard_count
+    count, limit = adapter.config.shard_count, None
     if count is None:
-        count, _url, _limit = await client.http.get_bot_gateway()
+        count, _url, limit = await client.http.get_bot_gateway()
     bot = client.user.id if client.user is not None else 0
-    shares = adapter.host.shares(f"discord:{bot}:shard", count)
+    role = f"discord:{bot}:shard"
+    shares = adapter.host.shares(role, count)
     if count == 1 and shares.everything:
         return None
-    log.info("discord.sharded", count=count, cluster=not shares.everything)
-    return Fleet(adapter, shares)
+    agreed = await shares.agree()  # in a cluster: the first instance's count
+    if agreed != count:
+        shares, count = await agree(adapter, role, count, agreed), agreed
+    # one process spaces all its IDENTIFYs; a cluster's gates go by Discord's buckets
+    buckets = 1 if shares.everything else await concurrency(client, limit)
+    log.info("discord.sharded", count=count, cluster=not shares.everything, buckets=buckets)
+    return Fleet(adapter, shares, buckets)

@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -164,6 +165,22 @@ class Coordinator(Protocol):
 
     async def ack(self, message: Control) -> None:
         """``message`` was handled: it is not delivered again."""
+
+    async def note(self, name: str, values: Mapping[str, str], keep_s: float) -> None:
+        """Replace the small map kept under ``name`` for whichever instance reads it next (a
+        shard's newest message ids); it is dropped ``keep_s`` after its last write."""
+
+    async def notes(self, name: str) -> dict[str, str]:
+        """The map kept under ``name`` (empty if none)."""
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        """Pass the cluster-wide gate ``name``, which then stays shut for ``ttl_s``: 0.0 if
+        this call passed, else the seconds until it opens (another instance passed it)."""
+
+    async def settle(self, name: str, value: str, keep_s: float) -> str:
+        """The cluster's value of the setting ``name``: the first writer's (``value`` if none
+        is kept). A caller whose value it is keeps it ``keep_s`` longer; one whose value
+        differs changes nothing."""
 
 
 class Seen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from hermes_gateway.cluster.lease import Control, Kind, Lease, Survey, held, next_token
@@ -28,6 +29,9 @@ class LocalHub:
         self.seq = 0
         self.streams: dict[str, _Stream] = {}
         self.beats: dict[str, float] = {}  # instance -> monotonic time of its last heartbeat
+        self.notes: dict[str, tuple[dict[str, str], float]] = {}  # name -> map, expiry
+        self.gates: dict[str, float] = {}  # name -> monotonic time it opens again
+        self.settings: dict[str, tuple[str, float]] = {}  # name -> value, expiry
 
     def stream(self, instance: str) -> _Stream:
         return self.streams.setdefault(instance, _Stream())
@@ -134,3 +138,27 @@ class LocalCoordinator:
 
     async def ack(self, message: Control) -> None:
         self.hub.stream(self.instance_id).entries.pop(int(message.ref), None)
+
+    async def note(self, name: str, values: Mapping[str, str], keep_s: float) -> None:
+        self.hub.notes[name] = (dict(values), time.monotonic() + keep_s)
+
+    async def notes(self, name: str) -> dict[str, str]:
+        values, until = self.hub.notes.get(name, ({}, 0.0))
+        return dict(values) if until > time.monotonic() else {}
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        now = time.monotonic()
+        opens = self.hub.gates.get(name, 0.0)
+        if opens > now:
+            return opens - now
+        self.hub.gates[name] = now + ttl_s
+        return 0.0
+
+    async def settle(self, name: str, value: str, keep_s: float) -> str:
+        now = time.monotonic()
+        kept, until = self.hub.settings.get(name, (value, 0.0))
+        if until <= now:
+            kept = value
+        if kept == value:
+            self.hub.settings[name] = (value, now + keep_s)
+        return kept

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -52,6 +52,8 @@ class RedisCoordinator:
         self._acquire = self._redis.register_script(scripts.ACQUIRE)
         self._renew = self._redis.register_script(scripts.RENEW)
         self._release = self._redis.register_script(scripts.RELEASE)
+        self._gate = self._redis.register_script(scripts.GATE)
+        self._settle = self._redis.register_script(scripts.SETTLE)
         self._available = False
         self._stream = f"{prefix}ctl:{instance_id}"
         self._backlog: list[Control] = []
@@ -211,3 +213,26 @@ class RedisCoordinator:
 
     async def ack(self, message: Control) -> None:
         await self._call(self._redis.xack(self._stream, GROUP, message.ref))
+
+    async def note(self, name: str, values: Mapping[str, str], keep_s: float) -> None:
+        key = f"{self.prefix}note:{name}"
+        pipe = self._redis.pipeline(transaction=True)  # readers see the old map or the new
+        pipe.delete(key)
+        if values:
+            pipe.hset(key, mapping=dict(values))
+            pipe.pexpire(key, max(1, int(keep_s * 1000)))
+        await self._call(pipe.execute())
+
+    async def notes(self, name: str) -> dict[str, str]:
+        found = await self._call(self._redis.hgetall(f"{self.prefix}note:{name}"))
+        return {k.decode(): v.decode() for k, v in found.items()}
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        keys, ttl = [f"{self.prefix}gate:{name}"], max(1, int(ttl_s * 1000))
+        shut_ms = await self._call(self._gate(keys=keys, args=[self.instance_id, ttl]))
+        return int(shut_ms) / 1000
+
+    async def settle(self, name: str, value: str, keep_s: float) -> str:
+        keys, ttl = [f"{self.prefix}setting:{name}"], max(1, int(keep_s * 1000))
+        kept = await self._call(self._settle(keys=keys, args=[value, ttl]))
+        return kept.decode() if isinstance(kept, bytes) else str(kept)

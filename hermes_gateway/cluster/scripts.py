@@ -54,3 +54,21 @@ for i, key in ipairs(KEYS) do
 end
 return released
 """
+
+# KEYS: gate; ARGV: holder, ttl ms -> 0 passed (shut for ttl ms now), else ms until it opens
+GATE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+return math.max(1, redis.call('PTTL', KEYS[1]))
+"""
+
+# KEYS: setting; ARGV: value, ttl ms -> the value kept (the first writer's); kept longer by a
+# writer of the same value, untouched by another
+SETTLE = """
+local kept = redis.call('GET', KEYS[1])
+if not kept then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+if kept == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return kept
+"""

@@ -78,6 +78,18 @@ class SoleShares:
     async def release(self) -> None:
         return None
 
+    async def note(self, n: int, values: Mapping[str, str], keep_s: float) -> None:
+        return None
+
+    async def notes(self, n: int) -> dict[str, str]:
+        return {}
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        return 0.0
+
+    async def agree(self) -> int:
+        return self.count
+
 
 class ClusterShares:
     """The parts ``<role>:<n>`` for n < count, each a `ClusterLeader` made by ``leader``. A
@@ -99,6 +111,8 @@ class ClusterShares:
         self.leaders: dict[int, ClusterLeader] = {n: leader(f"{role}:{n}") for n in range(count)}
         self.round_s = min(3.0, max(0.2, coordinator.lease_s / 3))
         self.handover_s = min(5.0, coordinator.lease_s)
+        self.keep_s = 3 * coordinator.lease_s  # the agreed count outlives its last holder
+        self._agreed = False  # the cluster's count is this one's: the rounds keep it
         self.held: frozenset[int] = frozenset()
         self._leading: set[int] = set()
         self._kept: set[int] = set()  # lease lost, still served until another holder shows
@@ -128,6 +142,22 @@ class ClusterShares:
         self._kept.clear()
         self._set(frozenset())
 
+    async def note(self, n: int, values: Mapping[str, str], keep_s: float) -> None:
+        await self.coordinator.note(f"{self.role}:{n}", values, keep_s)
+
+    async def notes(self, n: int) -> dict[str, str]:
+        return await self.coordinator.notes(f"{self.role}:{n}")
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        return await self.coordinator.gate(f"{self.role}:{name}", ttl_s)
+
+    async def agree(self) -> int:
+        """The count the cluster uses (the first instance's); kept alive by the rounds while
+        it is this one's, for as long as instances count as alive (3 leases) after."""
+        kept = await self.coordinator.settle(f"{self.role}:count", str(self.count), self.keep_s)
+        self._agreed = kept == str(self.count)
+        return int(kept) if kept.isdigit() else -1
+
     def _set(self, held: frozenset[int]) -> None:
         if held != self.held:
             self.held = held
@@ -136,6 +166,10 @@ class ClusterShares:
     async def _rounds(self) -> None:
         while True:
             try:
+                if self._agreed and await self.agree() != self.count:
+                    # the kept count expired (coordination lost for 3 leases) and an
+                    # instance with another count set it: the two split different shards
+                    log.error("cluster.shares_count_changed", role=self.role, count=self.count)
                 await self._round(await self.coordinator.survey())
             except CoordinationUnavailable:
                 pass  # nothing taken or given meanwhile; held parts stay served

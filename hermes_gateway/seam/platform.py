@@ -3,7 +3,7 @@ import of an enabled platform's adapter through its `PlatformSpec`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -88,6 +88,29 @@ class Shares(Protocol):
 
     async def release(self) -> None:
         """Give every part up, so the other instances take them at once."""
+        ...
+
+    async def note(self, n: int, values: Mapping[str, str], keep_s: float) -> None:
+        """Keep ``values`` for part ``n``'s next holder (replacing what was kept), for
+        ``keep_s`` after this write; nothing on one process. Raises
+        `CoordinationUnavailable`."""
+        ...
+
+    async def notes(self, n: int) -> dict[str, str]:
+        """What the last holder of part ``n`` kept for it (empty on one process). Raises
+        `CoordinationUnavailable`."""
+        ...
+
+    async def gate(self, name: str, ttl_s: float) -> float:
+        """Pass the gate ``name`` shared by every instance (e.g. one IDENTIFY at a time), which
+        then stays shut ``ttl_s``: 0.0 if passed, else the seconds until it opens; always
+        0.0 on one process. Raises `CoordinationUnavailable`."""
+        ...
+
+    async def agree(self) -> int:
+        """The part count every instance uses: the first instance's, kept in the coordination
+        store while an instance with that count runs (`count` on one process); a caller
+        whose `count` differs must not take parts. Raises `CoordinationUnavailable`."""
         ...
 
 

@@ -205,6 +205,7 @@ class FakeDiscord(FakeServer):
         self.resumes = 0
         self.intents: int | None = None  # from the last IDENTIFY
         self.identified: list[tuple[int, int]] = []  # the shard of each accepted IDENTIFY
+        self.identify_times: list[float] = []  # time.monotonic() of each accepted IDENTIFY
         self.interaction_responses: list[dict] = []
         self.requests: list[tuple[str, str]] = []  # (method, path after /api/v10)
         self.file_requests: list[dict] = []  # attachment downloads: path, headers
@@ -434,7 +435,15 @@ class FakeDiscord(FakeServer):
         history = self._history.get(int(self._channel(request)["id"]), [])
         history = [m for m in history if not m["flags"] & EPHEMERAL_FLAG]
         limit = int(request.query.get("limit", 50))
-        return _json(list(reversed(history))[:limit])  # newest first, like Discord
+        # like Discord: `after` gives the oldest `limit` messages after that id, `before` the
+        # newest before it; either way the page comes newest first
+        if "after" in request.query:
+            after = int(request.query["after"])
+            return _json(list(reversed([m for m in history if int(m["id"]) > after][:limit])))
+        if "before" in request.query:
+            before = int(request.query["before"])
+            history = [m for m in history if int(m["id"]) < before]
+        return _json(list(reversed(history))[:limit])
 
     async def _get_message(self, request: web.Request) -> web.Response:
         return _json(self._message(self._channel(request), request.match_info["mid"]))
@@ -1000,11 +1009,12 @@ class FakeDiscord(FakeServer):
 
         self.call(go)
 
-    def invalid_session(self, resumable: bool = False) -> None:
-        """op 9. Not resumable: the session is gone; the client must IDENTIFY again."""
+    def invalid_session(self, resumable: bool = False, shard: int | None = None) -> None:
+        """op 9. Not resumable: the session is gone; the client must IDENTIFY again. To the
+        latest session, or to ``shard``'s."""
 
         async def go() -> None:
-            conn = self._take_live_conn()
+            conn = self._take_live_conn(None if shard is None else self._shards[shard])
             if not resumable and conn.session is not None:
                 self._sessions.pop(conn.session.session_id, None)
                 self._shards.pop(conn.session.shard[0], None)
@@ -1086,6 +1096,7 @@ class FakeDiscord(FakeServer):
             return
         self.intents = intents
         self.identified.append((shard_id, count))
+        self.identify_times.append(time.monotonic())
         session = _Session(secrets.token_hex(16), intents, (shard_id, count))
         self._sessions[session.session_id] = session
         self._session, conn.session, session.conn = session, session, conn
@@ -1127,9 +1138,10 @@ class FakeDiscord(FakeServer):
         session.conn = conn
         self.connected.set()
 
-    def _take_live_conn(self) -> _Conn:
-        """Detach the live session from its socket, so new dispatches queue for RESUME."""
-        session = self._session
+    def _take_live_conn(self, session: _Session | None = None) -> _Conn:
+        """Detach the live session (or ``session``) from its socket, so new dispatches queue
+        for RESUME."""
+        session = session or self._session
         if session is None or session.conn is None:
             raise RuntimeError("no live gateway session")
         conn, session.conn = session.conn, None

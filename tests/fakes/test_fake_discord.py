@@ -311,6 +311,25 @@ async def test_rest_wire_format(fake: FakeDiscord) -> None:
     assert body == {"message": "You are being rate limited.", "retry_after": 0.25, "global": False}
 
 
+async def test_history_pages_after_and_before_an_id_like_discord(fake: FakeDiscord) -> None:
+    ids = [int(fake.send_message(f"m{i}")["id"]) for i in range(6)]
+    bot = Bot()
+    async with running(bot):
+        channel = channel_of(bot)
+        after = [m.content async for m in channel.history(after=discord.Object(ids[1]), limit=3)]
+        every = [m.content async for m in channel.history(after=discord.Object(ids[1]))]
+        before = [m.content async for m in channel.history(before=discord.Object(ids[4]))]
+    assert after == ["m2", "m3", "m4"]  # the oldest after the id, oldest first
+    assert every == ["m2", "m3", "m4", "m5"]
+    assert before == ["m3", "m2", "m1", "m0"]  # newest first
+    auth = {"Authorization": f"Bot {TOKEN}"}
+    async with aiohttp.ClientSession() as http:
+        url = f"{fake.api_base}/channels/{CHANNEL_ID}/messages?after={ids[1]}&limit=2"
+        async with http.get(url, headers=auth) as r:
+            page = [m["content"] for m in await r.json()]
+    assert page == ["m3", "m2"]  # Discord's page after an id: its oldest, newest first
+
+
 async def test_content_over_2000_chars_is_rejected(fake: FakeDiscord) -> None:
     bot = Bot()
     async with running(bot):
