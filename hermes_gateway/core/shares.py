@@ -18,6 +18,7 @@ from hermes_gateway.core.leadership import ClusterLeader
 from hermes_gateway.errors import CoordinationUnavailable
 
 log = structlog.get_logger("hermes.cluster")
+MEMBER = ":member:"  # "<role>:member:<instance>": the lease of an instance serving the role
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,10 @@ class ClusterShares:
         self.count = count
         self.role = role
         self.leaders: dict[int, ClusterLeader] = {n: leader(f"{role}:{n}") for n in range(count)}
+        # held for as long as this instance serves the role: the split counts only those
+        # (an instance without the platform, or refused for its count, would be handed a
+        # part now and then, with nobody connected for it until it was taken back)
+        self.member = ClusterLeader(coordinator, f"{role}{MEMBER}{coordinator.instance_id}")
         self.round_s = min(3.0, max(0.2, coordinator.lease_s / 3))
         self.handover_s = min(5.0, coordinator.lease_s)
         self.keep_s = 3 * coordinator.lease_s  # the agreed count outlives its last holder
@@ -138,6 +143,7 @@ class ClusterShares:
         self._watchers.clear()
         for n in sorted(self._leading):
             await self.leaders[n].release()
+        await self.member.release()
         self._leading.clear()
         self._kept.clear()
         self._set(frozenset())
@@ -170,6 +176,8 @@ class ClusterShares:
                     # the kept count expired (coordination lost for 3 leases) and an
                     # instance with another count set it: the two split different shards
                     log.error("cluster.shares_count_changed", role=self.role, count=self.count)
+                if not self.member.leading:
+                    await self.member.try_acquire()
                 await self._round(await self.coordinator.survey())
             except CoordinationUnavailable:
                 pass  # nothing taken or given meanwhile; held parts stay served
@@ -182,7 +190,9 @@ class ClusterShares:
         self._drop_lost()
         me = self.coordinator.instance_id
         owners = self._owners(survey)
-        alive = [i for i, age in survey.instances.items() if age < self.coordinator.lease_s]
+        members = self._members(survey)
+        lease_s = self.coordinator.lease_s
+        alive = [i for i, age in survey.instances.items() if age < lease_s and i in members]
         now = time.monotonic()
         recent = {n for n, at in self._given.items() if now - at < self.coordinator.lease_s}
         orphans = self._orphans - recent  # not straight back what was just handed over
@@ -219,6 +229,10 @@ class ClusterShares:
                 if part.isdigit() and int(part) < self.count:
                     owners[int(part)] = held.owner
         return owners
+
+    def _members(self, survey: Survey) -> set[str]:
+        prefix = f"{self.role}{MEMBER}"
+        return {h.owner for h in survey.leases if h.kind == "leader" and h.key.startswith(prefix)}
 
     def _handing_over(self) -> set[int]:
         now = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 
 from hermes_gateway.cluster.lease import Coordinator
 from hermes_gateway.core.leadership import ClusterLeader
-from hermes_gateway.core.shares import ClusterShares, SoleShares, fair_share, plan
+from hermes_gateway.core.shares import MEMBER, ClusterShares, SoleShares, fair_share, plan
 from tests.hermes_gateway.cluster.conftest import Make
 
 ROLE = "discord:1000:shard"
@@ -106,8 +106,8 @@ async def test_a_joining_instance_gets_its_share_and_a_dead_ones_is_taken(make: 
             await until(lambda: len(a.held) == 1, 10)
             assert a.held | b.held == {0, 1}
             survey = await a_coordinator.survey()
-            owners = {h.key: h.owner for h in survey.leases if h.kind == "leader"}
-            assert sorted(owners.values()) == ["a", "b"]
+            parts = [h for h in survey.leases if h.kind == "leader" and MEMBER not in h.key]
+            assert sorted(h.owner for h in parts) == ["a", "b"]
             # b dies: its leases stop being renewed
             dead = set(b.held)
             for task in [*b._tasks, *b._watchers.values()]:
@@ -156,3 +156,33 @@ async def test_a_part_whose_lease_was_lost_is_served_until_another_instance_hold
         assert taken is not None
         await until(lambda: a.held == frozenset(), LEASE_S * 3)
         await other.release(taken)
+
+
+async def test_an_instance_that_does_not_serve_the_role_is_handed_no_part(make: Make) -> None:
+    """Alive (it beats) but without the platform: the holder keeps every part, rather than
+    giving one back now and then to an instance that will never connect it."""
+    a_coordinator, b_coordinator = await make("a", LEASE_S), await make("b", LEASE_S)
+
+    async def beat() -> None:
+        while True:
+            await b_coordinator.beat()
+            await asyncio.sleep(LEASE_S / 3)
+
+    beating = asyncio.create_task(beat())
+    try:
+        async with instance(a_coordinator, 2) as a:
+            await until(lambda: a.held == {0, 1}, 5)
+            survey = await a_coordinator.survey()
+            assert "b" in survey.instances  # b counts as alive...
+            tokens = {n: leader.lease and leader.lease.token for n, leader in a.leaders.items()}
+            leading: list[frozenset[int]] = []
+            for _ in range(int(4 * (LEASE_S + a.handover_s) / 0.05)):
+                leading.append(frozenset(a._leading))
+                await asyncio.sleep(0.05)
+            # ...yet nothing was given to it: each part's lease held all along, never retaken
+            assert set(leading) == {frozenset({0, 1})}
+            assert {n: leader.lease and leader.lease.token for n, leader in a.leaders.items()} == (
+                tokens
+            )
+    finally:
+        beating.cancel()
