@@ -312,6 +312,7 @@ class Lifecycle:
             await asyncio.to_thread(self.llm.warm)
         finally:
             gc.freeze()  # no collect first: that would itself be the pause we are avoiding
+            gc.enable()  # off while the command imported and started (`hermes_gateway.__main__`)
 
     def _prepare_dirs(self) -> None:
         for path in (self.config.home_path, self.config.workspace_path):

@@ -8,6 +8,7 @@ The only module that picks exit codes (returned by `main`): 0 clean stop, 75 res
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import threading
@@ -123,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     if args.command == "gateway" and args.action == "run":
         EARLY.install()  # a stop while it imports and starts: exit 0 at once, not killed
+        gc.disable()  # as `python -m hermes_gateway` does (see there); on again once it is up
     try:
         return _dispatch(args)
     except BrokenPipeError:
@@ -311,6 +313,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     finally:
         EARLY.stopped()
         sink.stop()
+        gc.enable()  # a start that failed before it turned collection back on
     _exit_past_stuck_threads(code)
     return code
 
