@@ -160,18 +160,20 @@ async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
 
 
 async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
 ) -> None:
     """No coordination, no run (a session could otherwise run on two instances): the message
     stays in the inbox, /readyz says why, its user is told it waits, and it is answered, once,
     when Redis is back."""
-    monkeypatch.setattr(ownership, "TELL_WAITING_AFTER_S", 0.5)
     redis = RedisProcess(tmp_path / "redis")
     (tmp_path / "redis").mkdir()
     redis.start()
     chat = random.randint(10_000, 99_999)
     try:
         async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, b):
+            for gateway in (a, b):
+                assert gateway.ownership is not None
+                gateway.ownership.tell_waiting_after_s = 0.5  # `cluster.waiting_notice_s`
             ran_a, ran_b = runs_of(a), runs_of(b)
             redis.stop()
             assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
