@@ -69,7 +69,8 @@ class Ownership(Keeping):
         self.owes = owes  # a reply of the session is still being delivered in the background
         self.refuse = refuse
         self.notify = notify
-        self._told: set[str] = set()  # sessions told their message waits for coordination
+        # per session, its entries waiting for coordination while a notice's timer runs
+        self._waiting: dict[str, list[int]] = {}
         self.tell_waiting_after_s = tell_waiting_after_s  # waiting this long: the user is told
         self.max_age_s = max_age_s
         self.leases: dict[str, Lease] = {}
@@ -176,21 +177,27 @@ class Ownership(Keeping):
                 return
 
     def _tell_later(self, event: MessageEvent, inbox_id: int) -> None:
-        """Tell the user, once per session and outage, if the message still waits later."""
+        """Tell the user, once per session and outage, if a message still waits later. Every
+        entry is checked then, not only the first: that one may have been answered meanwhile
+        (a run that finished as its lease ran out) while a later one waits."""
         key = event.session_key
-        if key not in self._told:
-            self._told.add(key)
-            self._later(self._tell_if_waiting(event, inbox_id), f"waiting:{key}")
+        waiting = self._waiting.setdefault(key, [])
+        waiting.append(inbox_id)
+        if len(waiting) == 1:
+            self._later(self._tell_if_waiting(key), f"waiting:{key}")
 
-    async def _tell_if_waiting(self, event: MessageEvent, inbox_id: int) -> None:
-        """Tell the user why no answer comes if the message still waits for coordination."""
+    async def _tell_if_waiting(self, key: str) -> None:
+        """Tell the user why no answer comes if a message still waits for coordination."""
         await asyncio.sleep(self.tell_waiting_after_s)
         try:
-            waiting = not self.coordinator.available and await self.store.accepted(inbox_id)
-            if waiting and self.notify is not None:
-                await self.notify(event, WAITING)
+            for inbox_id in self._waiting.get(key, []):
+                if self.coordinator.available or self.notify is None:
+                    return
+                if (event := await self.store.accepted(inbox_id)) is not None:
+                    await self.notify(event, WAITING)
+                    return
         finally:
-            self._told.discard(event.session_key)
+            self._waiting.pop(key, None)
 
     def _later(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)
