@@ -307,6 +307,7 @@ class ClusterConfig(_Section):
     )
     instance_id: str = Field("", max_length=128)  # empty = host name + pid
     lease_s: float = Field(10, ge=1, le=300)
+    waiting_notice_s: float = Field(30, ge=1, le=3600)  # a message waiting for Redis: told
 
 
 class LoggingConfig(_Section):

@@ -117,6 +117,7 @@ class Gateway(Lifecycle):
                 config.store.replay_max_age_s,
                 refuse=self._refuse,
                 notify=self._notify,
+                tell_waiting_after_s=config.cluster.waiting_notice_s,
             )
         self.leaders: dict[str, ClusterLeader] = {}  # singleton work led through the cluster
         self.shared: dict[str, ClusterShares] = {}  # intake split over the cluster (shards)

@@ -27,17 +27,19 @@ class ClusterSide:
     def abandon(self, run: Run, *, record: bool = True) -> None:
         raise NotImplementedError  # GatewayRunner.abandon
 
-    def relinquish(self, key: str) -> None:
+    def relinquish(self, key: str) -> list[Pending]:
         """Cluster mode: the session's lease was lost. Its run and what waits are dropped here,
-        silently and with nothing written: the session's next owner answers them from the inbox."""
+        silently and with nothing written: the session's next owner answers them from the inbox.
+        Returns what was dropped (the run's messages, then those waiting)."""
         run = self._table.active(key)
-        self._table.pop_all(key)
+        dropped = [*(run.items if run is not None else []), *self._table.pop_all(key)]
         if run is not None:
             self.abandon(run, record=False)
             self._table.release(key, run)
             # given up, not crashed: its attempt must not count toward quarantine
             self._background(self.store.undo_attempt(inbox_ids(run.items)))
         self.agents.evict(key)  # its history may hold a turn the store refused
+        return dropped
 
     def extend(self, key: str, until: float) -> None:
         """The session's lease was renewed: its run may go on calling the model until then."""

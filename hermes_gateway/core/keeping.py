@@ -14,6 +14,7 @@ import structlog
 
 from hermes_gateway.cluster.lease import Coordinator, Lease
 from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import CoordinationUnavailable
 
 log = structlog.get_logger("hermes.cluster")
@@ -84,7 +85,10 @@ class Keeping:
         lease = self._drop(key)
         token = None if lease is None else lease.token
         log.warning("cluster.lease_lost", session_key=key, reason=reason, token=token, **why)
-        self.runner.relinquish(key)
+        self._dropped(self.runner.relinquish(key))
+
+    def _dropped(self, items: list[Pending]) -> None:
+        """What a lost lease dropped here, to wait in the inbox for the session's next owner."""
 
     async def _keep(self) -> None:
         """Release the leases of idle sessions, then renew those of busy ones, each all in one

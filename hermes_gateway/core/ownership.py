@@ -18,6 +18,7 @@ from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen, Surv
 from hermes_gateway.core.keeping import Keeping
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.platform_spec import capabilities
@@ -39,7 +40,7 @@ WAITING = (
     "I'll answer it as soon as it is back."
 )
 SURVEY_EVERY_S = 5.0  # at most this often a scan of the coordination store (for /status)
-TELL_WAITING_AFTER_S = 30.0  # a message waiting this long for coordination: its user is told
+TELL_WAITING_AFTER_S = 30.0  # default of `cluster.waiting_notice_s`
 SWEEP_TAKES = 8  # sessions a sweep takes over at the same time
 
 
@@ -58,6 +59,7 @@ class Ownership(Keeping):
         max_age_s: float,
         refuse: Refuse | None = None,
         notify: Notify | None = None,
+        tell_waiting_after_s: float = TELL_WAITING_AFTER_S,
     ) -> None:
         self.coordinator = coordinator
         self.store = store
@@ -67,7 +69,9 @@ class Ownership(Keeping):
         self.owes = owes  # a reply of the session is still being delivered in the background
         self.refuse = refuse
         self.notify = notify
-        self._told: set[str] = set()  # sessions told their message waits for coordination
+        # per session, its entries waiting for coordination while a notice's timer runs
+        self._waiting: dict[str, list[int]] = {}
+        self.tell_waiting_after_s = tell_waiting_after_s  # waiting this long: the user is told
         self.max_age_s = max_age_s
         self.leases: dict[str, Lease] = {}
         self._seen = Seen()
@@ -143,9 +147,8 @@ class Ownership(Keeping):
             log.warning("cluster.message_waits", session_key=key, error=str(exc))
             if here and self.refuse is not None:
                 await self.refuse(event, inbox_id, NO_COORDINATION, "coordination_unavailable")
-            elif inbox_id is not None and key not in self._told:
-                self._told.add(key)  # once per session and outage
-                self._later(self._tell_if_waiting(event, inbox_id), f"waiting:{key}")
+            elif inbox_id is not None:
+                self._tell_later(event, inbox_id)
             return
         if owner is None and hops < MAX_HOPS:  # released meanwhile: try to take it again
             await self.route(event, inbox_id, hops + 1)
@@ -163,15 +166,38 @@ class Ownership(Keeping):
         except CoordinationUnavailable as exc:
             log.warning("cluster.message_waits", session_key=key, error=str(exc))
 
-    async def _tell_if_waiting(self, event: MessageEvent, inbox_id: int) -> None:
-        """Tell the user why no answer comes if the message still waits for coordination."""
-        await asyncio.sleep(TELL_WAITING_AFTER_S)
+    def _dropped(self, items: list[Pending]) -> None:
+        """A run stopped by a lease lost while coordination is down (it could not be renewed)
+        leaves its messages waiting like one that came during the outage: its user is told."""
+        if self.coordinator.available:
+            return  # refused by a Redis that answers: the sweep takes it within a lease
+        for item in items:
+            if item.inbox_id is not None:
+                self._tell_later(item.event, item.inbox_id)
+                return
+
+    def _tell_later(self, event: MessageEvent, inbox_id: int) -> None:
+        """Tell the user, once per session and outage, if a message still waits later. Every
+        entry is checked then, not only the first: that one may have been answered meanwhile
+        (a run that finished as its lease ran out) while a later one waits."""
+        key = event.session_key
+        waiting = self._waiting.setdefault(key, [])
+        waiting.append(inbox_id)
+        if len(waiting) == 1:
+            self._later(self._tell_if_waiting(key), f"waiting:{key}")
+
+    async def _tell_if_waiting(self, key: str) -> None:
+        """Tell the user why no answer comes if a message still waits for coordination."""
+        await asyncio.sleep(self.tell_waiting_after_s)
         try:
-            waiting = not self.coordinator.available and await self.store.accepted(inbox_id)
-            if waiting and self.notify is not None:
-                await self.notify(event, WAITING)
+            for inbox_id in self._waiting.get(key, []):
+                if self.coordinator.available or self.notify is None:
+                    return
+                if (event := await self.store.accepted(inbox_id)) is not None:
+                    await self.notify(event, WAITING)
+                    return
         finally:
-            self._told.discard(event.session_key)
+            self._waiting.pop(key, None)
 
     def _later(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)

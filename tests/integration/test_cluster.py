@@ -160,18 +160,20 @@ async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
 
 
 async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
 ) -> None:
     """No coordination, no run (a session could otherwise run on two instances): the message
     stays in the inbox, /readyz says why, its user is told it waits, and it is answered, once,
     when Redis is back."""
-    monkeypatch.setattr(ownership, "TELL_WAITING_AFTER_S", 0.5)
     redis = RedisProcess(tmp_path / "redis")
     (tmp_path / "redis").mkdir()
     redis.start()
     chat = random.randint(10_000, 99_999)
     try:
         async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, b):
+            for gateway in (a, b):
+                assert gateway.ownership is not None
+                gateway.ownership.tell_waiting_after_s = 0.5  # `cluster.waiting_notice_s`
             ran_a, ran_b = runs_of(a), runs_of(b)
             redis.stop()
             assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
@@ -191,6 +193,58 @@ async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
     assert notice["text"] == ownership.WAITING
     assert sent == [ownership.WAITING, "echo: are you there?"]
     assert sorted(ran_a + ran_b) == ["are you there?"]
+
+
+async def test_a_run_stopped_because_redis_went_down_has_its_user_told(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """Redis goes while a run is in flight: its lease cannot be renewed, so the run stops at
+    the deadline and its message waits in the inbox; its user is told, as one whose message
+    arrived during the outage is."""
+    fake_llm.push(text("too late", delay=8))
+    redis = RedisProcess(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    redis.start()
+    chat = random.randint(10_000, 99_999)
+    try:
+        async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, _):
+            assert a.ownership is not None
+            a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
+            assert await a.submit(message(chat, 1, "a long one"), durable=True) == "accepted"
+            await eventually(lambda: len(fake_llm.requests) == 1)
+            redis.stop()
+            [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+            await asyncio.sleep(1.0)
+            sent = [m["text"] for m in tg.messages_to(chat)]
+    finally:
+        redis.stop()
+    assert notice["text"] == ownership.WAITING
+    assert sent == [ownership.WAITING]  # the stopped run sent nothing
+
+
+async def test_a_message_waiting_behind_one_answered_meanwhile_is_told_too(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """The waiting notice's timer starts with a session's first waiting entry; when that one
+    is answered meanwhile (a run that finished as its lease ran out is still delivered), the
+    session's later message, still waiting, is what its user is told about."""
+    redis = RedisProcess(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    redis.start()
+    chat = random.randint(10_000, 99_999)
+    try:
+        async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, _):
+            assert a.ownership is not None
+            a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
+            redis.stop()
+            assert await a.submit(message(chat, 1, "first"), durable=True) == "accepted"
+            [(first, _)] = await a.store.unanswered(older_than_s=0, max_age_s=3600)
+            await a.store.mark([first], "answered")  # as its detached run's delivery does
+            assert await a.submit(message(chat, 2, "second"), durable=True) == "accepted"
+            [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+    finally:
+        redis.stop()
+    assert notice["text"] == ownership.WAITING
 
 
 async def test_an_api_request_for_a_session_running_elsewhere_is_refused_not_lost(
