@@ -42,6 +42,7 @@ WAITING = (
 SURVEY_EVERY_S = 5.0  # at most this often a scan of the coordination store (for /status)
 TELL_WAITING_AFTER_S = 30.0  # default of `cluster.waiting_notice_s`
 SWEEP_TAKES = 8  # sessions a sweep takes over at the same time
+CLOSE_WAIT_S = 2.0  # for the loops to end at a stop, before and after their connections close
 
 
 class Ownership(Keeping):
@@ -76,6 +77,7 @@ class Ownership(Keeping):
         self.leases: dict[str, Lease] = {}
         self._seen = Seen()
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False  # set by `close`: the loops end at their next turn
         self._taking: set[str] = set()  # sessions being taken over (replayed) here
         self._swept = False
         self.survey: Survey | None = None  # the whole cluster, refreshed now and then
@@ -105,18 +107,28 @@ class Ownership(Keeping):
             (self._sweep, "sweep"),
             (self._look, "survey"),
         ):
-            self._tasks.append(asyncio.create_task(_forever(loop, beat), name=f"cluster-{name}"))
+            work = _forever(loop, beat, lambda: self._closing)
+            self._tasks.append(asyncio.create_task(work, name=f"cluster-{name}"))
 
     async def close(self) -> None:
+        self._closing = True
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # A cancel can be lost in a Redis read whose own timeout fires at the same moment (the
+        # loop then took it for an outage and read again, and the stop waited for ever): the
+        # loops also end at `_closing`, and closing the connections ends a read still going.
+        stuck = set(self._tasks)
+        if stuck:
+            _, stuck = await asyncio.wait(stuck, timeout=CLOSE_WAIT_S)
         self._stop_keeping()
         for lease in list(self.leases.values()):
             with contextlib.suppress(CoordinationUnavailable):
                 await self.coordinator.release(lease)
         self.leases.clear()
         await self.coordinator.close()
+        if stuck:
+            log.warning("cluster.loops_stuck_at_close", loops=sorted(t.get_name() for t in stuck))
+            await asyncio.wait(stuck, timeout=CLOSE_WAIT_S)
 
     def status(self) -> dict[str, Any]:
         """For `/status`: this instance, whether coordination answers, the sessions it owns."""
@@ -304,9 +316,12 @@ class Ownership(Keeping):
             self._taking.discard(key)
 
 
-async def _forever(step: Callable[[], Awaitable[Any]], pause: float) -> None:
-    """Run ``step`` again and again; a failure (coordination or store down) waits a beat."""
-    while True:
+async def _forever(
+    step: Callable[[], Awaitable[Any]], pause: float, closing: Callable[[], bool]
+) -> None:
+    """Run ``step`` again and again until ``closing()``; a failure (coordination or store
+    down) waits a beat."""
+    while not closing():
         try:
             await step()
         except (CoordinationUnavailable, StoreError) as exc:
