@@ -157,7 +157,7 @@ class Gateway(Lifecycle):
         self.inbox = InboxRoutes(self.store, self.route)
         self.inbox.mount(self.control.add_route)
         self.dashboard: Dashboard | None = None
-        if config.dashboard.enabled:  # imported only then: jinja2 and its pages (~4 MB)
+        if config.dashboard.enabled:  # imported only then (its Jinja2 waits for a first page)
             from hermes_gateway.dashboard import Dashboard
 
             self.dashboard = Dashboard(self, config.dashboard)

@@ -1,5 +1,5 @@
 """What the daemon's start would otherwise import on its event loop (the store's database driver
-and SQLAlchemy dialect, redis-py, the dashboard's templates, the scheduler), imported before
+and SQLAlchemy dialect, redis-py, the dashboard, the scheduler), imported before
 the loop starts: an import on the loop stalls every timer, a session lease's renewal too."""
 
 from __future__ import annotations

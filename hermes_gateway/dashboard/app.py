@@ -1,6 +1,7 @@
 """`Dashboard`: the web face of the gateway, an aiohttp sub-application on the control server
 under `/dashboard/`. It checks its own access (`auth.Auth`), renders Jinja2 templates shipped in
-the package, serves its static files, and owns the sampler behind the Overview's charts."""
+the package, serves its static files, and owns the sampler behind the Overview's charts. Jinja2
+and the pages load at the first request (off the loop): an unwatched gateway never holds them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import mimetypes
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-import jinja2
 import structlog
 from aiohttp import web
 
@@ -26,6 +26,8 @@ from hermes_gateway.dashboard.streams import Streams
 from hermes_gateway.errors import RequestError
 
 if TYPE_CHECKING:
+    import jinja2
+
     from hermes_gateway.server import Gateway
 
 log = structlog.get_logger("hermes.dashboard")
@@ -49,6 +51,7 @@ class Dashboard:
         self.jobs: JobsSource | None = None  # set by a scheduler: the Jobs page appears
         self.env: jinja2.Environment | None = None
         self.static: dict[str, tuple[bytes, str]] = {}
+        self._loading = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.app = web.Application(middlewares=[self._guard])
         self.app.on_response_prepare.append(self._headers)
@@ -61,8 +64,7 @@ class Dashboard:
         control.add_app(PREFIX, self.app)
 
     async def start(self) -> None:
-        """Load templates and static files (off the loop) and start sampling."""
-        self.env, self.static = await asyncio.to_thread(_load_package_files)
+        """Start sampling: the Overview's charts cover the time since the gateway started."""
         self.sampler.restart()
         self._task = asyncio.create_task(self.sampler.run(), name="dashboard-sampler")
 
@@ -72,6 +74,13 @@ class Dashboard:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    async def _load(self) -> None:
+        """Templates and static files, read once in a thread: importing Jinja2 and reading
+        the package's files would stall the loop's timers."""
+        async with self._loading:
+            if self.env is None:
+                self.env, self.static = await asyncio.to_thread(_load_package_files)
 
     def _gauges(self) -> dict[str, float]:
         g = self.gateway
@@ -85,7 +94,7 @@ class Dashboard:
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self.env is None:
-            raise RequestError(503, "the dashboard is starting", "starting")
+            await self._load()
         if request.path not in OPEN_PATHS and not self.auth.allowed(request):
             if self.auth.needs_login and request.method == "GET" and _is_page(request.path):
                 raise web.HTTPSeeOther(f"{PREFIX}/login")
@@ -140,23 +149,30 @@ def _is_page(path: str) -> bool:
 
 
 def _load_package_files() -> tuple[jinja2.Environment, dict[str, tuple[bytes, str]]]:
-    root = resources.files("hermes_gateway.dashboard")
-    templates = {
-        f.name: f.read_text(encoding="utf-8")
-        for f in root.joinpath("templates").iterdir()
-        if f.name.endswith(".html")
-    }
+    return _template_env(), _read_static()
+
+
+def _read_static() -> dict[str, tuple[bytes, str]]:
     static: dict[str, tuple[bytes, str]] = {}
-    for f in root.joinpath("static").iterdir():
+    for f in resources.files("hermes_gateway.dashboard").joinpath("static").iterdir():
         kind = mimetypes.guess_type(f.name)[0] or "text/plain"
         if kind.startswith("text/") or kind.endswith("javascript"):
             kind += "; charset=utf-8"
         static[f.name] = (f.read_bytes(), kind)
-    env = jinja2.Environment(
+    return static
+
+
+def _template_env() -> jinja2.Environment:
+    import jinja2  # here: the dashboard's first request pays for it, in a thread
+
+    root = resources.files("hermes_gateway.dashboard").joinpath("templates")
+    templates = {
+        f.name: f.read_text(encoding="utf-8") for f in root.iterdir() if f.name.endswith(".html")
+    }
+    return jinja2.Environment(
         loader=jinja2.DictLoader(templates),
         autoescape=True,  # every template, whatever its name: user text is always escaped
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    return env, static

@@ -2,7 +2,8 @@
 the dashboard's templates, the model SDK are imported before the loop starts or in a thread.
 An import on the loop stalls it (measured: 0.5 s at a start on PostgreSQL and Redis), and with
 it every lease renewal. A child process records each module first imported on a thread that
-runs an event loop (tests/e2e/import_audit/sitecustomize.py)."""
+runs an event loop (tests/e2e/import_audit/sitecustomize.py). The dashboard's Jinja2 waits for its
+first page: a gateway nobody looks at never holds it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from tests.chaos.cluster import POSTGRES, postgres_database
 from tests.e2e.daemon import GatewayProcess
@@ -77,11 +80,19 @@ def test_the_start_and_a_first_message_import_nothing_heavy_on_the_loop(
                 time.sleep(0.05)
             answer = gateway.chat("hello").json()["choices"][0]["message"]["content"]
             time.sleep(1.0)  # the warm-up (the model SDK's import) is done by now
+            assert gateway.proc is not None
+            maps = Path(f"/proc/{gateway.proc.pid}/maps")
+            before = "markupsafe" in maps.read_text()  # Jinja2's compiled half, once imported
+            page = httpx.get(f"{gateway.url}/dashboard/", timeout=30)
+            after = "markupsafe" in maps.read_text()
             gateway.signal(signal.SIGTERM)
             assert gateway.wait(30) == 0
         finally:
             gateway.kill()
     assert answer == "echo: hello"
+    assert not before, "the dashboard's templates were loaded before anyone asked for a page"
+    assert page.status_code == 200 and "<html" in page.text, page.text[:500]
+    assert after
     names = audit.read_text().split() if audit.exists() else []
     heavy = [n for n in names if n.startswith(HEAVY)]
     assert heavy == [], f"imported on the event loop: {heavy}"
