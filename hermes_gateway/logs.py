@@ -135,57 +135,7 @@ class LogSink:
 def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
     """Route structlog and stdlib logging through the redactor to the file and to stderr."""
     stream = stream or sys.stderr
-    redactor = Redactor(config.secrets())
-    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
-    foreign_chain: list[Any] = [
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        _record_time,
-        _merge_record_context,
-    ]
-    json_formatter = _RedactingFormatter(
-        redactor,
-        processors=[
-            structlog.processors.format_exc_info,
-            cap_fields,
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            capped(structlog.processors.JSONRenderer(default=str, ensure_ascii=False)),
-        ],
-        foreign_pre_chain=foreign_chain,
-    )
-    use_console = config.logging.format == "console" or (
-        config.logging.format == "auto" and stream.isatty()
-    )
-    stderr_formatter = (
-        _RedactingFormatter(
-            redactor,
-            processors=[
-                cap_fields,
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                capped(structlog.dev.ConsoleRenderer(colors=stream.isatty())),
-            ],
-            foreign_pre_chain=foreign_chain,
-        )
-        if use_console
-        else json_formatter
-    )
-    handlers: list[logging.Handler] = []
-    stderr_handler = logging.StreamHandler(stream)
-    stderr_handler.setFormatter(stderr_formatter)
-    handlers.append(stderr_handler)
-    path: Path | None = None
-    if config.logging.file:
-        path = config.home_path / "logs" / "gateway.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.handlers.RotatingFileHandler(
-            path,
-            maxBytes=config.logging.max_bytes,
-            backupCount=config.logging.backups,
-            encoding="utf-8",
-        )
-        file_handler.setFormatter(json_formatter)
-        handlers.append(file_handler)
-
+    handlers, path = _handlers(config, stream)
     log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = logging.handlers.QueueListener(log_queue, *handlers, respect_handler_level=False)
     root = logging.getLogger()
@@ -201,14 +151,13 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # aiosqlite logs every call at debug with its SQL parameters: the users' texts
     logging.getLogger("aiosqlite").setLevel(logging.INFO)
-
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.stdlib.filter_by_level,
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
-            timestamper,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
             # render tracebacks here: on the listener thread the exception is gone
             structlog.processors.format_exc_info,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
@@ -219,3 +168,54 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
     )
     listener.start()
     return LogSink(listener, path, limiter)
+
+
+def _handlers(config: Config, stream: TextIO) -> tuple[list[logging.Handler], Path | None]:
+    """stderr (console or JSON lines) and the rotating JSON file, if any, with its path."""
+    redactor = Redactor(config.secrets())
+    json_formatter = _formatter(
+        redactor,
+        structlog.processors.format_exc_info,
+        capped(structlog.processors.JSONRenderer(default=str, ensure_ascii=False)),
+    )
+    use_console = config.logging.format == "console" or (
+        config.logging.format == "auto" and stream.isatty()
+    )
+    stderr_handler = logging.StreamHandler(stream)
+    stderr_handler.setFormatter(
+        _formatter(redactor, capped(structlog.dev.ConsoleRenderer(colors=stream.isatty())))
+        if use_console
+        else json_formatter
+    )
+    if not config.logging.file:
+        return [stderr_handler], None
+    path = config.home_path / "logs" / "gateway.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    file_handler = logging.handlers.RotatingFileHandler(
+        path,
+        maxBytes=config.logging.max_bytes,
+        backupCount=config.logging.backups,
+        encoding="utf-8",
+    )
+    file_handler.setFormatter(json_formatter)
+    return [stderr_handler, file_handler], path
+
+
+def _formatter(redactor: Redactor, *render: Any) -> _RedactingFormatter:
+    """``render`` (a renderer, after any processor it needs first) behind the shared steps."""
+    *first, renderer = render
+    return _RedactingFormatter(
+        redactor,
+        processors=[
+            *first,
+            cap_fields,
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            renderer,
+        ],
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            _record_time,
+            _merge_record_context,
+        ],
+    )

@@ -83,6 +83,20 @@ class Gateway(Lifecycle):
         self.bus = EventBus(timeout=config.hook_timeout_s)
         self.store = Store(config.store_url)
         self.pairing = PairingBook(self.store)
+        self.adapters: dict[str, Adapter] = {}
+        self.gate = Gatekeeper(self.live, self.pairing, self.adapters)
+        self._build_core(config, config_path)
+        self._build_hands(config)
+        self._build_faces(config)
+        self.notifier = SystemdNotifier(systemd_notify_socket())
+        self.watchdog: LoopWatchdog | None = None
+        self.sentinel: Sentinel | None = None
+        self._background: list[asyncio.Task[Any]] = []
+        self.vitals.register_gauges()
+
+    def _build_core(self, config: Config, config_path: str | None) -> None:
+        """The pipeline: the pool, the agents' cache, delivery, the runner, and in cluster
+        mode the ownership of sessions through leases."""
         self.pool = AgentPool(config.runner.workers)
         self.agent_factory = AgentFactory(config, config_path)
         self.llm = self.agent_factory.llm
@@ -92,8 +106,6 @@ class Gateway(Lifecycle):
             max_size=config.runner.agent_cache_size,
             idle_ttl_s=config.runner.agent_idle_ttl_s,
         )
-        self.adapters: dict[str, Adapter] = {}
-        self.gate = Gatekeeper(self.live, self.pairing, self.adapters)
         self.delivery = Delivery(self.adapters, self.store, self.bus, self.metrics)
         self.runner = GatewayRunner(
             config.runner,  # a restart's to change, like every section but access and log level
@@ -121,6 +133,9 @@ class Gateway(Lifecycle):
             )
         self.leaders: dict[str, ClusterLeader] = {}  # singleton work led through the cluster
         self.shared: dict[str, ClusterShares] = {}  # intake split over the cluster (shards)
+
+    def _build_hands(self, config: Config) -> None:
+        """What the agent and the user act through: tools, memory, the chat commands."""
         self.tool_host = GatewayToolHost(
             runner=self.runner,
             delivery=self.delivery,
@@ -144,6 +159,10 @@ class Gateway(Lifecycle):
             self.pool,
             tool_host=self.tool_host,
         )
+
+    def _build_faces(self, config: Config) -> None:
+        """What operators see and drive: the control API, its admin and inbox routes, the
+        dashboard, the scheduler (with its own routes)."""
         self.vitals = Vitals(self)
         self.control = ControlServer(
             config.control,
@@ -169,11 +188,6 @@ class Gateway(Lifecycle):
             self.scheduler = SchedulerService(self)
             if self.dashboard is not None:
                 self.dashboard.jobs = self.scheduler.board  # the Jobs page appears
-        self.notifier = SystemdNotifier(systemd_notify_socket())
-        self.watchdog: LoopWatchdog | None = None
-        self.sentinel: Sentinel | None = None
-        self._background: list[asyncio.Task[Any]] = []
-        self.vitals.register_gauges()
 
     # -- AdapterHost --------------------------------------------------------------------
 
