@@ -188,28 +188,7 @@ class Lifecycle:
             ) from None
 
     async def startup(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.tool_host.bind(loop)
-        self.memory.bind(loop)
-        self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
-        self.watchdog.start()
-        self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
-        self.sentinel.start()
-        await asyncio.to_thread(self._prepare_dirs)
-        # tool modules are imported off the loop, before the first agent needs them
-        await asyncio.to_thread(
-            lambda: [self.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
-        )
-        hooks = await asyncio.to_thread(
-            collect_hooks, self.config.hooks, self.config.home_path / "hooks"
-        )
-        install_hooks(self.bus, hooks)
-        await self.store.open()
-        if self.memory.service is not None:
-            await self.memory.service.archive.open()  # pgvector or not, found once, here
-        self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
-        await asyncio.to_thread(confine_tools, self.config, self.config_path)
-        await self.pairing.load()
+        await self._prepare()
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
         if self.ownership is None:  # in a cluster each session is replayed under its lease
             await replayer.load()  # before intake: what this run takes is not a leftover
@@ -233,6 +212,34 @@ class Lifecycle:
         self._spawn(self._warm_up(), "warm-up")
         self.notifier.notify("READY=1")
         self.bus.emit("gateway_startup", session_key="", version=__version__)
+        self._announce_ready()
+
+    async def _prepare(self) -> None:
+        """The guards first, then what intake needs: dirs, tools, hooks, the store, memory."""
+        loop = asyncio.get_running_loop()
+        self.tool_host.bind(loop)
+        self.memory.bind(loop)
+        self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
+        self.watchdog.start()
+        self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
+        self.sentinel.start()
+        await asyncio.to_thread(self._prepare_dirs)
+        # tool modules are imported off the loop, before the first agent needs them
+        await asyncio.to_thread(
+            lambda: [self.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
+        )
+        hooks = await asyncio.to_thread(
+            collect_hooks, self.config.hooks, self.config.home_path / "hooks"
+        )
+        install_hooks(self.bus, hooks)
+        await self.store.open()
+        if self.memory.service is not None:
+            await self.memory.service.archive.open()  # pgvector or not, found once, here
+        self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
+        await asyncio.to_thread(confine_tools, self.config, self.config_path)
+        await self.pairing.load()
+
+    def _announce_ready(self) -> None:
         log.info(
             "gateway.ready",
             version=__version__,
