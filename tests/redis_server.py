@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 
-
 def _for_this_worker(url: str) -> str:
     """The URL with a Redis database of this pytest-xdist worker's own (gw0 -> 1, gw1 -> 2):
     gateways of tests running at once on two workers would otherwise share key names (the
