@@ -13,7 +13,19 @@ from pathlib import Path
 
 import pytest
 
-SERVER = os.environ.get("HERMES_TEST_REDIS", "")  # e.g. unix:///tmp/hermes-redis/redis.sock
+
+def _for_this_worker(url: str) -> str:
+    """The URL with a Redis database of this pytest-xdist worker's own (gw0 -> 1, gw1 -> 2):
+    gateways of tests running at once on two workers would otherwise share key names (the
+    `hermes:` prefix, the fake bots' poller leases) and take each other's leases."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not url or not worker.startswith("gw"):
+        return url
+    return f"{url}{'&' if '?' in url else '?'}db={1 + int(worker[2:]) % 15}"
+
+
+SERVER = _for_this_worker(os.environ.get("HERMES_TEST_REDIS", ""))  # unix:///tmp/r/redis.sock
+SOCKET = SERVER.removeprefix("unix://").partition("?")[0]  # the server's socket file
 needs_redis = pytest.mark.skipif(not SERVER, reason="set HERMES_TEST_REDIS (CI does)")
 
 

@@ -3,14 +3,17 @@ opens (and by `hermes db upgrade`), one opener at a time, on the driver's thread
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, event, inspect, text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
@@ -146,10 +149,29 @@ async def run(
         event.listen(own.sync_engine, "connect", _driver_transactions)
         event.listen(own.sync_engine, "begin", _begin_immediate)
     try:
-        async with own.begin() as conn:
-            return await conn.run_sync(fn)
+        conn = await _connect(own, options.get("connect_args", {}).get("timeout", 5.0))
+        try:
+            async with conn.begin():
+                return await conn.run_sync(fn)
+        finally:
+            await conn.close()
     finally:
         await own.dispose()
+
+
+async def _connect(engine: AsyncEngine, wait_s: float) -> AsyncConnection:
+    """A connection of ``engine``, tried again for up to ``wait_s`` while SQLite says "database
+    is locked": two openers switching a fresh file to WAL at once make one fail at once, never
+    waiting out the busy timeout (SQLite's deadlock avoidance); the next try finds it in WAL."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return await engine.connect()
+        except OperationalError as exc:
+            locked = engine.dialect.name == "sqlite" and "database is locked" in str(exc)
+            if not locked or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 def in_memory(url: str) -> bool:

@@ -113,15 +113,19 @@ def test_one_round_trip_runs_a_script_that_calls_three_tools(
     workspace = gw.home / "workspace"
     workspace.mkdir(parents=True)
     (workspace / "notes.txt").write_text("milk\neggs\nmilk chocolate\n")
-    script = f"""
+    # the paths the script probes, read from a file: written into the code they would be
+    # classified too (under pytest-xdist tmp_path holds "popen-gw0": "starts other programs")
+    (workspace / "probe.txt").write_text(f"{gw.config_path}\n{gw.home / 'logs'}\n")
+    script = """
         import os
         from hermes_tools import read_file, search_files, write_file
         lines = read_file("notes.txt").count("\\n") + 1
         milk = search_files("milk").count("notes.txt")
-        write_file("report.txt", content=f"{{lines}} lines, {{milk}} with milk")
-        print(f"SUMMARY {{lines}} lines, {{milk}} with milk")
-        print("config readable:", len(open({str(gw.config_path)!r}, "rb").read()))
-        print("home visible:", os.path.exists({str(gw.home / "logs")!r}))
+        write_file("report.txt", content=f"{lines} lines, {milk} with milk")
+        print(f"SUMMARY {lines} lines, {milk} with milk")
+        config, logs = open("probe.txt").read().splitlines()
+        print("config readable:", len(open(config, "rb").read()))
+        print("home visible:", os.path.exists(logs))
         """
     fake_llm.push(
         tool_calls(("execute_code", {"code": textwrap.dedent(script)})), text("Report written.")

@@ -23,7 +23,7 @@ from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import dm, make_config
 from tests.integration.test_cluster_lease import cluster, fast_adapter, tg
-from tests.redis_server import SERVER, needs_redis
+from tests.redis_server import SERVER, SOCKET, needs_redis
 
 pytestmark = [
     needs_redis,
@@ -38,7 +38,7 @@ LEASE_S = 3.0
 @contextlib.asynccontextmanager
 async def slow_link(target: str) -> AsyncIterator[str]:
     """A Unix-socket relay to the Redis at ``target`` (a socket path) that holds each chunk
-    the client sends for `DELAY_S`; yields its own unix:// URL."""
+    the client sends for `DELAY_S`; yields the test server's URL (its database) through it."""
     home = Path(tempfile.mkdtemp(prefix="slowlink", dir="/tmp"))  # socket paths are short
     path = str(home / "redis.sock")
 
@@ -58,7 +58,7 @@ async def slow_link(target: str) -> AsyncIterator[str]:
 
     server = await asyncio.start_unix_server(relay, path)
     try:
-        yield f"unix://{path}"
+        yield SERVER.replace(target, path)
     finally:
         server.close()
         shutil.rmtree(home, ignore_errors=True)
@@ -69,7 +69,7 @@ async def test_hundreds_of_busy_sessions_keep_their_leases_over_a_slow_link(
 ) -> None:
     me = f"a-{uuid.uuid4().hex[:8]}"
     keys = [f"slack:dm:R{uuid.uuid4().hex[:8]}{i}" for i in range(SESSIONS)]
-    async with slow_link(SERVER.removeprefix("unix://")) as url:
+    async with slow_link(SOCKET) as url:
         config = make_config(
             tmp_path,
             fake_llm.base_url,

@@ -27,6 +27,7 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.store import migrate as store_migrate
 from hermes_gateway.store.migrate import head
+from hermes_gateway.store.sqlite import sqlite_pragmas
 from hermes_gateway.store.store import Store
 from tests.harness import dm
 from tests.store_schemas import RELEASES, WORDS, make_release, on, schema_diff
@@ -208,6 +209,35 @@ async def test_a_database_at_each_earlier_revision_reaches_the_head(
 
 async def test_concurrent_opens_of_one_fresh_database_do_not_race(tmp_path: Path) -> None:
     await check_concurrent_opens(sqlite_url(tmp_path))
+
+
+async def test_an_open_waits_while_another_opener_holds_a_fresh_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite refuses the switch of a fresh file to WAL at once, without waiting out the busy
+    timeout, while another connection holds its write lock (as a second opener does): the open
+    tries again until the lock is gone, then migrates."""
+    tries = []
+
+    def counted(dbapi_conn: Any, record: Any) -> None:
+        tries.append(1)
+        sqlite_pragmas(dbapi_conn, record)
+
+    monkeypatch.setattr(store_migrate, "sqlite_pragmas", counted)
+    other = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    store = Store(sqlite_url(tmp_path))
+    opening = asyncio.create_task(store.open())
+    while len(tries) < 2 and not opening.done():  # refused once, trying again
+        await asyncio.sleep(0.01)
+    other.execute("COMMIT")
+    other.close()
+    await opening
+    try:
+        assert len(tries) >= 2
+        assert await on(sqlite_url(tmp_path), revision) == head()
+    finally:
+        await store.close()
 
 
 async def test_a_database_from_a_newer_release_is_refused(tmp_path: Path) -> None:
