@@ -1,10 +1,11 @@
 """The sentinel: the loop's liveness judged from outside the GIL, by a small watcher process.
 
 The loop beats into a pipe; faulthandler (C, no GIL needed) is armed to dump every thread's
-stack into a second pipe on `DUMP_SIGNAL`. When the beats stop for `fatal_s` plus a grace
+stack into a second pipe on `FREEZE_SIGNAL`. When the beats stop for `fatal_s` plus a grace
 that lets the in-process watchdog exit 75 first, the watcher takes the dump, logs
 `loop.frozen` with it and SIGKILLs the gateway: the case where a thread holds the GIL and
-neither the loop nor the watchdog thread can run.
+neither the loop nor the watchdog thread can run. An operator's `DUMP_SIGNAL` is answered on
+the loop, in Python (`stacks.dumped`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import structlog
@@ -25,7 +28,11 @@ import structlog
 from hermes_gateway.config import Config, WatchdogConfig
 
 log = structlog.get_logger("hermes.sentinel")
-DUMP_SIGNAL = signal.SIGUSR2
+DUMP_SIGNAL = signal.SIGUSR2  # an operator's "where is it?": answered without a kill
+# the watcher's, for a frozen loop only: faulthandler's dump walks the threads from a signal
+# handler without a lock, and crashes the process (SIGSEGV) when a thread ends meanwhile; an
+# operator's signal must never risk that, a gateway about to be killed anyway may
+FREEZE_SIGNAL = signal.SIGRTMIN + 1
 WATCHER = Path(__file__).with_name("sentinel_watch.py")
 DUMP_PIPE_BYTES = 1 << 20  # faulthandler's worst case (100 threads x 100 frames) fits
 RESPAWN_EVERY_S = 10.0
@@ -53,6 +60,7 @@ class Sentinel:
         self._dump_fd = -1
         self._timer: asyncio.TimerHandle | None = None
         self._started_at = -RESPAWN_EVERY_S
+        self._by_hand = False
 
     @classmethod
     def for_config(cls, loop: asyncio.AbstractEventLoop, config: Config) -> Sentinel:
@@ -62,6 +70,10 @@ class Sentinel:
 
     def start(self) -> None:
         """Spawn the watcher: a fork and exec, a few ms on the loop thread."""
+        if not self._by_hand:
+            with contextlib.suppress(ValueError, RuntimeError):  # a loop off the main thread
+                self.loop.add_signal_handler(DUMP_SIGNAL, self.dump_by_hand)
+                self._by_hand = True
         beat_r, self._beat_fd = os.pipe()
         dump_r, self._dump_fd = os.pipe()
         # never block the loop on a slow watcher, nor a signal handler on a full pipe
@@ -70,10 +82,10 @@ class Sentinel:
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._dump_fd, fcntl.F_SETPIPE_SZ, DUMP_PIPE_BYTES)
         deadline = self.config.fatal_s + grace_s(self.config)
-        args: list[object] = [os.getpid(), deadline, self.config.fatal_s, dump_r, int(DUMP_SIGNAL)]
+        args: list[object] = [os.getpid(), deadline, self.config.fatal_s, dump_r, FREEZE_SIGNAL]
         args += [str(self.log_path)] if self.log_path else []
         try:
-            faulthandler.register(DUMP_SIGNAL, file=self._dump_fd, all_threads=True, chain=False)
+            faulthandler.register(FREEZE_SIGNAL, file=self._dump_fd, all_threads=True, chain=False)
             # -I -S: the standard library only, no site-packages: a ~10 MB process, fast start
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(WATCHER), *map(str, args)],
@@ -113,9 +125,17 @@ class Sentinel:
         log.error("sentinel.lost", error=str(exc), exit_code=code, restart_in_s=round(delay, 1))
         self._timer = self.loop.call_later(delay, self.start)
 
+    def dump_by_hand(self) -> None:
+        """`DUMP_SIGNAL`: every thread's stack in the log, read under the interpreter's locks
+        (a thread may end meanwhile), in faulthandler's format like `loop.frozen`'s."""
+        log.warning("stacks.dumped", stack=thread_stacks())
+
     async def stop(self) -> None:
         self._close()
         await self._wait_closed()
+        if self._by_hand:  # from now on the signal's default: the process ends
+            self.loop.remove_signal_handler(DUMP_SIGNAL)
+            self._by_hand = False
 
     def _close(self) -> None:
         """Stop beating and close the pipe: the watcher reads EOF and exits."""
@@ -135,7 +155,7 @@ class Sentinel:
 
     def _release_dump(self) -> None:
         if self._dump_fd >= 0:
-            faulthandler.unregister(DUMP_SIGNAL)
+            faulthandler.unregister(FREEZE_SIGNAL)
             os.close(self._dump_fd)
             self._dump_fd = -1
 
@@ -146,3 +166,17 @@ class Sentinel:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(2)
+
+
+def thread_stacks(limit: int = 100) -> str:
+    """Every thread's Python stack, most recent call first, as faulthandler writes them."""
+    current = threading.get_ident()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    blocks = []
+    for ident, frame in sys._current_frames().items():
+        head = "Current thread" if ident == current else "Thread"
+        lines = [f"{head} 0x{ident:016x} [{names.get(ident, '?')}] (most recent call first):"]
+        for fs in reversed(traceback.extract_stack(frame, limit=limit)):
+            lines.append(f'  File "{fs.filename}", line {fs.lineno} in {fs.name}')
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

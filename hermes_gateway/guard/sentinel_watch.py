@@ -2,7 +2,7 @@
 that holds the GIL cannot starve it. It kills the gateway when the event loop stops beating.
 
 Run by `hermes_gateway.guard.sentinel` as `python -I -S sentinel_watch.py PID DEADLINE_S FATAL_S
-DUMP_FD DUMP_SIGNAL [LOG_PATH]`; the loop's beats
+DUMP_FD FREEZE_SIGNAL [LOG_PATH]`; the loop's beats
 arrive on stdin (EOF: the gateway stopped us, or is gone) and faulthandler's dump of every
 thread's stack arrives on the `dump_fd` pipe.
 """
@@ -43,7 +43,7 @@ class Watcher:
                 # a beat that waited in the pipe while we were not scheduled still counts:
                 # only silence seen with the pipe empty is the loop's
                 last = time.monotonic()
-            if self.dump_fd in ready:  # someone sent the dump signal by hand
+            if self.dump_fd in ready:  # someone sent the freeze signal by hand
                 stack = self.read_dump()
                 if not stack:  # EOF: the gateway is gone, a fork of it may hold our stdin
                     return 0

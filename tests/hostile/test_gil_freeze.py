@@ -219,6 +219,36 @@ def test_sigusr2_logs_every_stack_and_changes_nothing(tmp_path: Path, fake_llm: 
     assert "Current thread 0x" in dumped["stack"]
 
 
+def test_sigusr2_all_through_a_start_never_crashes_the_gateway(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """An operator's dump signal, sent every 10 ms from the sentinel's start until a second
+    after `gateway.ready` (threads of the store's opening start and end meanwhile): it was
+    handled by faulthandler, which walks the threads without a lock from the signal handler,
+    and the gateway died of SIGSEGV about once in 20 starts with a single signal."""
+    gw = GatewayProcess(tmp_path / "home", _config(fake_llm))
+    sent, ready_at = 0, None
+    try:
+        gw.start(wait=False)
+        wait_until(lambda: (gw.home / "logs" / "gateway.log").exists(), timeout=30)
+        _watcher_pid(gw)  # from here the signal has a handler (before: its default, the end)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (ready_at is None or time.monotonic() < ready_at):
+            assert gw.proc is not None and gw.proc.poll() is None, f"exit {gw.proc.poll()}"
+            gw.signal(signal.SIGUSR2)
+            sent += 1
+            time.sleep(0.01)
+            if ready_at is None and sent % 10 == 0 and _events(gw, "gateway.ready"):
+                ready_at = time.monotonic() + 1.0
+        time.sleep(0.5)
+        assert gw.proc is not None and gw.proc.poll() is None, f"exit {gw.proc.poll()}"
+        assert gw.chat("still there?").status_code == 200
+    finally:
+        gw.kill()
+    assert ready_at is not None, gw.stderr()
+    assert sent >= 50 and _events(gw, "stacks.dumped")
+
+
 def test_a_killed_watcher_is_replaced(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     gw = GatewayProcess(tmp_path / "home", _config(fake_llm))
     try:
