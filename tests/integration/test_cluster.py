@@ -40,6 +40,18 @@ def tg() -> Iterator[FakeTelegram]:
         yield fake
 
 
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    """A Redis server of the test's own, which it stops and starts; stopped at the end."""
+    server = RedisProcess(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def fast_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TelegramAdapter, "poll_timeout", 1.0)
@@ -160,35 +172,29 @@ async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
 
 
 async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, redis: RedisProcess
 ) -> None:
     """No coordination, no run (a session could otherwise run on two instances): the message
     stays in the inbox, /readyz says why, its user is told it waits, and it is answered, once,
     when Redis is back."""
-    redis = RedisProcess(tmp_path / "redis")
-    (tmp_path / "redis").mkdir()
-    redis.start()
     chat = random.randint(10_000, 99_999)
-    try:
-        async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, b):
-            for gateway in (a, b):
-                assert gateway.ownership is not None
-                gateway.ownership.tell_waiting_after_s = 0.5  # `cluster.waiting_notice_s`
-            ran_a, ran_b = runs_of(a), runs_of(b)
-            redis.stop()
-            assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
-            await eventually(lambda: not a.vitals.readiness()[0])
-            [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
-            await asyncio.sleep(1.5)  # longer than a lease: still nothing ran anywhere
-            assert ran_a == ran_b == [] and fake_llm.requests == []
-            ready, reasons = a.vitals.readiness()
-            redis.start()  # empty: no lease, no stream survived
-            await tg.wait_sent(2, chat_id=chat, timeout=15)
-            await eventually(lambda: a.vitals.readiness()[0] and b.vitals.readiness()[0])
-            await asyncio.sleep(1.5)  # a second answer would come within a sweep
-            sent = [m["text"] for m in tg.messages_to(chat)]
-    finally:
+    async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, b):
+        for gateway in (a, b):
+            assert gateway.ownership is not None
+            gateway.ownership.tell_waiting_after_s = 0.5  # `cluster.waiting_notice_s`
+        ran_a, ran_b = runs_of(a), runs_of(b)
         redis.stop()
+        assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
+        await eventually(lambda: not a.vitals.readiness()[0])
+        [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+        await asyncio.sleep(1.5)  # longer than a lease: still nothing ran anywhere
+        assert ran_a == ran_b == [] and fake_llm.requests == []
+        ready, reasons = a.vitals.readiness()
+        redis.start()  # empty: no lease, no stream survived
+        await tg.wait_sent(2, chat_id=chat, timeout=15)
+        await eventually(lambda: a.vitals.readiness()[0] and b.vitals.readiness()[0])
+        await asyncio.sleep(1.5)  # a second answer would come within a sweep
+        sent = [m["text"] for m in tg.messages_to(chat)]
     assert any("cluster: coordination (Redis) unreachable" in r for r in reasons)
     assert notice["text"] == ownership.WAITING
     assert sent == [ownership.WAITING, "echo: are you there?"]
@@ -196,84 +202,66 @@ async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
 
 
 async def test_a_run_stopped_because_redis_went_down_has_its_user_told(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, redis: RedisProcess
 ) -> None:
     """Redis goes while a run is in flight: its lease cannot be renewed, so the run stops at
     the deadline and its message waits in the inbox; its user is told, as one whose message
     arrived during the outage is."""
     fake_llm.push(text("too late", delay=8))
-    redis = RedisProcess(tmp_path / "redis")
-    (tmp_path / "redis").mkdir()
-    redis.start()
     chat = random.randint(10_000, 99_999)
-    try:
-        async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, _):
-            assert a.ownership is not None
-            a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
-            assert await a.submit(message(chat, 1, "a long one"), durable=True) == "accepted"
-            await eventually(lambda: len(fake_llm.requests) == 1)
-            redis.stop()
-            [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
-            await asyncio.sleep(1.0)
-            sent = [m["text"] for m in tg.messages_to(chat)]
-    finally:
+    async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, _):
+        assert a.ownership is not None
+        a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
+        assert await a.submit(message(chat, 1, "a long one"), durable=True) == "accepted"
+        await eventually(lambda: len(fake_llm.requests) == 1)
         redis.stop()
+        [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
+        await asyncio.sleep(1.0)
+        sent = [m["text"] for m in tg.messages_to(chat)]
     assert notice["text"] == ownership.WAITING
     assert sent == [ownership.WAITING]  # the stopped run sent nothing
 
 
 async def test_a_message_waiting_behind_one_answered_meanwhile_is_told_too(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, redis: RedisProcess
 ) -> None:
     """The waiting notice's timer starts with a session's first waiting entry; when that one
     is answered meanwhile (a run that finished as its lease ran out is still delivered), the
     session's later message, still waiting, is what its user is told about."""
-    redis = RedisProcess(tmp_path / "redis")
-    (tmp_path / "redis").mkdir()
-    redis.start()
     chat = random.randint(10_000, 99_999)
-    try:
-        async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, _):
-            assert a.ownership is not None
-            a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
-            redis.stop()
-            assert await a.submit(message(chat, 1, "first"), durable=True) == "accepted"
-            [(first, _)] = await a.store.unanswered(older_than_s=0, max_age_s=3600)
-            await a.store.mark([first], "answered")  # as its detached run's delivery does
-            assert await a.submit(message(chat, 2, "second"), durable=True) == "accepted"
-            [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
-    finally:
+    async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, _):
+        assert a.ownership is not None
+        a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
         redis.stop()
+        assert await a.submit(message(chat, 1, "first"), durable=True) == "accepted"
+        [(first, _)] = await a.store.unanswered(older_than_s=0, max_age_s=3600)
+        await a.store.mark([first], "answered")  # as its detached run's delivery does
+        assert await a.submit(message(chat, 2, "second"), durable=True) == "accepted"
+        [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
     assert notice["text"] == ownership.WAITING
 
 
 async def test_an_api_request_for_a_session_running_elsewhere_is_refused_not_lost(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, redis: RedisProcess
 ) -> None:
     """The local API's reply can only go back on the request's own connection: a request for
     a session another instance runs gets 409 at once (and 503 with coordination down), never
     a request left hanging for an answer delivered elsewhere."""
     fake_llm.push(text("the long answer", delay=3))
-    redis = RedisProcess(tmp_path / "redis")
-    (tmp_path / "redis").mkdir()
-    redis.start()
-    try:
-        async with (
-            cluster(tmp_path, fake_llm, tg, redis.url) as (a, b),
-            aiohttp.ClientSession() as http,
-        ):
-            on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
-            on_b = Client(http, f"http://127.0.0.1:{b.control.port}")
-            first = asyncio.create_task(on_a.chat("take your time", user="ann"))
-            await eventually(lambda: len(fake_llm.requests) == 1)
-            started = time.monotonic()
-            elsewhere = await on_b.chat("me again", user="ann")
-            refused_after = time.monotonic() - started
-            answered = await first
-            redis.stop()
-            down = await on_b.chat("anyone?", user="bob")
-    finally:
+    async with (
+        cluster(tmp_path, fake_llm, tg, redis.url) as (a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
+        on_b = Client(http, f"http://127.0.0.1:{b.control.port}")
+        first = asyncio.create_task(on_a.chat("take your time", user="ann"))
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        started = time.monotonic()
+        elsewhere = await on_b.chat("me again", user="ann")
+        refused_after = time.monotonic() - started
+        answered = await first
         redis.stop()
+        down = await on_b.chat("anyone?", user="bob")
     assert elsewhere["status"] == 409 and refused_after < 2.5  # not after a's 3 s answer
     assert elsewhere["body"]["error"]["code"] == "session_busy_elsewhere"
     assert answered["text"] == "the long answer"
