@@ -34,7 +34,7 @@ from tests.chaos.cluster import (
     redis_and_postgres,
     session_of,
 )
-from tests.chaos.cluster_run import Kill, Owners, _kill_one, _report, _settle
+from tests.chaos.cluster_run import Kill, Owners, _kill_one, _report, chatting
 from tests.chaos.kit import ChaosModel, tokens_in
 from tests.fakes.openai import FakeOpenAI
 from tests.security import keys
@@ -59,15 +59,8 @@ def phase(tmp: Path, n: int, args: Any, kills: int = 0) -> dict[str, Any]:
         pause = (0.0, 0.5) if kills else (0.0, 0.0)
         sessions = args.failover_sessions if kills else args.sessions
         traffic = Traffic(cluster, sessions, pause=pause, seed=n + 100 * kills)
-        cluster.users[:] = [traffic.user(i) for i in range(1, sessions + 1)]
-        owners, done, codes = Owners(cluster), list[Kill](), list[int]()
-        try:
-            for node in cluster.nodes:
-                cluster.start(node, wait=False)
-            for node in cluster.nodes:
-                cluster.wait_ready(node)
-            owners.thread.start()
-            driver = traffic.start()
+        owners, done = Owners(cluster), list[Kill]()
+        with chatting(cluster, traffic, owners, llm, settle_s=args.settle) as codes:
             time.sleep(args.warmup)
             start = time.monotonic()
             for _ in range(kills):
@@ -75,19 +68,6 @@ def phase(tmp: Path, n: int, args: Any, kills: int = 0) -> dict[str, Any]:
                 time.sleep(args.gap)
             time.sleep(0 if kills else args.seconds)
             end = time.monotonic()
-            cluster.stopping = True
-            traffic.stopping.set()
-            driver.join(60)
-            _settle(cluster, traffic, timeout=args.settle)
-            traffic.closing.set()
-            codes = cluster.stop_all()
-        finally:
-            cluster.stopping = True
-            owners.stop.set()
-            traffic.stopping.set()
-            traffic.closing.set()
-            cluster.kill_all()
-            slack.stop()
         tally = _report(cluster, traffic, done, llm, codes)
         report = tally.figures
         report["max_in_flight"] = llm.max_in_flight

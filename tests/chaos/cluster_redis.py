@@ -24,7 +24,7 @@ from tests.chaos.cluster import (
     postgres_database,
     session_of,
 )
-from tests.chaos.cluster_run import CHANNEL_RE, ClusterReport, _report
+from tests.chaos.cluster_run import CHANNEL_RE, ClusterReport, _report, chatting
 from tests.chaos.kit import ChaosModel, percentile
 from tests.fakes.openai import FakeOpenAI
 from tests.redis_server import RedisProcess
@@ -137,36 +137,12 @@ def run_redis_outages(
     cluster = OutageCluster(tmp, setup, llm, slack, instances, waiting_notice_s=waiting_notice_s)
     traffic = Traffic(cluster, sessions, seed=seed)
     readiness = Readiness(cluster)
-    codes: list[int] = []
-    died: list[str] = []
-    try:
-        cluster.users[:] = [traffic.user(i) for i in range(1, sessions + 1)]
-        for node in cluster.nodes:
-            cluster.start(node, wait=False)
-        for node in cluster.nodes:
-            cluster.wait_ready(node)
-        readiness.thread.start()
-        driver = traffic.start()
+    with chatting(cluster, traffic, readiness, llm) as codes:
         for outage in outages:
             time.sleep(traffic_s)
             _outage(cluster, redis, readiness, outage, ready_within_s)
         time.sleep(traffic_s)
         died = [n.instance_id for n in cluster.nodes if n.proc and n.proc.proc.poll() is not None]
-        cluster.stopping = True
-        traffic.stopping.set()
-        driver.join(60)
-        _settle(traffic, timeout=90)
-        traffic.closing.set()
-        codes = cluster.stop_all()
-    finally:
-        cluster.stopping = True
-        readiness.stop.set()
-        traffic.stopping.set()
-        traffic.closing.set()
-        cluster.kill_all()
-        slack.stop()
-        llm.responder = None
-        llm.session_of = None
     chaos = _report(cluster, traffic, [], llm, codes)
     told = _told(slack)
     for outage in outages:
@@ -207,13 +183,6 @@ def _outage(
         if len(outage.ready_again_s) == len(cluster.nodes):
             return
         time.sleep(0.1)
-
-
-def _settle(traffic: Traffic, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while traffic.unanswered() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # a late second copy would show now
 
 
 def _told(slack: ChaosSlack) -> dict[int, list[float]]:

@@ -10,9 +10,11 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -83,40 +85,58 @@ def run_cluster_chaos(
     rng = random.Random(seed)
     llm.responder = ChaosModel(tool_share=0.0, delay=(0.1, 0.6), seed=seed)
     llm.session_of = session_of
-    slack = ChaosSlack().start()
-    cluster = Cluster(tmp, setup, llm, slack, 3)
+    cluster = Cluster(tmp, setup, llm, ChaosSlack().start(), 3)
     traffic = Traffic(cluster, sessions, seed=seed)
     owners = Owners(cluster)
     done: list[Kill] = []
-    codes: list[int] = []
-    try:
-        cluster.users[:] = [traffic.user(i) for i in range(1, sessions + 1)]
-        for node in cluster.nodes:
-            cluster.start(node, wait=False)
-        for node in cluster.nodes:
-            cluster.wait_ready(node)
-        owners.thread.start()
-        driver = traffic.start()
+    with chatting(cluster, traffic, owners, llm) as codes:
         for _ in range(kills):
             time.sleep(rng.uniform(*gap))
             done.append(_kill_one(cluster, traffic, owners, rng, down))
         time.sleep(2.0)
+    return _report(cluster, traffic, done, llm, codes)
+
+
+class Watcher(Protocol):
+    """A thread that looks at the instances while they chat (`Owners`, `Readiness`)."""
+
+    thread: threading.Thread
+    stop: threading.Event
+
+
+@contextmanager
+def chatting(
+    cluster: Cluster, traffic: Traffic, watcher: Watcher, llm: FakeOpenAI, settle_s: float = 90
+) -> Iterator[list[int]]:
+    """Every instance started and ready, ``watcher`` and the traffic running. A block that
+    ends normally then stops the traffic, waits up to ``settle_s`` for what is owed, and stops
+    the instances: their exit codes fill the list it was given. Either way, at the end every
+    instance is killed, the fake Slack stopped and the model's script reset."""
+    codes: list[int] = []
+    try:
+        cluster.users[:] = [traffic.user(i) for i in range(1, traffic.sessions + 1)]
+        for node in cluster.nodes:
+            cluster.start(node, wait=False)
+        for node in cluster.nodes:
+            cluster.wait_ready(node)
+        watcher.thread.start()
+        driver = traffic.start()
+        yield codes
         cluster.stopping = True
         traffic.stopping.set()
         driver.join(60)  # the deliveries still being retried end
-        _settle(cluster, traffic, timeout=90)
+        _settle(traffic, timeout=settle_s)
         traffic.closing.set()
-        codes = cluster.stop_all()  # one still starting is stopped too (exit 0, promptly)
+        codes += cluster.stop_all()  # one still starting is stopped too (exit 0, promptly)
     finally:
         cluster.stopping = True
-        owners.stop.set()
+        watcher.stop.set()
         traffic.stopping.set()
         traffic.closing.set()
         cluster.kill_all()
-        slack.stop()
+        cluster.slack.stop()
         llm.responder = None
         llm.session_of = None
-    return _report(cluster, traffic, done, llm, codes)
 
 
 def _kill_one(
@@ -150,7 +170,7 @@ def _revive(cluster: Cluster, node: Node) -> None:
             raise
 
 
-def _settle(cluster: Cluster, traffic: Traffic, timeout: float) -> None:
+def _settle(traffic: Traffic, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while traffic.unanswered() and time.monotonic() < deadline:
         time.sleep(0.2)
