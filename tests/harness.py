@@ -109,7 +109,10 @@ class Client:
 
 
 async def _read_sse(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The streamed reply; ``shown`` is what a client shows, in order: the text's pieces and
+    the tool notes ("[tool start: name]")."""
     deltas: list[str] = []
+    shown: list[str] = []
     kind = None
     async for raw in resp.content:
         line = raw.decode().strip()
@@ -120,9 +123,20 @@ async def _read_sse(resp: aiohttp.ClientResponse) -> dict[str, Any]:
             piece = choice["delta"].get("content")
             if piece:
                 deltas.append(piece)
-        if "hermes" in chunk:
-            kind = chunk["hermes"]["kind"]
-    return {"status": 200, "text": "".join(deltas), "kind": kind, "deltas": deltas, "body": None}
+                shown.append(piece)
+        extra = chunk.get("hermes") or {}
+        if "tool" in extra:
+            shown.append(f"[tool {extra['phase']}: {extra['tool']}]")
+        kind = extra.get("kind", kind)
+    text = "".join(deltas)
+    return {
+        "status": 200,
+        "text": text,
+        "kind": kind,
+        "deltas": deltas,
+        "shown": shown,
+        "body": None,
+    }
 
 
 @contextlib.asynccontextmanager

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from adapters.api.stream import SseSink, StreamMeta, ToolNote, stream_response
+from adapters.api.stream import SseSink, StreamMeta, stream_response
 from adapters.api.wire import (
     Ended,
     client_history,
@@ -49,9 +49,7 @@ class ApiAdapter:
         host.add_route("GET", "/v1/models", self.models)
         host.add_route("GET", "/v1/history", self.history)
         host.add_route("*", "/v1/responses", self.responses)
-        host.bus.subscribe(
-            self._on_lifecycle, ["tool_event", "processing_complete"], name="api-adapter"
-        )
+        host.bus.subscribe(self._on_lifecycle, ["processing_complete"], name="api-adapter")
 
     async def start(self) -> None:
         self._open = True
@@ -106,12 +104,7 @@ class ApiAdapter:
         if ev.message is None:
             return
         key = _key(ev.message.session_key, ev.message.message_id)
-        if ev.name == "tool_event":
-            sink = self._sinks.get(key)
-            if sink is not None and (tool := ev.data.get("tool")):
-                phase = "start" if ev.data.get("kind") == "tool_start" else "end"
-                sink.queue.put_nowait(ToolNote(str(tool), phase, ev.data.get("ok")))
-        elif ev.data.get("status") == "interrupted":  # overtaken, or the gateway stopping
+        if ev.data.get("status") == "interrupted":  # overtaken, or the gateway stopping
             self._end(key, Ended("interrupted" if self._open else "shutting_down"))
         elif ev.data.get("status") == "abandoned" and key in self._waiters:
             # a /stop answers it ("Stopped."); a newer message's reply must not

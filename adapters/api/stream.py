@@ -38,6 +38,9 @@ class SseSink:
     def push(self, text: str) -> None:
         self.queue.put_nowait(text)
 
+    def tool(self, name: str, phase: str, ok: bool | None) -> None:
+        self.queue.put_nowait(ToolNote(name, phase, ok))
+
 
 @dataclass(frozen=True, slots=True)
 class StreamMeta:

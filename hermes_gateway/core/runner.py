@@ -23,6 +23,7 @@ from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.handoff import ClusterSide
 from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.progress import Progress
 from hermes_gateway.core.run import (
     CRASHED,
     QUEUE_FULL,
@@ -60,7 +61,7 @@ class GatewayRunner(ClusterSide):
         agents: AgentCache,
         delivery: Delivery,
         metrics: Metrics,
-        stream_for: Any = None,
+        stream_for: Callable[[MessageEvent], StreamSink | None] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -192,22 +193,15 @@ class GatewayRunner(ClusterSide):
                 self._next(run)
 
     async def _call_agent(self, run: Run, ctx: SessionContext) -> RunResult | None:
-        loop = asyncio.get_running_loop()
-        sink: StreamSink | None = self._stream_for(run.primary)
-        on_delta = None
-        if sink is not None:
-            push = sink.push
-
-            def on_delta(text: str) -> None:
-                if not run.stopped:
-                    loop.call_soon_threadsafe(push, text)
-
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            if kind == "model_call":
-                self.metrics.model_call(data)  # counted here: no hop to the loop for it
-            else:
-                loop.call_soon_threadsafe(self._tool_event, run, kind, data)
-
+        sink = self._stream_for(run.primary)
+        progress = Progress(
+            run.primary,
+            run.run_id,
+            lambda: run.stopped,
+            sink,
+            bus=self.bus,
+            metrics=self.metrics,
+        )
         self.bus.emit("agent_run", run.primary, run_id=run.run_id)
         sent = run.primary.history  # a stateless API request brings its own
         run.future = self.pool.submit(
@@ -215,8 +209,8 @@ class GatewayRunner(ClusterSide):
             merge_text(run.items),
             [*sent, *ctx.history] if sent else ctx.history.snapshot(),
             control=run.control,
-            on_delta=on_delta,
-            on_event=on_event,
+            on_delta=progress.delta if sink is not None else None,
+            on_event=progress.event,
         )
         assert run.abandon is not None
         waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
@@ -232,10 +226,6 @@ class GatewayRunner(ClusterSide):
             self._table.push_front(run.key, [Pending(p.event, p.inbox_id) for p in unused])
         if run.state in (RunState.RUNNING, RunState.INTERRUPTING):
             run.move(RunState.SETTLING)
-
-    def _tool_event(self, run: Run, kind: str, data: dict[str, Any]) -> None:
-        if not run.stopped:
-            self.bus.emit("tool_event", run.primary, run_id=run.run_id, kind=kind, **data)
 
     def _next(self, run: Run) -> None:
         """Hand the guard to the next pending turn, or release it. No await: atomic."""

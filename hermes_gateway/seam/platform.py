@@ -40,9 +40,14 @@ class Health:
 
 @runtime_checkable
 class StreamSink(Protocol):
-    """Receives a run's text as the model produces it (API SSE, preview-by-edit)."""
+    """Receives a run's progress as it happens (API SSE, preview-by-edit), on the loop and in
+    the order it happened: the text the model produces, and the tools the run calls."""
 
     def push(self, text: str) -> None: ...
+
+    def tool(self, name: str, phase: str, ok: bool | None) -> None:
+        """A tool started (``phase`` "start") or ended ("end"; ``ok`` says how)."""
+        ...
 
 
 class Leadership(Protocol):

@@ -73,6 +73,9 @@ class LivePreview(Generic[R]):
             name = f"adapter:{self.wire.platform}:preview"
             self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
 
+    def tool(self, name: str, phase: str, ok: bool | None) -> None:
+        """A chat's preview shows the reply's text only."""
+
     def close(self) -> None:
         """No more edits (one in flight completes); the preview keeps what it shows."""
         self._closed.set()

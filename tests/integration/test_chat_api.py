@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -12,7 +15,7 @@ import structlog
 
 from hermes_gateway.errors import TransientAdapterError
 from hermes_gateway.events import OutboundMessage
-from tests.fakes.openai import FakeOpenAI, error, raw, text, tool_calls
+from tests.fakes.openai import FakeOpenAI, Response, error, raw, text, tool_calls
 from tests.harness import eventually, make_config, running_gateway
 
 
@@ -43,6 +46,35 @@ async def test_streaming_reply_arrives_in_pieces(tmp_path: Path, fake_llm: FakeO
     assert result["text"] == "one two three four five six"
     assert len(result["deltas"]) > 3
     assert result["kind"] == "reply"
+
+
+async def test_a_tool_shows_in_the_stream_before_the_words_after_it(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # the loop is held up from the first model call until the second has been answered: the
+    # tool's notes and the words after it are all waiting when it runs again, and must come
+    # out in the order they happened (a busy machine holds a loop up like this)
+    replies = [tool_calls(("read_file", {"path": "notes.txt"})), text("No notes yet.")]
+    answered = threading.Event()
+
+    def hold_the_loop() -> None:
+        answered.wait(10)
+        time.sleep(0.5)  # the streamed words reach the agent's thread meanwhile
+
+    def respond(body: dict[str, Any]) -> Response:
+        if len(replies) == 2:
+            loop.call_soon_threadsafe(hold_the_loop)
+        else:
+            answered.set()
+        return replies.pop(0)
+
+    fake_llm.responder = respond
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        loop = asyncio.get_running_loop()
+        result = await client.chat("read my notes", stream=True)
+    notes, words = result["shown"][:2], result["shown"][2:]
+    assert notes == ["[tool start: read_file]", "[tool end: read_file]"]
+    assert "".join(words) == "No notes yet."
 
 
 async def test_system_prompt_is_stable_across_turns(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
