@@ -1,5 +1,5 @@
-"""``python -m bench [--quick | --tiny] [--json PATH] [--profile DIR]``: run the bench, print
-the Markdown table, write the JSON (default ``bench/results/bench.json``)."""
+"""``python -m bench [--quick | --tiny] [--json PATH] [--profile DIR] [--baseline DIR]``: run
+the bench, print the Markdown table, write the JSON (default ``bench/results/bench.json``)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,24 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", type=Path, help="py-spy both sides (perturbs the figures); raw files go here"
     )
     parser.add_argument("--workdir", type=Path, help="keep configs, homes and logs here")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of another revision: its gateway is measured in the same run, by "
+        "this checkout's fakes, floor and driver (e.g. `git worktree add DIR REV`)",
+    )
     args = parser.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "hermes_gateway").is_dir():
+        parser.error(f"--baseline {args.baseline}: no hermes_gateway package there")
     plan = Plan.named("tiny" if args.tiny else "quick" if args.quick else "full")
     try:
-        data = uvloop.run(suite.run(plan, workdir=args.workdir, profile_dir=args.profile))
+        run = suite.run(
+            plan,
+            workdir=args.workdir,
+            profile_dir=args.profile,
+            baseline=args.baseline and args.baseline.resolve(),
+        )
+        data = uvloop.run(run)
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1

@@ -36,10 +36,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child_env() -> dict[str, str]:
+def child_env(root: Path = ROOT) -> dict[str, str]:
+    """The environment of a child whose code comes from the checkout at ``root``."""
     env = dict(os.environ)
     env.pop("NOTIFY_SOCKET", None)  # never let a child talk to systemd
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -51,17 +52,20 @@ def _tail(path: Path, size: int = 3000) -> str:
 
 
 class Child:
-    """One child process; `stop` sends SIGTERM, waits, and kills only if it must."""
+    """One child process; `stop` sends SIGTERM, waits, and kills only if it must. Its code
+    comes from the checkout at ``root`` (this one, or the baseline's: ``--baseline``)."""
 
-    def __init__(self, name: str, argv: list[str], workdir: Path, stdout: bool = False) -> None:
+    def __init__(
+        self, name: str, argv: list[str], workdir: Path, stdout: bool = False, root: Path = ROOT
+    ) -> None:
         self.name = name
         self.stderr_path = workdir / f"{name}.stderr"
         self._stderr = self.stderr_path.open("ab")
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             argv,
-            cwd=ROOT,
-            env=child_env(),
+            cwd=root,
+            env=child_env(root),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
             stderr=self._stderr,
@@ -199,15 +203,17 @@ class Instance:
 
 
 def spawn_gateway(
-    workdir: Path, telegram: str, llm: str, tag: str, lag_interval_ms: int
+    workdir: Path, telegram: str, llm: str, tag: str, lag_interval_ms: int, root: Path = ROOT
 ) -> Instance:
+    """This checkout's gateway, or (``root``) another checkout's, with the same config."""
     home = workdir / f"home-{tag}"
     port = free_port()
     path = workdir / f"gateway-{tag}.yaml"
     config = gateway_config(home, port, telegram, llm, lag_interval_ms)
     path.write_text(yaml.safe_dump(config))
     argv = _module("hermes_gateway", "gateway", "run", "--config", str(path))
-    return Instance("gateway", Child(f"gateway-{tag}", argv, workdir), f"http://127.0.0.1:{port}")
+    child = Child(f"gateway-{tag}", argv, workdir, root=root)
+    return Instance("gateway", child, f"http://127.0.0.1:{port}")
 
 
 def spawn_echo(workdir: Path, telegram: str, llm: str, tag: str) -> Instance:

@@ -1,7 +1,9 @@
 """The results of a run: the bench's JSON document and its Markdown table.
 
 ``ratios`` are gateway / floor (floor / gateway for throughput), so lower is better
-everywhere and 1.0 means "as cheap as the floor".
+everywhere and 1.0 means "as cheap as the floor". With a baseline (``--baseline``: another
+checkout's gateway, measured in the same run), ``baseline_ratios`` are its own, and
+``vs_baseline`` divides each ratio by the baseline's: above 1.0, this checkout costs more.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import lag, phases
@@ -52,12 +55,31 @@ def _ratio(gateway: Any, floor: Any, inverted: bool) -> float | None:
     return round(num / den, 3) if den else None
 
 
+def ratios_of(g: dict[str, Any], f: dict[str, Any], which: dict[str, tuple[str, bool]]) -> Any:
+    return {name: _ratio(g.get(key), f.get(key), inv) for name, (key, inv) in which.items()}
+
+
+def vs_baseline(ratios: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
+    """Each ratio of this checkout ÷ the baseline's (both against the same floor)."""
+    out: dict[str, float | None] = {}
+    for name, value in ratios.items():
+        other = base.get(name)
+        ok = isinstance(value, int | float) and isinstance(other, int | float) and other
+        out[name] = round(value / other, 3) if ok else None
+    return out
+
+
 def build(
-    plan: Plan, gateway: Side, floor: Side, *, elapsed: float, profiler: Profiler | None = None
+    plan: Plan,
+    gateway: Side,
+    floor: Side,
+    *,
+    elapsed: float,
+    profiler: Profiler | None = None,
+    baseline: Side | None = None,
 ) -> dict[str, Any]:
     g, f = side_figures(gateway), side_figures(floor)
-    ratios = {name: _ratio(g.get(key), f.get(key), inv) for name, (key, inv) in RATIOS.items()}
-    info = {name: _ratio(g.get(key), f.get(key), inv) for name, (key, inv) in INFO_RATIOS.items()}
+    ratios, info = ratios_of(g, f, RATIOS), ratios_of(g, f, INFO_RATIOS)
     loop = lag.summary(gateway.figures.get("loop_lag_buckets") or {})
     data: dict[str, Any] = {
         "mode": plan.mode,
@@ -76,6 +98,13 @@ def build(
         "lost": g["lost"] + f["lost"],
         "harness_ceiling_msg_s": f.get("harness_ceiling_msg_s"),
     }
+    if baseline is not None:
+        b = side_figures(baseline)
+        data["baseline"] = b
+        data["baseline_commit"] = _commit(baseline.root or ROOT)
+        data["baseline_ratios"] = ratios_of(b, f, RATIOS)
+        data["vs_baseline"] = vs_baseline(ratios, data["baseline_ratios"])
+        data["lost"] += b["lost"]
     data["targets"] = targets(data)
     if profiler is not None:
         data["profile"] = _with_ms(profiler.summaries, g, f)
@@ -117,15 +146,15 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def _commit() -> str | None:
+def _commit(root: Path = ROOT) -> str | None:
     """The checkout measured: HEAD, with ``+dirty`` when the gateway's code has edits."""
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "-uno", "--", *CODE],
-            cwd=ROOT,
+            cwd=root,
             capture_output=True,
             text=True,
         ).stdout.strip()
@@ -235,20 +264,16 @@ def _pct(part: Any, whole: Any) -> str:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    g, f = data["gateway"], data["floor"]
-    ratios = {**data["ratios"], **data.get("info_ratios", {})}
+    f = data["floor"]
+    against = f", baseline {data.get('baseline_commit')}" if "baseline" in data else ""
     lines = [
         f"Hermes Gateway bench ({data['mode']}, {data['elapsed_s']} s, "
-        f"commit {data['machine']['commit']})",
+        f"commit {data['machine']['commit']}{against})",
         "",
         f"Counts: {data['plan_summary']}.",
         "",
-        "| figure | gateway | floor | ratio (gateway ÷ floor; throughput: floor ÷ gateway) |",
-        "|---|---|---|---|",
+        *_figure_table(data),
     ]
-    for label, key, ratio in ROWS:
-        r = _num(ratios.get(ratio)) if ratio else ""
-        lines.append(f"| {label} | {_cell(g, key)} | {_cell(f, key)} | {r} |")
     loop = data["loop_lag"]
     ceiling = data["harness_ceiling_msg_s"]
     lines += [
@@ -269,6 +294,30 @@ def markdown(data: dict[str, Any]) -> str:
     for name, summary in (data.get("profile") or {}).items():
         lines += _profile_table(name, summary)
     return "\n".join(lines)
+
+
+def _figure_table(data: dict[str, Any]) -> list[str]:
+    """Each figure per side, with the ratios; with a baseline, its column, its ratios and
+    this checkout's ratio ÷ the baseline's."""
+    g, f, b = data["gateway"], data["floor"], data.get("baseline")
+    ratios = {**data["ratios"], **data.get("info_ratios", {})}
+    head = "| figure | gateway | floor | ratio (gateway ÷ floor; throughput: floor ÷ gateway) |"
+    rule = "|---|---|---|---|"
+    if b is not None:
+        head += " baseline | baseline ratio | ratio ÷ baseline ratio |"
+        rule += "---|---|---|"
+    lines = [head, rule]
+    for label, key, ratio in ROWS:
+        row = f"| {label} | {_cell(g, key)} | {_cell(f, key)} | {_ratio_cell(ratios, ratio)} |"
+        if b is not None:
+            theirs = _ratio_cell(data["baseline_ratios"], ratio)
+            row += f" {_cell(b, key)} | {theirs} | {_ratio_cell(data['vs_baseline'], ratio)} |"
+        lines.append(row)
+    return lines
+
+
+def _ratio_cell(ratios: dict[str, Any], name: str | None) -> str:
+    return _num(ratios.get(name)) if name in ratios else ""
 
 
 def _profile_table(name: str, summary: dict[str, Any]) -> list[str]:

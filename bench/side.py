@@ -13,19 +13,28 @@ import aiohttp
 
 from bench.driver import Driver, Load
 from bench.plan import Plan
-from bench.procs import BenchError, Instance, spawn_echo, spawn_floor, spawn_gateway
+from bench.procs import ROOT, BenchError, Instance, spawn_echo, spawn_floor, spawn_gateway
 
 START_TIMEOUT_S = 60.0
 POLL_S = 0.005  # how often readiness is probed while timing a cold start
 
 
 class Side:
-    """``kind`` is "gateway" or "floor"; use ``async with``, which stops what it started."""
+    """``kind`` is "gateway", "floor" or "baseline" (the gateway of the checkout at ``root``,
+    driven like this one's); use ``async with``, which stops what it started."""
 
     def __init__(
-        self, kind: str, workdir: Path, telegram: str, llm: str, plan: Plan, lag_ms: int
+        self,
+        kind: str,
+        workdir: Path,
+        telegram: str,
+        llm: str,
+        plan: Plan,
+        lag_ms: int,
+        root: Path | None = None,
     ) -> None:
         self.kind = kind
+        self.root = root
         self.workdir = workdir
         self.telegram = telegram
         self.llm = llm
@@ -75,11 +84,12 @@ class Side:
         if self.instance is not None:
             await self.stop()
         polls = await self.driver.get_updates_count()
-        tag = f"{self._starts}"
+        tag = f"{self._starts}" if self.root is None else f"{self.kind}-{self._starts}"
         self._starts += 1
         kind = kind or self.kind
-        if kind == "gateway":
-            inst = spawn_gateway(self.workdir, self.telegram, self.llm, tag, self.lag_ms)
+        if kind in ("gateway", "baseline"):
+            root = self.root or ROOT
+            inst = spawn_gateway(self.workdir, self.telegram, self.llm, tag, self.lag_ms, root)
         else:
             spawn = spawn_echo if kind == "echo" else spawn_floor
             inst = spawn(self.workdir, self.telegram, self.llm, tag)

@@ -3,7 +3,8 @@
 Each side gets its own fake Bot API process, so both systems can stay up and the two sides'
 runs are interleaved (gateway, floor, then floor, gateway, ...): load from other processes on
 the machine then lands on both alike, which keeps the ratios honest. The fake LLM is shared;
-only one side is driven at a time.
+only one side is driven at a time. With a baseline (another checkout's gateway) there are three
+sides, interleaved the same way, all driven by this checkout's harness.
 """
 
 from __future__ import annotations
@@ -36,31 +37,48 @@ async def run(
     workdir: Path | None = None,
     profile_dir: Path | None = None,
     progress: Progress = _stderr,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
-    """The whole bench; returns the JSON-able results (see `report.build`)."""
+    """The whole bench; returns the JSON-able results (see `report.build`). ``baseline``: a
+    checkout of another revision, whose gateway is measured too (`report.vs_baseline`)."""
     started = time.monotonic()
+    kinds = ["gateway", "floor"] + (["baseline"] if baseline is not None else [])
     with _workdir(workdir) as wd:
         children: list[Child] = []
         try:
             llm_child, llm = start_fake(wd, "openai", "fake-openai")
             children.append(llm_child)
             urls = {}
-            for kind in ("gateway", "floor"):
+            for kind in kinds:
                 child, urls[kind] = start_fake(wd, "telegram", f"fake-telegram-{kind}")
                 children.append(child)
-            async with (
-                Side("gateway", wd, urls["gateway"], llm, plan, LAG_INTERVAL_MS) as gateway,
-                Side("floor", wd, urls["floor"], llm, plan, LAG_INTERVAL_MS) as floor,
-            ):
+            async with contextlib.AsyncExitStack() as stack:
+                sides = {
+                    kind: await stack.enter_async_context(
+                        Side(
+                            kind, wd, urls[kind], llm, plan, LAG_INTERVAL_MS, _root(kind, baseline)
+                        )
+                    )
+                    for kind in kinds
+                }
                 clock = _Clock(started, progress)
                 profiler = Profiler(profile_dir) if profile_dir is not None else None
-                await _phases(plan, [gateway, floor], clock, profiler)
+                await _phases(plan, list(sides.values()), clock, profiler)
                 return report.build(
-                    plan, gateway, floor, elapsed=time.monotonic() - started, profiler=profiler
+                    plan,
+                    sides["gateway"],
+                    sides["floor"],
+                    elapsed=time.monotonic() - started,
+                    profiler=profiler,
+                    baseline=sides.get("baseline"),
                 )
         finally:
             for child in reversed(children):
                 child.stop()
+
+
+def _root(kind: str, baseline: Path | None) -> Path | None:
+    return baseline if kind == "baseline" else None
 
 
 class _Clock:
@@ -73,13 +91,14 @@ class _Clock:
 
 
 def _order(sides: list[Side], rep: int) -> list[Side]:
-    """Alternate which side goes first, so drift in machine load hits both alike."""
+    """Alternate which side goes first, so drift in machine load hits every side alike."""
     return sides if rep % 2 == 0 else list(reversed(sides))
 
 
 async def _phases(plan: Plan, sides: list[Side], clock: _Clock, profiler: Profiler | None) -> None:
-    clock.say(sides[-1], "harness ceiling: an echo bot on this side's fake")
-    await phases.harness_ceiling(sides[-1])
+    [floor] = [side for side in sides if side.kind == "floor"]
+    clock.say(floor, "harness ceiling: an echo bot on this side's fake")
+    await phases.harness_ceiling(floor)
     for rep in range(plan.cold_reps):
         for side in _order(sides, rep):
             clock.say(side, f"cold start {rep + 1}/{plan.cold_reps}")
@@ -117,8 +136,10 @@ async def _phases(plan: Plan, sides: list[Side], clock: _Clock, profiler: Profil
 
 @contextlib.asynccontextmanager
 async def _profiled(profiler: Profiler | None, side: Side, name: str, rep: int) -> Any:
-    """py-spy during the first run of the sequential and 100-session phases, when asked."""
-    if profiler is None or rep > 0 or name not in ("sequential", "sessions-100"):
+    """py-spy during the first run of the sequential and 100-session phases, when asked (on
+    this checkout's gateway and the floor)."""
+    skip = side.kind == "baseline" or name not in ("sequential", "sessions-100")
+    if profiler is None or rep > 0 or skip:
         yield
         return
     async with profiler.record(side.running().child.pid, f"{side.kind}-{name}"):

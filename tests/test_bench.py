@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from bench import lag, micro
+from bench import lag, micro, report
 from bench.__main__ import main
 from bench.driver import Driver, percentile
+from bench.procs import ROOT, Child
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram
 
@@ -66,6 +68,57 @@ def test_tiny_bench_writes_every_figure_and_loses_nothing(
     assert data["gateway"]["history_llm_messages"] > data["floor"]["history_llm_messages"] == 1
     table = capsys.readouterr().out
     assert "| latency p50, 1 session (ms) |" in table and "| lost | 0 | == 0 | yes |" in table
+
+
+@pytest.mark.slow  # three sides instead of two: about a minute
+def test_tiny_bench_measures_a_baseline_checkout_by_the_same_harness(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["--tiny", "--json", str(out), "--workdir", str(tmp_path / "work")]
+    assert main([*argv, "--baseline", str(ROOT)]) == 0
+    data = json.loads(out.read_text())
+    json.dumps(data, allow_nan=False)
+    for key, kind in SIDE_FIGURES.items():
+        assert isinstance(data["baseline"][key], kind), (key, data["baseline"].get(key))
+    assert set(data["baseline_ratios"]) == set(data["vs_baseline"]) == set(RATIOS)
+    assert all(isinstance(v, NUMBER) and v > 0 for v in data["vs_baseline"].values())
+    assert data["baseline_commit"] == data["machine"]["commit"]  # the same checkout here
+    assert data["lost"] == 0, data["baseline"]["lost_by_phase"]
+    assert (tmp_path / "work" / "gateway-baseline-0.yaml").is_file()  # its own home and config
+    header = next(line for line in capsys.readouterr().out.splitlines() if "| figure |" in line)
+    assert header.endswith("| baseline | baseline ratio | ratio ÷ baseline ratio |")
+
+
+def test_a_baseline_gateway_runs_its_own_checkouts_code(tmp_path: Path) -> None:
+    """Its `hermes_gateway` is the other checkout's, not the one installed in this venv."""
+    other = tmp_path / "other"
+    (other / "hermes_gateway").mkdir(parents=True)
+    (other / "hermes_gateway" / "__init__.py").write_text("")
+    (other / "hermes_gateway" / "__main__.py").write_text('print("READY", __file__)\n')
+    child = Child("probe", [sys.executable, "-m", "hermes_gateway"], tmp_path, True, other)
+    try:
+        line = child.read_line(20)
+    finally:
+        child.stop()
+    assert line.split() == ["READY", str(other / "hermes_gateway" / "__main__.py")]
+
+
+def test_a_baseline_without_a_gateway_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--tiny", "--baseline", str(tmp_path)])
+    assert exc.value.code == 2
+
+
+def test_vs_baseline_divides_each_ratio_by_the_baselines() -> None:
+    mine = {"latency_p50": 1.2, "throughput_100": 0.9, "rss_idle": None, "cold_start": 1.0}
+    theirs = {"latency_p50": 1.0, "throughput_100": 1.2, "rss_idle": 1.5, "cold_start": 0}
+    assert report.vs_baseline(mine, theirs) == {
+        "latency_p50": 1.2,
+        "throughput_100": 0.75,
+        "rss_idle": None,
+        "cold_start": None,
+    }
 
 
 def test_histogram_quantile_interpolates_inside_the_bucket() -> None:
