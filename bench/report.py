@@ -55,7 +55,9 @@ def _ratio(gateway: Any, floor: Any, inverted: bool) -> float | None:
     return round(num / den, 3) if den else None
 
 
-def ratios_of(g: dict[str, Any], f: dict[str, Any], which: dict[str, tuple[str, bool]]) -> Any:
+def ratios_of(
+    g: dict[str, Any], f: dict[str, Any], which: dict[str, tuple[str, bool]]
+) -> dict[str, float | None]:
     return {name: _ratio(g.get(key), f.get(key), inv) for name, (key, inv) in which.items()}
 
 
@@ -101,7 +103,7 @@ def build(
     if baseline is not None:
         b = side_figures(baseline)
         data["baseline"] = b
-        data["baseline_commit"] = _commit(baseline.root or ROOT)
+        data["baseline_commit"] = _commit(baseline.root)
         data["baseline_ratios"] = ratios_of(b, f, RATIOS)
         data["vs_baseline"] = vs_baseline(ratios, data["baseline_ratios"])
         data["lost"] += b["lost"]

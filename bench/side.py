@@ -31,7 +31,7 @@ class Side:
         llm: str,
         plan: Plan,
         lag_ms: int,
-        root: Path | None = None,
+        root: Path = ROOT,
     ) -> None:
         self.kind = kind
         self.root = root
@@ -84,12 +84,11 @@ class Side:
         if self.instance is not None:
             await self.stop()
         polls = await self.driver.get_updates_count()
-        tag = f"{self._starts}" if self.root is None else f"{self.kind}-{self._starts}"
+        tag = f"{self.kind}-{self._starts}" if self.kind == "baseline" else f"{self._starts}"
         self._starts += 1
         kind = kind or self.kind
         if kind in ("gateway", "baseline"):
-            root = self.root or ROOT
-            inst = spawn_gateway(self.workdir, self.telegram, self.llm, tag, self.lag_ms, root)
+            inst = spawn_gateway(self.workdir, self.telegram, self.llm, tag, self.lag_ms, self.root)
         else:
             spawn = spawn_echo if kind == "echo" else spawn_floor
             inst = spawn(self.workdir, self.telegram, self.llm, tag)

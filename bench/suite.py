@@ -19,7 +19,7 @@ from typing import Any
 
 from bench import phases, report
 from bench.plan import Plan
-from bench.procs import Child, start_fake
+from bench.procs import ROOT, Child, start_fake
 from bench.profile import Profiler
 from bench.side import Side
 
@@ -42,24 +42,23 @@ async def run(
     """The whole bench; returns the JSON-able results (see `report.build`). ``baseline``: a
     checkout of another revision, whose gateway is measured too (`report.vs_baseline`)."""
     started = time.monotonic()
-    kinds = ["gateway", "floor"] + (["baseline"] if baseline is not None else [])
+    # each side's kind -> the checkout its code comes from
+    roots = {"gateway": ROOT, "floor": ROOT} | ({"baseline": baseline} if baseline else {})
     with _workdir(workdir) as wd:
         children: list[Child] = []
         try:
             llm_child, llm = start_fake(wd, "openai", "fake-openai")
             children.append(llm_child)
             urls = {}
-            for kind in kinds:
+            for kind in roots:
                 child, urls[kind] = start_fake(wd, "telegram", f"fake-telegram-{kind}")
                 children.append(child)
             async with contextlib.AsyncExitStack() as stack:
                 sides = {
                     kind: await stack.enter_async_context(
-                        Side(
-                            kind, wd, urls[kind], llm, plan, LAG_INTERVAL_MS, _root(kind, baseline)
-                        )
+                        Side(kind, wd, urls[kind], llm, plan, LAG_INTERVAL_MS, root)
                     )
-                    for kind in kinds
+                    for kind, root in roots.items()
                 }
                 clock = _Clock(started, progress)
                 profiler = Profiler(profile_dir) if profile_dir is not None else None
@@ -75,10 +74,6 @@ async def run(
         finally:
             for child in reversed(children):
                 child.stop()
-
-
-def _root(kind: str, baseline: Path | None) -> Path | None:
-    return baseline if kind == "baseline" else None
 
 
 class _Clock:
