@@ -206,9 +206,12 @@ def _expand_paths(config: Config, env: Mapping[str, str]) -> Config:
     if config.tools.workspace:
         tools["workspace"] = str(Path(_expand_user(config.tools.workspace, env)).absolute())
     terminal = config.tools.terminal
-    if terminal.hide_paths:
-        hide = tuple(_expand_user(path, env) for path in terminal.hide_paths)
-        tools["terminal"] = terminal.model_copy(update={"hide_paths": hide})
+    if terminal.hide_paths or terminal.writable_paths:
+        paths = {
+            key: tuple(_expand_user(path, env) for path in getattr(terminal, key))
+            for key in ("hide_paths", "writable_paths")
+        }
+        tools["terminal"] = terminal.model_copy(update=paths)
     if tools:
         updates["tools"] = config.tools.model_copy(update=tools)
     return config.model_copy(update=updates)

@@ -118,8 +118,14 @@ class TerminalToolConfig(_Section):
     env_passthrough: tuple[str, ...] = ()
     # absolute paths hidden from tool processes besides the home, config file and database
     hide_paths: tuple[str, ...] = ()
+    # absolute paths tool processes may write besides their workspace and private /tmp
+    writable_paths: tuple[str, ...] = ()
+    # none: a network namespace of their own (no way to the gateway's ports or any local
+    # service); host: the gateway's network, for tools that must download (opt-in)
+    network: Literal["none", "host"] = "none"
+    tmp_mb: int = Field(1024, ge=16)  # the size of each tool call's private /tmp
 
-    @field_validator("hide_paths")
+    @field_validator("hide_paths", "writable_paths")
     @classmethod
     def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         bad = [path for path in value if not path.startswith(("/", "~"))]

@@ -8,6 +8,7 @@ shell will run (`tools.shell_screen`), which asks whenever it cannot tell (docs/
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,6 +67,66 @@ def dangerous_reason(command: str, workspace: Path, cwd: Path | None = None) -> 
         return screen.script(command)
     except Exception as exc:  # a fault in the screen must fail closed: ask
         return f"could not be checked ({type(exc).__name__})"
+
+
+# Programs that only read (with no option that writes or runs another program): what runs
+# unasked where the kernel offers no wall to stop a write.
+_READERS = frozenset(
+    {
+        *("cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "wc", "ls", "pwd", "echo"),
+        *("printf", "stat", "file", "du", "df", "date", "whoami", "id", "uname", "printenv"),
+        *("which", "type", "true", "false", "basename", "dirname", "realpath", "readlink"),
+        *("cut", "tr", "uniq", "nl", "od", "hexdump", "md5sum", "sha1sum", "sha256sum", "cmp"),
+        *("diff", "comm", "column", "jq", "tree", "env", "test", "find", "sort"),
+    }
+)
+# options that write a file or run a program (find -exec, sort -o / --compress-program, ...)
+_WRITING_OPTIONS = re.compile(
+    r"^(-o|--output|-exec|-ok|-delete|-fprint|-fls|--to-command|--compress-program|--pre)"
+)
+# redirections, substitutions, expansions, globs, escapes, history, line breaks
+_SPECIAL = frozenset("<>`$(){}[]*?~!\\\n\r")
+_GIT_READS = frozenset(
+    {"status", "log", "diff", "show", "branch", "rev-parse", "ls-files", "blame"}
+)
+UNWALLED = (
+    "this machine cannot wall tool processes in (no Landlock), so only commands known to be "
+    "read-only run without asking"
+)
+
+
+def read_only(command: str) -> bool:
+    """True only for a command made of known readers joined by pipes, `&&`, `||` or `;`, with
+    no redirection, substitution, expansion or option that writes: the commands that may run
+    unasked where no wall stops a write. Anything else is False (ask)."""
+    if len(command) > 2000 or any(c in _SPECIAL for c in command):
+        return False
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars="|;&")
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return False
+    words: list[str] = []
+    for token in [*tokens, ";"]:
+        if token in ("|", "||", "&&", ";"):
+            if not words or not _reads(words):
+                return False
+            words = []
+        elif token and set(token) <= set("|;&"):
+            return False  # & (background) or an odd run of separators
+        else:
+            words.append(token)
+    return True
+
+
+def _reads(words: list[str]) -> bool:
+    name = words[0].rsplit("/", 1)[-1]
+    if name == "git":
+        return len(words) > 1 and words[1] in _GIT_READS and "--output" not in " ".join(words)
+    if name == "env" and len(words) > 1:
+        return False  # env runs the program named after it
+    return name in _READERS and not any(_WRITING_OPTIONS.match(w) for w in words[1:])
 
 
 def approve(

@@ -1,14 +1,17 @@
-"""Where tools run other programs: `spawn` starts one confined child, `Sandboxed.kill` ends it
-and everything it started. See docs/isolation.md for the two modes and their limits.
+"""Where tools run other programs: `spawn` starts one walled-in child, `Sandboxed.kill` ends it
+and everything it started. See docs/isolation.md for the walls, the two modes and their limits.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -18,8 +21,10 @@ from pathlib import Path
 from typing import IO, Literal
 
 from tools import sandbox_procs
+from tools import walls as walls_step
 
 Mode = Literal["namespace", "fallback"]
+Network = Literal["none", "host"]
 MARKER = "HERMES_SANDBOX"  # names a child's processes in fallback mode, where no namespace does
 
 _SCAN_EVERY_S = 0.2
@@ -36,25 +41,11 @@ _UNSHARE = [
     "--propagation",
     "private",
 ]
-# Runs as root of the new user namespace: covers the hidden paths, puts the workspace back,
-# then drops every capability so the command cannot undo the mounts.
-_SETUP = r"""
-set -e
-hide() {
-  if [ -d "$1" ]; then mount -t tmpfs -o size=64k,mode=0755 hermes-hidden "$1"
-  elif [ -e "$1" ]; then mount --bind /dev/null "$1"; fi
-}
-ws=$1; cwd=$2; rebind=$3; shift 3
-exec 3<"$ws"
-while [ "$1" != "--" ]; do hide "$1"; shift; done
-shift
-if [ "$rebind" = 1 ]; then mkdir -p "$ws"; mount --no-canonicalize --bind /proc/self/fd/3 "$ws"; fi
-exec 3<&-
-while [ "$1" != "--" ]; do hide "$1"; shift; done
-shift
-cd "$cwd"
-exec setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"
-"""
+# Shared places where programs leave sockets and scratch files: each call gets empty ones. The
+# namespace is built by tools/walls.py, run as root of the new user namespace; its last step
+# drops every capability, so nothing it built can be undone.
+_PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+_DROP_CAPS = ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +58,33 @@ class Limits:
     processes: int | None = None  # per user (see docs/isolation.md); root is exempt
 
 
+@dataclass(frozen=True, slots=True)
+class Walls:
+    """What this machine lets the sandbox build: `writes` (Landlock: nothing written outside the
+    workspace, the private scratch space and the opened paths), `network` (no way to the
+    gateway's ports or any local service), `hidden` (the home and store out of sight)."""
+
+    writes: bool
+    network: bool
+    hidden: bool
+    landlock_abi: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.writes and self.network and self.hidden
+
+
 @dataclass(slots=True)
 class _State:
     mode: Mode | None = None
     why: str = ""
     protect: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    network: Network = "none"
+    tmp_mb: int = 1024
+    # what a child needs in view to start: the interpreter and this code, wherever they live
+    runtime: tuple[Path, ...] = ()
+    landlock_abi: int | None = None
     # a fresh /proc needs the host's to be fully visible: under systemd's ProtectKernelTunables
     # (read-only /proc/sys on top of it) the kernel refuses one, and the host's stays in view
     fresh_proc: bool = True
@@ -81,16 +94,31 @@ _state = _State()
 _lock = threading.Lock()
 
 
-def setup(private: Sequence[Path], hide: Sequence[Path] = ()) -> str:
+def setup(
+    private: Sequence[Path],
+    hide: Sequence[Path] = (),
+    *,
+    writable: Sequence[Path] = (),
+    network: Network = "none",
+    tmp_mb: int = 1024,
+) -> str:
     """Once per process, before the first tool runs: choose the mode, hide `private` (the
-    gateway's home, its config file, its database) and `hide` from every child, make `private`
-    owner-only, and tighten what the mode cannot hide. Returns a line for the startup log
-    saying what is and is not protected."""
+    gateway's home, its config file, its database) and `hide` from every child, open `writable`
+    to them besides the workspace, cut them off the network unless `network` is "host", make
+    `private` owner-only, and tighten what the mode cannot hide. Returns a line for the startup
+    log saying what is and is not protected."""
     with _lock:
         _state.protect = tuple(Path(p).resolve() for p in (*private, *hide))
+        _state.writable = tuple(Path(p).resolve() for p in writable)
+        _state.network, _state.tmp_mb = network, tmp_mb
+        _state.runtime = _runtime_paths()
     mode = current_mode()
     for path in private:
         sandbox_procs.tighten_permissions(Path(path))
+    return f"{_hiding(mode)}; {describe(walls())}"
+
+
+def _hiding(mode: Mode) -> str:
     if mode == "namespace" and _state.fresh_proc:
         return "tool processes run in user+pid+mount namespaces; the home is hidden from them"
     if mode == "namespace":
@@ -113,6 +141,50 @@ def setup(private: Sequence[Path], hide: Sequence[Path] = ()) -> str:
     )
 
 
+def walls() -> Walls:
+    """Which walls stand around every tool process on this machine, with this setup."""
+    mode = current_mode()
+    abi = _landlock_abi()
+    if _state.network == "host":
+        network = False
+    else:
+        network = mode == "namespace" or abi >= walls_step.NET_ABI
+    return Walls(writes=abi > 0, network=network, hidden=mode == "namespace", landlock_abi=abi)
+
+
+def describe(w: Walls) -> str:
+    """One sentence on the walls, for the startup line and `hermes doctor`."""
+    parts = [
+        f"writes confined to the workspace (Landlock ABI {w.landlock_abi})"
+        if w.writes
+        else "NO write wall (this kernel has no Landlock): every command not known to be "
+        "read-only is asked",
+    ]
+    if _state.network == "host":
+        parts.append("network shared with the gateway (tools.terminal.network: host)")
+    elif w.network:
+        parts.append("no network (a loopback of their own)")
+    else:
+        parts.append("NO network wall: tool processes reach the gateway's ports")
+    return "; ".join(parts)
+
+
+def _landlock_abi() -> int:
+    with _lock:
+        if _state.landlock_abi is None:
+            _state.landlock_abi = walls_step.abi()
+        return _state.landlock_abi
+
+
+def _runtime_paths() -> tuple[Path, ...]:
+    """The interpreter, its libraries and this code: put back in view when a cover hides them
+    (a checkout or virtual environment under /tmp, as CI's may be)."""
+    executable = Path(sys.executable)
+    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), executable.parent]
+    paths += [executable.resolve().parent, Path(__file__).resolve().parent.parent]
+    return tuple(sorted({p.resolve() for p in paths if p.exists()}))
+
+
 def current_mode() -> Mode:
     """`namespace` when this machine lets us build one (probed once), else `fallback`."""
     with _lock:
@@ -121,10 +193,12 @@ def current_mode() -> Mode:
         return _state.mode
 
 
-def force_mode(mode: Mode | None) -> None:
-    """Tests: pretend the probe said `mode` (None: probe again on next use)."""
+def force_mode(mode: Mode | None, *, landlock_abi: int | None = None) -> None:
+    """Tests: pretend the probe said `mode` (None: probe again on next use), and that the
+    kernel's Landlock is `landlock_abi` (0: none; None: ask the kernel)."""
     with _lock:
         _state.mode, _state.why, _state.fresh_proc = mode, "forced", True
+        _state.landlock_abi = landlock_abi
 
 
 class Sandboxed:
@@ -132,7 +206,9 @@ class Sandboxed:
     descendants, however they detached (setsid, double fork, nohup). Call `kill` in every case,
     after a normal exit too; in fallback mode `poll` (not `wait`) records the descendants."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], mode: Mode, token: str) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], mode: Mode, token: str, scratch: Path | None = None
+    ) -> None:
         self.proc = proc
         self.mode = mode
         self.token = token
@@ -140,6 +216,7 @@ class Sandboxed:
         self.stderr: IO[bytes] | None = proc.stderr
         self._seen: dict[int, int] = {}
         self._scanned = 0.0
+        self._scratch = scratch
 
     @property
     def pid(self) -> int:
@@ -180,6 +257,9 @@ class Sandboxed:
         except subprocess.TimeoutExpired:
             pass
         sandbox_procs.reap(killed - {self.proc.pid})
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
 
 def spawn(
@@ -193,56 +273,104 @@ def spawn(
     stderr: int | IO[bytes] | None = subprocess.STDOUT,
     pass_fds: Sequence[int] = (),
 ) -> Sandboxed:
-    """Start `argv` in `cwd` (inside `workspace`) with exactly `env`, confined by the current
-    mode. Blocking (fork/exec): call it from a worker thread, never the event loop.
-    `pass_fds` stay open in the child under their numbers; use numbers above 9 (the namespace
-    setup uses fd 3)."""
+    """Start `argv` in `cwd` (inside `workspace`) with exactly `env`, inside the walls of the
+    current mode. Blocking (fork/exec): call it from a worker thread, never the event loop.
+    `pass_fds` stay open in the child under their numbers."""
     mode = current_mode()
     token = uuid.uuid4().hex
-    wrapped = [*_with_limits(limits), *argv]
-    if mode == "namespace":
-        wrapped = _in_namespace(wrapped, cwd, workspace)
-    # dies with the gateway (and in a namespace takes everything with it): nothing is orphaned
-    # by a crash
-    if setpriv := shutil.which("setpriv"):
-        wrapped = [setpriv, "--pdeathsig", "KILL", "--", *wrapped]
-    proc = subprocess.Popen(
-        wrapped,
-        cwd=cwd,
-        env={**env, MARKER: token} if mode == "fallback" else dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=stderr,
-        start_new_session=True,
-        pass_fds=tuple(pass_fds),
+    walled = walls()
+    command = [*_with_limits(limits), *argv]
+    scratch = None
+    child_env = dict(env)
+    try:
+        if mode == "namespace":
+            wrapped = _in_namespace(command, cwd, workspace, walled)
+        else:
+            # no mount namespace to give it an empty /tmp: a directory of its own instead
+            scratch = Path(tempfile.mkdtemp(prefix="hermes-tool-"))
+            child_env.update(TMPDIR=str(scratch), **{MARKER: token})
+            wrapped = _walled(command, walled, [workspace, scratch], {})
+        # dies with the gateway (and in a namespace takes everything with it): nothing is
+        # orphaned by a crash
+        if setpriv := shutil.which("setpriv"):
+            wrapped = [setpriv, "--pdeathsig", "KILL", "--", *wrapped]
+        proc = subprocess.Popen(
+            wrapped,
+            cwd=cwd,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+        )
+    except BaseException:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return Sandboxed(proc, mode, token, scratch)
+
+
+def _covers() -> tuple[list[Path], list[str]]:
+    """What a namespace covers: the hidden paths, and the shared scratch places."""
+    hidden = [p for p in _state.protect if p.exists()]
+    tmp = [t for t in _PRIVATE_TMP if os.path.isdir(t) and not os.path.islink(t)]
+    return hidden, tmp
+
+
+def _put_back(ws: Path) -> list[str]:
+    """What must stay in view though a cover hides it (the workspace in the home, the
+    interpreter under /tmp, an opened path under /run): the namespace opens each before it
+    covers anything and mounts it back where it was."""
+    hidden, tmp = _covers()
+    covered = [*(p for p in hidden if p != ws), *map(Path, tmp)]
+    wanted = {ws, *_state.writable, *_state.runtime}
+    return sorted(
+        str(p) for p in wanted if p.exists() and any(p.is_relative_to(c) for c in covered)
     )
-    return Sandboxed(proc, mode, token)
 
 
-def _in_namespace(argv: list[str], cwd: Path, workspace: Path) -> list[str]:
+def _in_namespace(argv: list[str], cwd: Path, workspace: Path, walled: Walls) -> list[str]:
     ws = workspace.resolve()
-    hidden = [p for p in _state.protect if p.exists() and p != ws]
-    rebind = any(ws.is_relative_to(p) for p in hidden)
-    # what lies inside the workspace is hidden again once the workspace is put back
-    inside = [str(p) for p in hidden if p.is_relative_to(ws)]
+    hidden, tmp = _covers()
+    hidden = [p for p in hidden if p != ws]
+    put_back = _put_back(ws)
     flags = _UNSHARE if _state.fresh_proc else [f for f in _UNSHARE if f != "--mount-proc"]
-    return [
-        _tool("unshare"),
-        *flags,
-        "--",
-        "/bin/sh",
-        "-c",
-        _SETUP,
-        "hermes-sandbox",
-        str(ws),
-        str(cwd.resolve()),
-        "1" if rebind else "0",
-        *map(str, hidden),
-        "--",
-        *inside,
-        "--",
-        *argv,
-    ]
+    if _state.network == "none":
+        flags = [*flags, "--net"]
+    mounts = {
+        "mounts": True,
+        "cwd": str(cwd.resolve()),
+        "hide": [str(p) for p in hidden],
+        "tmp": tmp,
+        "tmp_size": f"{_state.tmp_mb}m",
+        "put_back": put_back,
+        # what lies inside a path put back is hidden again once it is back
+        "hide_inside": [str(p) for p in hidden if any(p.is_relative_to(b) for b in put_back)],
+        "loopback": _state.network == "none",
+    }
+    inner = [_tool("setpriv"), *_DROP_CAPS, *argv]
+    return [_tool("unshare"), *flags, "--", *_walled(inner, walled, [ws, *map(Path, tmp)], mounts)]
+
+
+def _walled(
+    argv: list[str], walled: Walls, scratch: Sequence[Path], mounts: Mapping[str, object]
+) -> list[str]:
+    """`argv` behind tools/walls.py: in a namespace, the `mounts` built first; writes only to
+    the workspace, `scratch` and the opened paths; outside a namespace, TCP and signals to the
+    rest of the machine are cut instead (where the kernel can)."""
+    in_namespace = bool(mounts)
+    if not walled.writes and not in_namespace:
+        return argv
+    spec = {
+        **mounts,
+        "writable": [str(p) for p in (*scratch, *_state.writable)] if walled.writes else [],
+        "deny_tcp": not in_namespace and _state.network == "none",
+        "scope": not in_namespace,
+        "require": walled.writes,
+    }
+    python = os.path.realpath(sys.executable)
+    return [python, "-I", "-S", walls_step.__file__, json.dumps(spec), "--", *argv]
 
 
 def _with_limits(limits: Limits) -> list[str]:
@@ -279,7 +407,7 @@ def _probe() -> tuple[Mode, str]:
 def _try_namespace() -> str | None:
     """None when a namespace can be built as `spawn` builds it now, else why not."""
     here = Path("/")
-    argv = _in_namespace(["/bin/sh", "-c", "echo $$"], here, here)
+    argv = _in_namespace(["/bin/sh", "-c", "echo $$"], here, here, _NO_WALLS)
     try:
         out = subprocess.run(
             argv, capture_output=True, timeout=10, stdin=subprocess.DEVNULL, check=False, env={}
@@ -290,6 +418,9 @@ def _try_namespace() -> str | None:
         reason = out.stderr.decode("utf-8", "replace").strip().splitlines()
         return reason[-1] if reason else f"exit {out.returncode}"
     return None
+
+
+_NO_WALLS = Walls(writes=False, network=False, hidden=False)
 
 
 def _tool(name: str) -> str:

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools import sandbox
-from tools.approval import MAX_COMMAND_CHARS, approve, dangerous_reason
+from tools.approval import MAX_COMMAND_CHARS, UNWALLED, approve, dangerous_reason, read_only
 from tools.errors import ToolError
 from tools.host import ApprovalRequest
 from tools.paths import resolve_in_workspace
@@ -71,6 +71,8 @@ class TerminalTool(ModelTool):
         policy = self.settings.approval
         if policy != "off":
             reason = dangerous_reason(args.command, ctx.workspace, cwd)
+            if not reason and not sandbox.walls().writes and not read_only(args.command):
+                reason = UNWALLED  # no wall stops a write: the screen's word is not enough
             if policy == "always" or reason:
                 request = ApprovalRequest(
                     ctx.session_key, self.name, args.command, reason or "every command is asked"

@@ -148,15 +148,35 @@ def _tool_settings(config: Config) -> ToolSettings:
     )
 
 
+_DB_SIDES = ("-wal", "-shm", "-journal")
+
+
 def confine_tools(config: Config, config_path: str | None) -> None:
-    """Hide the home (state.db, gateway.env, logs), the config file and the database from
-    every process a tool starts; log how well this machine allows it."""
+    """Hide the home (state.db, gateway.env, logs), the config file and the database's
+    directory from every process a tool starts, wall them in; log how well this machine
+    allows it."""
     private = [config.home_path]
     if config_path:
         private.append(Path(config_path))
     database = config.store_url.partition(":///")[2]
     if config.store_url.startswith("sqlite") and database:
-        private.append(Path(database))
-    hide = [Path(p) for p in config.tools.terminal.hide_paths]
-    detail = sandbox.setup(private, hide)
-    log.info("sandbox.mode", mode=sandbox.current_mode(), detail=detail)
+        db = Path(database).absolute()
+        # the write-ahead log and shared memory beside it hold recent messages too
+        private += [db.parent, *(db.with_name(db.name + end) for end in ("", *_DB_SIDES))]
+    terminal = config.tools.terminal
+    detail = sandbox.setup(
+        private,
+        [Path(p) for p in terminal.hide_paths],
+        writable=[Path(p) for p in terminal.writable_paths],
+        network=terminal.network,
+        tmp_mb=terminal.tmp_mb,
+    )
+    walls = sandbox.walls()
+    log.info(
+        "sandbox.mode",
+        mode=sandbox.current_mode(),
+        detail=detail,
+        walls_complete=walls.complete,
+    )
+    if not walls.complete:
+        log.warning("sandbox.walls_missing", detail=sandbox.describe(walls))

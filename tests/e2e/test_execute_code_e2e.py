@@ -124,7 +124,7 @@ def test_one_round_trip_runs_a_script_that_calls_three_tools(
         write_file("report.txt", content=f"{lines} lines, {milk} with milk")
         print(f"SUMMARY {lines} lines, {milk} with milk")
         config, logs = open("probe.txt").read().splitlines()
-        print("config readable:", len(open(config, "rb").read()))
+        print("config readable:", len(open(config, "rb").read()) if os.path.exists(config) else 0)
         print("home visible:", os.path.exists(logs))
         """
     fake_llm.push(
@@ -142,7 +142,7 @@ def test_one_round_trip_runs_a_script_that_calls_three_tools(
     assert seen.startswith("SUMMARY 3 lines, 2 with milk\n"), seen
     assert "read_file x1" in seen and "search_files x1" in seen and "write_file x1" in seen
     if sandbox.current_mode() == "namespace":
-        assert "config readable: 0" in seen  # covered by /dev/null in the sandbox
+        assert "config readable: 0" in seen  # covered by /dev/null, or its /tmp is private
         assert "home visible: False" in seen
     assert (workspace / "report.txt").read_text() == "3 lines, 2 with milk"
     assert health.answers and all(s == 200 for s, _ in health.answers), health.answers
@@ -192,12 +192,14 @@ def test_a_script_asks_for_approval_deny_refuses_and_stop_kills(
 
 CONTAINED = {
     "outside": """
+        import os
         from hermes_tools import ToolError, read_file
         try:
             read_file("../home-config.yaml")
         except ToolError as exc:
             print("refused:", exc)
-        print("direct:", len(open(CONFIG, "rb").read()))
+        # covered by /dev/null, or gone with the /tmp it was in: nothing to read either way
+        print("direct:", len(open(CONFIG, "rb").read()) if os.path.exists(CONFIG) else 0)
         """,
     "ssrf": """
         from hermes_tools import web_extract
