@@ -141,26 +141,27 @@ def _hiding(mode: Mode) -> str:
     )
 
 
-def walls() -> Walls:
-    """Which walls stand around every tool process on this machine, with this setup."""
+def walls(network: Network | None = None) -> Walls:
+    """Which walls stand around every tool process on this machine, with this setup (or with
+    `network` instead of the one set up)."""
     mode = current_mode()
     abi = _landlock_abi()
-    if _state.network == "host":
-        network = False
-    else:
-        network = mode == "namespace" or abi >= walls_step.NET_ABI
-    return Walls(writes=abi > 0, network=network, hidden=mode == "namespace", landlock_abi=abi)
+    cut = (network or _state.network) == "none" and (
+        mode == "namespace" or abi >= walls_step.NET_ABI
+    )
+    return Walls(writes=abi > 0, network=cut, hidden=mode == "namespace", landlock_abi=abi)
 
 
-def describe(w: Walls) -> str:
+def describe(w: Walls, network: Network | None = None) -> str:
     """One sentence on the walls, for the startup line and `hermes doctor`."""
+    network = network or _state.network
     parts = [
         f"writes confined to the workspace (Landlock ABI {w.landlock_abi})"
         if w.writes
         else "NO write wall (this kernel has no Landlock): every command not known to be "
         "read-only is asked",
     ]
-    if _state.network == "host":
+    if network == "host":
         parts.append("network shared with the gateway (tools.terminal.network: host)")
     elif w.network:
         parts.append("no network (a loopback of their own)")

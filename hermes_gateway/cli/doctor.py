@@ -1,8 +1,8 @@
 """`hermes doctor`: check what the gateway needs, in plain words, with real calls.
 
-Config, home permissions, the store, the control port, the model endpoint (`/models`) and each
-enabled platform, by its spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when
-anything failed.
+Config, home permissions, the store, the control port, the model endpoint (`/models`), the
+walls around tool processes, and each enabled platform, by its spec's probe (a token check:
+getMe, users/@me, auth.test). Exit 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Doctor:
             self.scheduler,
             self.port,
             self.model,
+            self.walls,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
         ]
         try:
@@ -131,6 +132,16 @@ class Doctor:
         if names and m.name not in names:
             return Check("model", "warn", f"{m.name!r} is not in the provider's model list")
         return Check("model", "ok", f"{m.name} at {m.base_url}")
+
+    def walls(self) -> Check:
+        """What the kernel lets the gateway build around tool processes (probed as at start)."""
+        from tools import sandbox
+
+        network = self.config.tools.terminal.network
+        walls = sandbox.walls(network)
+        detail = f"{sandbox.current_mode()} mode; {sandbox.describe(walls, network)}"
+        complete = walls.complete or (network == "host" and walls.writes and walls.hidden)
+        return Check("tool walls", "ok" if complete else "warn", detail)
 
     def _platform(self, spec: PlatformSpec) -> Callable[[], Check]:
         """The check of one platform: its spec's probe, run only when it is enabled."""

@@ -1,0 +1,248 @@
+"""The walls, not the screen, keep tool processes in: every program that runs programs (perl,
+make, tar's checkpoint actions, git's ext transport, tmux, vim, gdb, ...) can delete inside the
+workspace and cannot change one byte outside it, however the command is spelled; tool
+processes have no way to the gateway's ports or the local services; each call gets its own /tmp.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tools import ToolContext, sandbox
+from tools.terminal import run_command
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
+
+# Each deleted a directory outside the workspace without a prompt under `approval: dangerous`
+# ({t}: the victim directory). They are run here with no screen at all: the walls must hold.
+RAN_UNASKED = [
+    "perl -MFile::Path=rmtree -e 'rmtree(\"{t}\")'",
+    "prlimit --nofile=256 rm -rf {t}",
+    "setarch $(uname -m) rm -rf {t}",
+    "setpriv rm -rf {t}",
+    "ssh-agent rm -rf {t}",
+    "tmux -S ./tmux-{n} new -d 'rm -rf {t}'; sleep 0.5; tmux -S ./tmux-{n} kill-server",
+    "tar --remove-files -cf ./tar-{n}.tar {t}",
+    "echo . > ./f-{n}; "
+    "tar --checkpoint=1 --checkpoint-action=exec='rm -rf {t}' -cf ./c-{n}.tar ./f-{n}",
+    "printf 'all:\\n\\trm -rf {t}\\n' | make -f -",
+    "echo x > ./z-{n}; zip -q -T -TT 'rm -rf {t} #' ./z-{n}.zip ./z-{n}",
+    "git -c protocol.ext.allow=always ls-remote 'ext::sh -c rm% -rf% {t}' 2>/dev/null",
+    "printf '#!/bin/sh\\nrm -rf {t}\\ncat\\n' > ./s-{n}.sh; chmod +x ./s-{n}.sh; "
+    "seq 200000 | sort -S 64K --compress-program=./s-{n}.sh > /dev/null",
+    "printf 'import shutil\\nshutil.rmtree(\"{t}\")\\n' > ./p-{n}.py; python3 ./p-{n}.py",
+]
+# ... and these passed the screen when fed to it directly
+SCREEN_ONLY = [
+    "gdb -batch -ex '!rm -rf {t}'",
+    "vim -Es -c ':!rm -rf {t}' -c ':q!'",
+    "ex -s -c ':!rm -rf {t}' -c ':q!'",
+    "echo x > ./tc-{n}; tar -cf ./tc-{n}.tar ./tc-{n}; "
+    "tar -xf ./tc-{n}.tar --to-command='rm -rf {t}'",
+    "printf 'BEGIN {{ system(\"rm -rf {t}\") }}' > ./a-{n}.awk; awk -f ./a-{n}.awk",
+    "cmake -E rm -rf {t}",
+    "script -qc 'rm -rf {t}' /dev/null",
+    "flock ./lock-{n} rm -rf {t}",
+    'node -e \'require("fs").rmSync("{t}", {{recursive: true}})\'',
+    "sqlite3 :memory: '.shell rm -rf {t}'",
+    "ed -s <<< '!rm -rf {t}'",
+    "find {t} -delete",
+    "find . -maxdepth 0 -exec rm -rf {t} \\;",
+    "xargs rm -rf <<< '{t}'",
+    "git -c core.pager='rm -rf {t}; cat' log -1 --paginate 2>/dev/null; true",
+    "env -S 'rm -rf {t}'",
+    "busybox rm -rf {t} 2>/dev/null || command rm -rf {t}",
+    "taskset 1 rm -rf {t}",
+    "chrt -o 0 rm -rf {t}",
+    "ionice -c 3 rm -rf {t}",
+    "stdbuf -o0 rm -rf {t}",
+    "timeout 5 nice nohup rm -rf {t} >/dev/null 2>&1",
+    "mv {t} {t}.moved",
+]
+# A generated corpus: program-running programs around every way of changing a file.
+RUNNERS = ["", "nice", "nohup", "setsid -w", "timeout 9", "env", "command", "sh -c", "bash -c"]
+CHANGES = [
+    "rm -rf {t}",
+    "rm {t}/keep.txt",
+    "truncate -s 0 {t}/keep.txt",
+    "cp /etc/hostname {t}/keep.txt",
+    "ln -sf /etc/hostname {t}/keep.txt",
+    "touch {t}/new",
+    "mkdir {t}/new",
+    "chmod 000 {t}/keep.txt",
+    'python3 -c \'open("{t}/keep.txt", "w")\'',
+    "perl -e 'unlink \"{t}/keep.txt\"'",
+    "dd if=/dev/zero of={t}/keep.txt count=1 status=none",
+]
+
+
+def _generated() -> list[str]:
+    out = []
+    for runner in RUNNERS:
+        for change in CHANGES:
+            if runner.endswith("-c"):
+                out.append(f"{runner} {_quote(change)}")
+            else:
+                out.append(f"{runner} {change}".strip())
+    return out
+
+
+def _quote(command: str) -> str:
+    return "'" + command.replace("'", "'\\''") + "'"
+
+
+CORPUS = [*RAN_UNASKED, *SCREEN_ONLY, *_generated()]
+
+
+@pytest.fixture(params=["namespace", "fallback"])
+def walled(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The walls of one mode, as the gateway sets them up; skipped where the kernel has none."""
+    if request.param == "namespace" and sandbox.current_mode() != "namespace":
+        pytest.skip("user namespaces are not available here")
+    sandbox.force_mode(request.param)
+    if not sandbox.walls().writes:
+        sandbox.force_mode(None)
+        pytest.skip("this kernel has no Landlock")
+    sandbox.setup([])
+    yield request.param
+    sandbox.force_mode(None)
+    sandbox.setup([])
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory outside every workspace and outside /tmp (which is private to each call in
+    a namespace, so a victim there would be out of sight rather than behind a wall)."""
+    path = Path(tempfile.mkdtemp(prefix=".walls-", dir=REPO))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _victims(root: Path, count: int) -> list[Path]:
+    victims = []
+    for n in range(count):
+        victim = root / f"victim-{n}"
+        victim.mkdir()
+        (victim / "keep.txt").write_text("keep")
+        victims.append(victim)
+    return victims
+
+
+def _intact(victim: Path) -> bool:
+    keep = victim / "keep.txt"
+    names = sorted(p.name for p in victim.iterdir()) if victim.is_dir() else None
+    return names == ["keep.txt"] and keep.read_text() == "keep" and os.access(keep, os.R_OK)
+
+
+def _run_all(ctx: ToolContext, victims: list[Path]) -> str:
+    """Every corpus command in one terminal call, each in its own subshell, aimed at its own
+    victim: one sandbox, the same walls as one call per command."""
+    script = "\n".join(
+        f"( {command.format(t=victim, n=n)} ) </dev/null >/dev/null 2>&1"
+        for n, (command, victim) in enumerate(zip(CORPUS, victims, strict=True))
+    )
+    return run_command(script + "\necho corpus-done", ctx.workspace, ENV, 240, ctx)
+
+
+def test_no_program_writes_outside_the_workspace(
+    walled: str, outside: Path, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ctx = ToolContext(workspace=workspace, session_key="t:dm:1", max_output_chars=5000)
+    # the control: aimed inside the workspace, the same commands do change their victims
+    inside = _victims(workspace, len(CORPUS))
+    assert "corpus-done" in _run_all(ctx, inside)
+    effective = [n for n, victim in enumerate(inside) if not _intact(victim)]
+    missing = [CORPUS[n] for n in range(len(CORPUS)) if n not in effective]
+    assert len(effective) >= len(CORPUS) * 0.85, f"commands that did nothing inside: {missing}"
+    # aimed outside, not one of them changes anything
+    victims = _victims(outside, len(CORPUS))
+    assert "corpus-done" in _run_all(ctx, victims)
+    changed = [CORPUS[n] for n, victim in enumerate(victims) if not _intact(victim)]
+    assert changed == []
+    assert sorted(p.name for p in outside.iterdir()) == sorted(v.name for v in victims)
+
+
+def test_an_opened_path_is_writable(walled: str, outside: Path, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sandbox.setup([], writable=[outside])
+    ctx = ToolContext(workspace=workspace, session_key="t:dm:1", max_output_chars=5000)
+    out = run_command(f"echo hi > {outside}/made && cat {outside}/made", workspace, ENV, 30, ctx)
+    assert out.startswith("hi"), out
+    assert (outside / "made").read_text() == "hi\n"
+
+
+def _listener() -> tuple[socket.socket, threading.Event]:
+    """A local service the tests own: it records whether anyone connected."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    reached = threading.Event()
+
+    def accept() -> None:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        reached.set()
+        conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, reached
+
+
+def test_no_way_to_local_services(walled: str, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ctx = ToolContext(workspace=workspace, session_key="t:dm:1", max_output_chars=5000)
+    server, reached = _listener()
+    unix_dir = Path(tempfile.mkdtemp(prefix="hermes-svc-"))  # as CI's PostgreSQL and Redis
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(unix_dir / "redis.sock"))
+    unix.listen()
+    port = server.getsockname()[1]
+    address = str(unix_dir / "redis.sock")
+    probe = f"""
+import socket
+for family, address in ((socket.AF_INET, ("127.0.0.1", {port})), (socket.AF_UNIX, {address!r})):
+    s = socket.socket(family)
+    try:
+        s.settimeout(3); s.connect(address); print("REACHED", address)
+    except OSError as exc:
+        print("refused", type(exc).__name__)
+"""
+    (workspace / "probe.py").write_text(probe)
+    try:
+        out = run_command("python3 probe.py", workspace, ENV, 30, ctx)
+    finally:
+        server.close()
+        unix.close()
+        shutil.rmtree(unix_dir, ignore_errors=True)
+    assert f"REACHED ('127.0.0.1', {port})" not in out and "refused" in out, out
+    assert not reached.is_set()
+    if walled == "namespace":  # outside one a socket file stays in view (docs/isolation.md)
+        assert "REACHED" not in out and out.count("refused") == 2, out
+
+
+def test_each_call_has_its_own_tmp(walled: str, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ctx = ToolContext(workspace=workspace, session_key="t:dm:1", max_output_chars=5000)
+    first = run_command(
+        'd=${TMPDIR:-/tmp}; echo secret > "$d/note" && echo "$d"', workspace, ENV, 30, ctx
+    )
+    where = first.splitlines()[0]
+    second = run_command(f"cat {where}/note || echo gone", workspace, ENV, 30, ctx)
+    assert "secret" not in second and "gone" in second, second
+    assert not Path(where, "note").exists()  # nothing left on the host either
