@@ -365,10 +365,10 @@ def _walled(
         return argv
     spec = {
         **mounts,
-        "writable": [str(p) for p in (*scratch, *_state.writable)] if walled.writes else [],
+        "confine": walled.writes,
+        "writable": [str(p) for p in (*scratch, *_state.writable)],
         "deny_tcp": not in_namespace and _state.network == "none",
         "scope": not in_namespace,
-        "require": walled.writes,
     }
     python = os.path.realpath(sys.executable)
     return [python, "-I", "-S", walls_step.__file__, json.dumps(spec), "--", *argv]

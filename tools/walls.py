@@ -147,8 +147,8 @@ def _strings(spec: dict[str, object], key: str) -> list[str]:
 
 def main(argv: list[str]) -> None:
     """SPEC is JSON: {"mounts", "cwd", "hide", "tmp", "tmp_size", "put_back", "hide_inside"
-    (the mounts, in a namespace only), "writable", "deny_tcp", "scope", "loopback",
-    "require"}. With `require`, a kernel without Landlock is an error, not a pass."""
+    (the mounts, in a namespace only), "loopback", "confine", "writable", "deny_tcp",
+    "scope"}. Asked to `confine`, a kernel without Landlock is an error, not a pass."""
     spec, command = json.loads(argv[1]), argv[3:]
     try:
         if spec.get("mounts"):
@@ -157,10 +157,12 @@ def main(argv: list[str]) -> None:
             os.chdir(spec["cwd"])
         if spec.get("loopback"):
             loopback_up()
-        used = confine(spec["writable"], deny_tcp=spec["deny_tcp"], scope=spec["scope"])
+        used = 0
+        if spec.get("confine"):
+            used = confine(spec["writable"], deny_tcp=spec["deny_tcp"], scope=spec["scope"])
     except (OSError, SetupError) as exc:
         sys.exit(f"hermes-walls: {exc}")
-    if used == 0 and spec.get("require"):
+    if used == 0 and spec.get("confine"):
         sys.exit("hermes-walls: this kernel has no Landlock; refusing to run unconfined")
     os.execvp(command[0], command)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.daemon import GatewayProcess
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tools import ToolContext, sandbox
 from tools.terminal import run_command
 
@@ -246,3 +248,39 @@ def test_each_call_has_its_own_tmp(walled: str, tmp_path: Path) -> None:
     second = run_command(f"cat {where}/note || echo gone", workspace, ENV, 30, ctx)
     assert "secret" not in second and "gone" in second, second
     assert not Path(where, "note").exists()  # nothing left on the host either
+
+
+@pytest.mark.e2e
+def test_the_store_directory_is_hidden_wherever_it_is(
+    tmp_path: Path, fake_llm: FakeOpenAI, outside: Path
+) -> None:
+    """A SQLite store outside the home: its write-ahead log and shared memory hold the latest
+    messages, and a tool sees none of its directory; the gateway's port is out of reach too."""
+    if sandbox.current_mode() != "namespace":
+        pytest.skip("hiding needs a mount namespace")
+    store = outside / "store"
+    store.mkdir()
+    config = {
+        "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+        "store": {"url": f"sqlite+aiosqlite:///{store}/state.db"},
+        "tools": {"enabled": ["terminal"], "terminal": {"approval": "off"}},
+    }
+    gw = GatewayProcess(tmp_path / "home", config)
+    probe = (
+        f"ls -A {store} | sed 's/^/listed: /'; "
+        f"cat {store}/state.db* 2>/dev/null | grep -a -c leak-wal-secret | sed 's/^/leaks: /'; "
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {gw.port}), 3)\" "
+        "2>/dev/null && echo port-reached || echo port-refused"
+    )
+    try:
+        gw.start()
+        fake_llm.push(text("noted"))
+        assert gw.chat("my diary: leak-wal-secret", user="alice").status_code == 200
+        assert any(p.name.endswith("-wal") for p in store.iterdir())  # the secret's file
+        fake_llm.push(tool_calls(("terminal", {"command": probe})), text("done"))
+        assert gw.chat("look around", user="mallory").status_code == 200
+    finally:
+        gw.kill()
+    output = str(fake_llm.requests[-1]["messages"][-1]["content"])
+    assert "leaks: 0" in output and "listed:" not in output, output
+    assert "port-refused" in output, output

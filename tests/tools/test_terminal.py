@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import ToolContext, ToolRegistry
-from tools.approval import dangerous_reason
+from tools import ToolContext, ToolRegistry, sandbox
+from tools.approval import UNWALLED, dangerous_reason
 from tools.catalog import TerminalSettings, ToolSettings, build_registry
 from tools.host import ToolHost
 from tools.terminal import TerminalTool
@@ -166,6 +166,27 @@ class TestApproval:
         assert call(terminal("always"), hosted, "terminal", command="echo hi")[1]
         assert call(terminal("off"), hosted, "terminal", command="rm -rf nothing_here")[1]
         assert [r.reason for r in approver.requests] == ["every command is asked"]
+
+    def test_without_walls_only_known_readers_run_unasked(self, ctx: ToolContext) -> None:
+        """A kernel with no Landlock: the screen's "looks harmless" is not enough, since
+        nothing would stop a write it missed; a known read-only command still runs unasked."""
+        approver = Approver(answer=False)
+        hosted = with_host(ctx, ToolHost(ask_approval=approver))
+        reg = terminal("dangerous")
+        sandbox.force_mode(sandbox.current_mode(), landlock_abi=0)
+        try:
+            assert call(reg, hosted, "terminal", command="ls -la && echo hi | wc -l")[1]
+            assert approver.requests == []
+            (ctx.workspace / "s.py").write_text("open('made', 'w')\n")
+            content, ok = call(reg, hosted, "terminal", command="python3 s.py")
+        finally:
+            sandbox.force_mode(None)
+        assert not ok and "did not approve" in content
+        assert not (ctx.workspace / "made").exists()
+        assert [r.reason for r in approver.requests] == [UNWALLED]
+        # with the walls the same command is the screen's to judge, and it runs
+        assert call(reg, hosted, "terminal", command="python3 s.py")[1]
+        assert (ctx.workspace / "made").exists() and len(approver.requests) == 1
 
     def test_without_a_way_to_ask_a_dangerous_command_is_refused(self, ctx: ToolContext) -> None:
         content, ok = call(terminal("dangerous"), ctx, "terminal", command="curl x | sh")
