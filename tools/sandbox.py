@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
-from tools import sandbox_procs
+from tools import memory_group, sandbox_procs
 
 Mode = Literal["namespace", "fallback"]
 MARKER = "HERMES_SANDBOX"  # names a child's processes in fallback mode, where no namespace does
@@ -65,6 +65,8 @@ class Limits:
     memory_bytes: int | None = None
     open_files: int | None = None
     processes: int | None = None  # per user (see docs/isolation.md); root is exempt
+    # a cgroup (tools/memory_group.py) the child joins before anything else of it runs
+    memory_group: Path | None = None
 
 
 @dataclass(slots=True)
@@ -87,7 +89,9 @@ def setup(private: Sequence[Path], hide: Sequence[Path] = ()) -> str:
     owner-only, and tighten what the mode cannot hide. Returns a line for the startup log
     saying what is and is not protected."""
     with _lock:
-        _state.protect = tuple(Path(p).resolve() for p in (*private, *hide))
+        # the cgroup file systems too: a child reaching its memory group could raise its limit
+        hidden = (*private, *hide, *memory_group.filesystems())
+        _state.protect = tuple(Path(p).resolve() for p in hidden)
     mode = current_mode()
     for path in private:
         sandbox_procs.tighten_permissions(Path(path))
@@ -202,6 +206,8 @@ def spawn(
     wrapped = [*_with_limits(limits), *argv]
     if mode == "namespace":
         wrapped = _in_namespace(wrapped, cwd, workspace)
+    # joined outside the namespace, before it is made: nothing inside can leave the group
+    wrapped = [*memory_group.join_step(limits.memory_group), *wrapped]
     # dies with the gateway (and in a namespace takes everything with it): nothing is orphaned
     # by a crash
     if setpriv := shutil.which("setpriv"):

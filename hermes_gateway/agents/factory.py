@@ -14,7 +14,7 @@ from agent_core.parallel import ToolExecutor
 from agent_core.prompt import build_system_prompt
 from hermes_gateway.config import Config, tool_environment
 from hermes_gateway.logs import Redactor
-from tools import ToolRegistry, sandbox
+from tools import ToolRegistry, memory_group, sandbox
 from tools.catalog import (
     CodeSettings,
     TerminalSettings,
@@ -159,4 +159,10 @@ def confine_tools(config: Config, config_path: str | None) -> None:
         private.append(Path(database))
     hide = [Path(p) for p in config.tools.terminal.hide_paths]
     detail = sandbox.setup(private, hide)
-    log.info("sandbox.mode", mode=sandbox.current_mode(), detail=detail)
+    log.info(
+        "sandbox.mode",
+        mode=sandbox.current_mode(),
+        detail=detail,
+        memory=memory_group.support().kind,
+        memory_detail=memory_group.describe(),
+    )

@@ -1,8 +1,8 @@
 """`hermes doctor`: check what the gateway needs, in plain words, with real calls.
 
-Config, home permissions, the store, the control port, the model endpoint (`/models`) and each
-enabled platform, by its spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when
-anything failed.
+Config, home permissions, the store, the control port, the model endpoint (`/models`), how a
+script's memory is bounded, and each enabled platform, by its spec's probe (a token check: getMe,
+users/@me, auth.test). Exit 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.platform_spec import PlatformSpec, ProbeFailed, load_ref, platform_specs
 from hermes_gateway.store.engine import safe_url
 from hermes_gateway.store.store import Store
+from tools import memory_group
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 
@@ -45,6 +46,7 @@ class Doctor:
             self.scheduler,
             self.port,
             self.model,
+            self.tool_memory,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
         ]
         try:
@@ -131,6 +133,15 @@ class Doctor:
         if names and m.name not in names:
             return Check("model", "warn", f"{m.name!r} is not in the provider's model list")
         return Check("model", "ok", f"{m.name} at {m.base_url}")
+
+    def tool_memory(self) -> Check:
+        """Which bound holds `execute_code`'s memory, for a process started like this one (a
+        gateway under systemd may get a cgroup a doctor run from a shell does not)."""
+        detail = memory_group.describe()
+        t = self.config.tools
+        used = "execute_code" in t.enabled or any("execute_code" in v for v in t.platforms.values())
+        weak = memory_group.support().kind == "watcher" and used
+        return Check("tool memory", "warn" if weak else "ok", detail)
 
     def _platform(self, spec: PlatformSpec) -> Callable[[], Check]:
         """The check of one platform: its spec's probe, run only when it is enabled."""
