@@ -332,11 +332,12 @@ def _probe() -> Support:
         return Support("watcher", None, "no cgroup memory controller is mounted")
     kind, base = own
     try:
-        why = _prepare_v2(base) if kind == "cgroup2" else f"the gateway's is {base.name}"
+        why = _prepare_v2(base) if kind == "cgroup2" else "the gateway's own"
         _remove_stale(base)
         CgroupGroup(kind, base, 64 * 1024 * 1024).close()
     except OSError as exc:
-        return Support("watcher", None, f"cannot make a cgroup under {base}: {exc.strerror}")
+        why = f"cannot make a cgroup under {base}: {exc.strerror or exc}"
+        return Support("watcher", None, why)
     return Support(kind, base, why)
 
 
