@@ -89,7 +89,7 @@ def test_children_over_the_limit_together_are_killed_as_one(ctx: ToolContext, bo
 @pytest.mark.usefixtures("mode")
 def test_a_script_within_the_limit_together_runs(ctx: ToolContext, bound: str) -> None:
     # all three hold their memory at the same time for a while
-    script = _CHILDREN.format(n=3, mib=100, linger=1.5)
+    script = _CHILDREN.format(n=3, mib=100, linger=0.5)
     content, ok = run(ctx, script, tools(memory_mb=512, timeout_s=60))
     assert ok, content
     assert content.count("touched") == 3 and "all done" in content
