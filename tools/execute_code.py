@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools import sandbox, sandbox_procs
+from tools import memory_group, sandbox, sandbox_procs
 from tools.approval import approve
 from tools.code_bridge import Bridge
 from tools.code_output import Stdout, Tail
@@ -131,7 +131,19 @@ class Script:
     def run(self) -> str:
         s = self.tool.settings
         try:
-            child = self._spawn()
+            # one bound for the script and all it starts (RLIMIT_AS is only per process)
+            group = memory_group.open_group(s.memory_mb * 1024 * 1024)
+        except BaseException:
+            self.bridge.close()
+            raise
+        try:
+            return self._run(group, s)
+        finally:
+            group.close()
+
+    def _run(self, group: memory_group.MemoryGroup, s: CodeSettings) -> str:
+        try:
+            child = self._spawn(group)
         except BaseException:
             self.bridge.close()
             raise
@@ -141,16 +153,19 @@ class Script:
         ]
         self.bridge.start({"code": self.code, "tools": _signatures(self.tool.tools)})
         try:
-            ended = self._watch(child)
+            ended = self._watch(child, group)
         finally:
+            group.kill()
             child.kill()  # also after a normal exit: what it left running goes too
             self.bridge.close()
+        if group.exceeded(()) and ended is None:
+            ended = _over_memory(s)
         for reader in readers:
             reader.join(2.0)
         self.stdout.close()
         return self._report(ended, child.returncode, s)
 
-    def _spawn(self) -> sandbox.Sandboxed:
+    def _spawn(self, group: memory_group.MemoryGroup) -> sandbox.Sandboxed:
         s, ws = self.tool.settings, self.ctx.workspace
         env = {
             "PATH": _DEFAULT_PATH,
@@ -163,6 +178,7 @@ class Script:
             memory_bytes=s.memory_mb * 1024 * 1024,
             open_files=s.open_files,
             processes=s.max_processes,
+            memory_group=group.path,
         )
         # a lower priority: a script spinning (or forking) does not crowd out the gateway
         nice = ["nice", "-n", str(_NICE)] if shutil.which("nice") else []
@@ -181,7 +197,7 @@ class Script:
             pass_fds=(self.bridge.child_fd,),
         )
 
-    def _watch(self, child: sandbox.Sandboxed) -> str | None:
+    def _watch(self, child: sandbox.Sandboxed, group: memory_group.MemoryGroup) -> str | None:
         """None when the script exited by itself, else why it is to be killed."""
         s = self.tool.settings
         counted = 0.0
@@ -196,8 +212,11 @@ class Script:
             if now - counted > _COUNT_EVERY_S:
                 # the backstop for the process limit, which the kernel does not apply to root
                 counted = now
-                if len(sandbox_procs.descendants(child.pid)) > s.max_processes:
+                procs = sandbox_procs.descendants(child.pid)
+                if len(procs) > s.max_processes:
                     return f"started more than {s.max_processes} processes; the script was killed"
+                if group.exceeded([child.pid, *procs]):
+                    return _over_memory(s)
             time.sleep(_POLL_S)
         return None
 
@@ -217,6 +236,13 @@ class Script:
         if err := self.stderr.text():
             parts.append(f"stderr (its end):\n{err}")
         raise ToolError("\n".join([*parts, footer]))
+
+
+def _over_memory(s: CodeSettings) -> str:
+    return (
+        f"the script was killed for exceeding its memory limit of {s.memory_mb} MB (all its "
+        "processes together)"
+    )
 
 
 def _failure(code: int | None, s: CodeSettings) -> str:

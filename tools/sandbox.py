@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
-from tools import sandbox_procs
+from tools import memory_group, sandbox_procs
 from tools import walls as walls_step
 
 Mode = Literal["namespace", "fallback"]
@@ -56,6 +56,8 @@ class Limits:
     memory_bytes: int | None = None
     open_files: int | None = None
     processes: int | None = None  # per user (see docs/isolation.md); root is exempt
+    # a cgroup (tools/memory_group.py) the child joins before anything else of it runs
+    memory_group: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,9 @@ def setup(
     `private` owner-only, and tighten what the mode cannot hide. Returns a line for the startup
     log saying what is and is not protected."""
     with _lock:
-        _state.protect = tuple(Path(p).resolve() for p in (*private, *hide))
+        # the cgroup file systems too: a child reaching its memory group could raise its limit
+        hidden = (*private, *hide, *memory_group.filesystems())
+        _state.protect = tuple(Path(p).resolve() for p in hidden)
         _state.writable = tuple(Path(p).resolve() for p in writable)
         _state.network, _state.tmp_mb = network, tmp_mb
         _state.runtime = _runtime_paths()
@@ -291,6 +295,8 @@ def spawn(
             scratch = Path(tempfile.mkdtemp(prefix="hermes-tool-"))
             child_env.update(TMPDIR=str(scratch), **{MARKER: token})
             wrapped = _walled(command, walled, [workspace, scratch], {})
+        # joined outside the namespace, before it is made: nothing inside can leave the group
+        wrapped = [*memory_group.join_step(limits.memory_group), *wrapped]
         # dies with the gateway (and in a namespace takes everything with it): nothing is
         # orphaned by a crash
         if setpriv := shutil.which("setpriv"):

@@ -14,7 +14,7 @@ from agent_core.parallel import ToolExecutor
 from agent_core.prompt import build_system_prompt
 from hermes_gateway.config import Config, tool_environment
 from hermes_gateway.logs import Redactor
-from tools import ToolRegistry, sandbox
+from tools import ToolRegistry, memory_group, sandbox
 from tools.catalog import (
     CodeSettings,
     TerminalSettings,
@@ -177,6 +177,8 @@ def confine_tools(config: Config, config_path: str | None) -> None:
         mode=sandbox.current_mode(),
         detail=detail,
         walls_complete=walls.complete,
+        memory=memory_group.support().kind,
+        memory_detail=memory_group.describe(),
     )
     if not walls.complete:
         log.warning("sandbox.walls_missing", detail=sandbox.describe(walls))

@@ -1,8 +1,8 @@
 """`hermes doctor`: check what the gateway needs, in plain words, with real calls.
 
 Config, home permissions, the store, the control port, the model endpoint (`/models`), the
-walls around tool processes, and each enabled platform, by its spec's probe (a token check:
-getMe, users/@me, auth.test). Exit 1 when anything failed.
+walls around tool processes and how a script's memory is bounded, and each enabled platform, by
+its spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.platform_spec import PlatformSpec, ProbeFailed, load_ref, platform_specs
 from hermes_gateway.store.engine import safe_url
 from hermes_gateway.store.store import Store
+from tools import memory_group
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 
@@ -46,6 +47,7 @@ class Doctor:
             self.port,
             self.model,
             self.walls,
+            self.tool_memory,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
         ]
         try:
@@ -142,6 +144,15 @@ class Doctor:
         detail = f"{sandbox.current_mode()} mode; {sandbox.describe(walls, network)}"
         complete = walls.complete or (network == "host" and walls.writes and walls.hidden)
         return Check("tool walls", "ok" if complete else "warn", detail)
+
+    def tool_memory(self) -> Check:
+        """Which bound holds `execute_code`'s memory, for a process started like this one (a
+        gateway under systemd may get a cgroup a doctor run from a shell does not)."""
+        detail = memory_group.describe()
+        t = self.config.tools
+        used = "execute_code" in t.enabled or any("execute_code" in v for v in t.platforms.values())
+        weak = memory_group.support().kind == "watcher" and used
+        return Check("tool memory", "warn" if weak else "ok", detail)
 
     def _platform(self, spec: PlatformSpec) -> Callable[[], Check]:
         """The check of one platform: its spec's probe, run only when it is enabled."""

@@ -64,6 +64,9 @@ async def test_doctor_passes_against_healthy_fakes(tmp_path: Path, fake_llm: Fak
     assert "telegram" in out and "token valid: @hermes_bot" in out
     assert "model" in out and "gpt-4o-mini at" in out
     assert "discord" in out and "skip" in out
+    # which bound holds a script's memory, all its processes together
+    [memory] = [line for line in out.splitlines() if line.startswith("tool memory")]
+    assert "cgroup" in memory and ("all its processes together" in memory or "summed" in memory)
 
 
 async def test_doctor_names_what_is_broken(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
