@@ -52,7 +52,10 @@ def describe(job: Job) -> str:
 def checked_fields(request: dict[str, Any]) -> None:
     """Refuse what the store could not keep: text past its column, a repeat out of range."""
     for key, limit in TEXT_LIMITS.items():
-        if len(str(request.get(key) or "")) > limit:
+        value = str(request.get(key) or "")
+        if key == "schedule":
+            value = " ".join(value.split())  # stored so, as parsed
+        if len(value) > limit:
             raise DeskError(f"{key} is longer than {limit} characters")
     repeat = request.get("repeat")
     if repeat is not None and not (isinstance(repeat, int) and 1 <= repeat <= MAX_REPEAT):

@@ -88,6 +88,15 @@ async def test_a_far_future_schedule_is_refused_everywhere_and_nothing_is_stored
         ) as resp:
             assert resp.status == 400
             assert "too far ahead" in (await resp.json())["error"]["message"]
+        # what the store's columns could not keep (PostgreSQL refuses it) is refused too
+        for body, says in (
+            ({"schedule": "in 5m" + " 1m" * 66}, "schedule is longer than 200"),
+            ({"schedule": "in 5m", "repeat": 10**12}, "repeat must be a whole number"),
+        ):
+            async with client.http.post(
+                f"{client.base}/v1/cron/jobs", json={"prompt": "p"} | body
+            ) as resp:
+                assert resp.status == 400 and says in (await resp.json())["error"]["message"]
         code, _, err = await hermes_cron(client, capsys, "add", FAR, "p")
         assert code == 1 and "too far ahead" in err
         code, _, err = await hermes_cron(client, capsys, "add", "every 99999999999d", "p")
