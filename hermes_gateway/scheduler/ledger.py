@@ -129,6 +129,7 @@ class Ledger:
         be used is set aside (`put_aside`) and the batch read again without it, so a pile of
         them never fills the batch the other jobs are claimed from."""
         while True:
+            # paced: a burst reads thousands, as it writes them
             jobs = await self._paced(lambda: self.store.read(partial(self._due, now, limit)))
             bad = [job for job in jobs if job.problem is not None]
             for job in bad:
