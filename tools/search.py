@@ -1,18 +1,17 @@
 """`search_files`: find files by glob and lines by regex in the workspace.
 
 ripgrep does the work when it is installed (fast, skips ignored and binary files); otherwise a
-pure-Python walk does the same. Either way the regex runs in a child process killed at a
-time limit or on a stop (a backtracking pattern must not hold the gateway's GIL); listing
-files by glob needs no regex and stays in-process. Results are capped either way.
+pure-Python walk does the same. Either way the model's pattern, and its glob (which `fnmatch`
+makes a regex), are compiled and run only in a child process killed at a time limit or on a
+stop: compiling a pattern of many Unicode classes, or running a backtracking one, holds the
+gateway's GIL for seconds. Results are capped either way.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,12 +23,11 @@ from tools.child import ChildResult, run_child
 from tools.errors import ToolError
 from tools.paths import resolve_in_workspace
 from tools.registry import ModelTool, ToolContext
-from tools.search_walk import LINE_CHARS, MAX_FILE_BYTES, matches_glob, walk
+from tools.search_walk import BAD_PATTERN, LINE_CHARS, MAX_FILE_BYTES
 
 if TYPE_CHECKING:
     from tools.catalog import ToolSettings
 
-_LIST_BUDGET_S = 20.0
 DEFAULT_TIMEOUT_S = 20.0
 _WORKER = Path(search_walk.__file__).resolve()
 
@@ -76,17 +74,15 @@ class SearchFilesTool(ModelTool):
         if args.pattern is None:
             if not args.glob:
                 raise ToolError("give a regex 'pattern', a 'glob', or both")
-            files = list_files(root, base, args.glob, args.max_results + 1, ctx)
+            files = self._walker(root, base, args, ctx)
             return _report(files, args.max_results, "files", "no files match")
-        try:
-            re.compile(args.pattern, 0 if args.case_sensitive else re.IGNORECASE)
-        except re.error as exc:
-            raise ToolError(f"pattern is not a valid regular expression: {exc}") from None
+        # the pattern is compiled by ripgrep, else by the Python child, which says what is
+        # wrong with it: never here
         found = None
         if self.rg:
             found = self._ripgrep(root, base, args, ctx)
         if found is None:
-            found = self._python_grep(root, base, args, ctx)
+            found = self._walker(root, base, args, ctx)
         return _report(found, args.max_results, "matches", "no matches")
 
     def _ripgrep(
@@ -103,9 +99,9 @@ class SearchFilesTool(ModelTool):
             lines = lines[:-1]  # cut mid-line by the output cap
         return [line for line in map(_relative(root), lines[: args.max_results + 1]) if line]
 
-    def _python_grep(
-        self, root: Path, base: Path, args: SearchFilesArgs, ctx: ToolContext
-    ) -> list[str]:
+    def _walker(self, root: Path, base: Path, args: SearchFilesArgs, ctx: ToolContext) -> list[str]:
+        """The Python walk in a child: lines matching the pattern, or (no pattern) the files
+        matching the glob."""
         spec = {
             "root": str(root),
             "base": str(base),
@@ -121,6 +117,8 @@ class SearchFilesTool(ModelTool):
         result = self._run(argv, root, ctx)
         if result.returncode != 0:
             tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+            if result.returncode == BAD_PATTERN and tail:
+                raise ToolError(tail[0])
             raise ToolError(f"the search failed: {tail[0] if tail else result.returncode}")
         return [json.loads(line) for line in result.stdout.decode("utf-8").splitlines()]
 
@@ -143,12 +141,6 @@ def _report(items: list[str], cap: int, nouns: str, empty: str) -> str:
     if len(items) > cap:
         body += f"\n[only the first {cap} {nouns} shown; narrow the search]"
     return body
-
-
-def list_files(root: Path, base: Path, glob: str, limit: int, ctx: ToolContext) -> list[str]:
-    """Files matching ``glob``: a walk and `fnmatch`, cheap and bounded, so no child."""
-    files = walk(root, base, time.monotonic() + _LIST_BUDGET_S, ctx.should_stop)
-    return [rel for _path, rel in files if matches_glob(rel, glob)][:limit]
 
 
 def ripgrep_args(args: SearchFilesArgs, base: Path) -> list[str]:

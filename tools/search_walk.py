@@ -1,8 +1,9 @@
-"""The workspace walk and line grep behind `search_files`, standard library only.
+"""The workspace walk, glob listing and line grep behind `search_files`, standard library only.
 
-`tools.search` lists files with `walk` in-process; the regex grep runs in a child process
-(`python -I tools/search_walk.py SPEC`), because a backtracking pattern holds the GIL and
-would stop every thread of the gateway. Only regular files are opened, never blocking.
+It runs as a child process (`python -I -S tools/search_walk.py SPEC`): the model's pattern
+and glob are compiled here, never in the gateway, because compiling a pattern of many Unicode
+classes, or running a backtracking one, holds the GIL and would stop every thread of the
+gateway. Only regular files are opened, never blocking.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv"})
 MAX_FILE_BYTES = 5 * 1024 * 1024
 LINE_CHARS = 300
+BAD_PATTERN = 3  # the exit status when the pattern does not compile; why is on stderr
 
 
 def matches_glob(rel: str, glob: str | None) -> bool:
@@ -30,9 +31,7 @@ def matches_glob(rel: str, glob: str | None) -> bool:
     return fnmatch.fnmatch(rel.rsplit("/", 1)[-1], glob)
 
 
-def walk(
-    root: Path, base: Path, deadline: float, should_stop: Callable[[], bool] = lambda: False
-) -> list[tuple[Path, str]]:
+def walk(root: Path, base: Path, deadline: float) -> list[tuple[Path, str]]:
     """Regular files under ``base`` as (path, path relative to the workspace), sorted.
 
     Links are followed only to a regular file inside the workspace; a FIFO, socket or device
@@ -41,7 +40,7 @@ def walk(
     out: list[tuple[Path, str]] = []
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
-        if should_stop() or time.monotonic() > deadline:
+        if time.monotonic() > deadline:
             break
         for name in sorted(filenames):
             path = Path(dirpath, name)
@@ -103,12 +102,37 @@ def grep(
     return found
 
 
+def list_files(root: Path, base: Path, glob: str, limit: int, budget_s: float) -> list[str]:
+    """Files matching ``glob``, at most ``limit``, walking for at most ``budget_s``."""
+    files = walk(root, base, time.monotonic() + budget_s)
+    return [rel for _path, rel in files if matches_glob(rel, glob)][:limit]
+
+
+def compiled(pattern: str, case_sensitive: bool) -> re.Pattern[str]:
+    """The model's pattern compiled; a `ValueError` whose message is for the model."""
+    try:
+        return re.compile(pattern, 0 if case_sensitive else re.IGNORECASE)
+    except re.error as exc:
+        raise ValueError(f"pattern is not a valid regular expression: {exc}") from None
+    except (RecursionError, OverflowError, MemoryError):  # nested too deep, too large
+        raise ValueError("pattern is too large or too deeply nested to compile") from None
+
+
 def main(argv: list[str]) -> int:
-    """The child: one JSON spec in argv[1]; the lines found, one JSON string a line, out."""
+    """The child: one JSON spec in argv[1]; the lines found (no pattern: the files matching
+    the glob), one JSON string a line, out."""
     spec = json.loads(argv[1])
-    regex = re.compile(spec["pattern"], 0 if spec["case_sensitive"] else re.IGNORECASE)
     root, base = Path(spec["root"]), Path(spec["base"])
-    lines = grep(root, base, regex, spec["glob"], spec["limit"], spec["budget_s"])
+    limit, budget_s = spec["limit"], spec["budget_s"]
+    if spec["pattern"] is None:
+        lines = list_files(root, base, spec["glob"], limit, budget_s)
+    else:
+        try:
+            regex = compiled(spec["pattern"], spec["case_sensitive"])
+        except ValueError as exc:
+            sys.stderr.write(f"{exc}\n")
+            return BAD_PATTERN
+        lines = grep(root, base, regex, spec["glob"], limit, budget_s)
     sys.stdout.write("".join(json.dumps(line) + "\n" for line in lines))
     return 0
 

@@ -119,10 +119,13 @@ def _export(args: argparse.Namespace, job: dict[str, Any]) -> int:
     from hermes_gateway.scheduler.schedule import ScheduleError, load
     from hermes_gateway.scheduler.timer import render
 
-    schedule = load(job["kind"], job["schedule"], job["timezone"], job["anchor"], job["every_s"])
     hermes = [sys.executable, "-m", "hermes_gateway"]
     config = str(Path(args.config).resolve()) if args.config else None
     try:
+        if job.get("error"):
+            raise ScheduleError(f"job {job['id']}: {job['error']}")
+        s = job
+        schedule = load(s["kind"], s["schedule"], s["timezone"], s["anchor"], s["every_s"])
         timer, service = render(job["id"], job["name"], schedule, hermes, config)
     except ScheduleError as exc:
         print(f"hermes: {exc}", file=sys.stderr)
@@ -145,10 +148,13 @@ def print_jobs(jobs: list[dict[str, Any]]) -> None:
         return
     print(f"{'ID':<9} {'STATE':<7} {'NEXT RUN (UTC)':<17} {'RUNS':>4}  {'SCHEDULE':<20} NAME")
     for j in jobs:
+        state = "error" if j.get("error") else j["state"]
         print(
-            f"{j['id']:<9} {j['state']:<7} {_when(j['next_run_at']):<17} {j['runs']:>4}  "
+            f"{j['id']:<9} {state:<7} {_when(j['next_run_at']):<17} {j['runs']:>4}  "
             f"{j['schedule'][:20]:<20} {j['name']}"
         )
+        if j.get("error"):  # a stored schedule that cannot be used: why, under its line
+            print(f"{'':<9} error: {j['error']}")
 
 
 def print_runs(runs: list[dict[str, Any]]) -> None:
@@ -165,4 +171,9 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def _when(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))  # UTC
+    if t is None:
+        return "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))  # UTC
+    except (ValueError, OverflowError, OSError, TypeError):  # a gateway's slot past year 9999
+        return f"{t}?"

@@ -14,7 +14,7 @@ from hermes_gateway.errors import RequestError
 from hermes_gateway.scheduler.desk import DeskError, JobDesk, when
 from hermes_gateway.scheduler.jobs import Job, RunRecord, job_from_row
 from hermes_gateway.scheduler.rows import RECORD, RUNS, record
-from hermes_gateway.scheduler.schedule import zone_of
+from hermes_gateway.scheduler.schedule import UNUSABLE, zone_of
 from hermes_gateway.store.models import CronJobRow
 
 JOBS_SHOWN = 200  # the oldest jobs first; the page says when there are more
@@ -70,6 +70,7 @@ class JobBoard:
             "next_run": when(job.next_run_at, zone) if job.state == "active" else "",
             "next_run_at": job.next_run_at,
             "state": job.state,
+            "error": job.problem or "",  # a stored schedule that cannot be used
             "runs_total": job.runs,
             "deliver": job.deliver,
             "prompt": job.prompt,
@@ -110,4 +111,7 @@ def _run(r: RunRecord, zone: str) -> dict[str, Any]:
 
 def _at(t: float, zone: str) -> str:
     """A run's slot to the second (runs of a job can be seconds apart)."""
-    return datetime.fromtimestamp(t, zone_of(zone)).strftime(f"%Y-%m-%d %H:%M:%S {zone}")
+    try:
+        return datetime.fromtimestamp(t, zone_of(zone)).strftime(f"%Y-%m-%d %H:%M:%S {zone}")
+    except UNUSABLE:  # a job whose stored zone is unknown: its runs still show
+        return f"{t} (epoch s)"

@@ -17,27 +17,49 @@ from hermes_gateway.errors import JobRequestError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.scheduler.jobs import Job, Origin, new_job, target
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.schedule import ScheduleError, parse, zone_of
+from hermes_gateway.scheduler.schedule import UNUSABLE, ScheduleError, parse, zone_of
 from hermes_gateway.scheduler.scheduler import Scheduler
 
 log = structlog.get_logger("hermes.scheduler")
 ACTIONS = ("create", "list", "update", "pause", "resume", "run", "remove", "runs")
+# The store's column widths (PostgreSQL refuses longer text) and the tool's repeat bound
+TEXT_LIMITS = {"schedule": 200, "name": 200, "timezone": 64, "deliver": 300}
+MAX_REPEAT = 100_000
 
 
 DeskError = JobRequestError  # the desk's refusals
 
 
 def when(t: float | None, zone: str) -> str:
+    """A slot as a date in ``zone``; one that cannot be shown says so rather than failing."""
     if t is None:
         return "never"
-    return datetime.fromtimestamp(t, zone_of(zone)).strftime(f"%Y-%m-%d %H:%M {zone}")
+    try:
+        return datetime.fromtimestamp(t, zone_of(zone)).strftime(f"%Y-%m-%d %H:%M {zone}")
+    except UNUSABLE:
+        return f"(not a time: {t!r})"
 
 
 def describe(job: Job) -> str:
     state = (
         job.state if job.state != "active" else f"next {when(job.next_run_at, job.schedule.zone)}"
     )
+    if job.problem is not None:
+        state = f"ERROR: {job.problem}"
     return f"{job.id} {job.name!r}: {job.schedule.text} ({state}; {job.runs} run(s))"
+
+
+def checked_fields(request: dict[str, Any]) -> None:
+    """Refuse what the store could not keep: text past its column, a repeat out of range."""
+    for key, limit in TEXT_LIMITS.items():
+        value = str(request.get(key) or "")
+        if key == "schedule":
+            value = " ".join(value.split())  # stored so, as parsed
+        if len(value) > limit:
+            raise DeskError(f"{key} is longer than {limit} characters")
+    repeat = request.get("repeat")
+    if repeat is not None and not (isinstance(repeat, int) and 1 <= repeat <= MAX_REPEAT):
+        raise DeskError(f"repeat must be a whole number from 1 to {MAX_REPEAT}")
 
 
 class JobDesk:
@@ -111,6 +133,10 @@ class JobDesk:
             jobs = await self.visible(origin)
             return "\n".join(describe(j) for j in jobs) or "No scheduled jobs in this chat."
         job = await self.own(str(request.get("job_id") or ""), origin)
+        if job.problem is not None and action in ("resume", "run"):
+            raise DeskError(
+                f"job {job.id} cannot {action}: {job.problem}; update its schedule or remove it"
+            )
         now = self.clock()
         if action == "pause":
             await self.ledger.change(job.id, now, state="paused")
@@ -146,6 +172,7 @@ class JobDesk:
         prompt, text = str(request.get("prompt") or ""), str(request.get("schedule") or "")
         if not prompt.strip() or not text.strip():
             raise DeskError("create needs a prompt and a schedule")
+        checked_fields(request)
         deliver = str(request.get("deliver") or "origin")
         if origin is None:  # the operator names where it goes
             where = target(deliver, Origin("", "dm", "", None, ""))
@@ -180,6 +207,7 @@ class JobDesk:
         return job
 
     async def update(self, job: Job, request: dict[str, Any]) -> str:
+        checked_fields(request)
         now = self.clock()
         values: dict[str, Any] = {}
         for key in ("prompt", "name", "repeat"):

@@ -7,7 +7,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Literal
 
-from hermes_gateway.scheduler.schedule import Schedule, ScheduleError, load
+from hermes_gateway.scheduler.schedule import (
+    UNUSABLE,
+    Kind,
+    Schedule,
+    ScheduleError,
+    load,
+    slot_in_range,
+)
 from hermes_gateway.store.models import CronJobRow
 
 CatchUp = Literal["one", "skip"]
@@ -53,6 +60,10 @@ def target(deliver: str, origin: Origin) -> Target:
 
 @dataclass(frozen=True, slots=True)
 class Job:
+    """A job as stored. ``problem``: why its stored schedule cannot be used (a row an older
+    version or a hand wrote); such a job is listed with it, never planned or run, and its
+    ``schedule`` holds the row's fields unchecked."""
+
     id: str
     name: str
     prompt: str
@@ -68,6 +79,7 @@ class Job:
     grace_s: float | None
     timeout_s: float | None
     created_at: float
+    problem: str | None = None
 
     @property
     def session_key(self) -> str:
@@ -92,6 +104,7 @@ class Job:
             "repeat": self.repeat,
             "runs": self.runs,
             "catch_up": self.catch_up,
+            "error": self.problem,
         }
 
 
@@ -131,6 +144,9 @@ def new_job(
 
 
 def job_from_row(r: CronJobRow) -> Job:
+    """The job a row holds; a row whose schedule cannot be used is a job with a `problem`, so
+    that one bad row never fails a whole list."""
+    schedule, problem = _schedule_of(r)
     origin = Origin(
         r.origin_platform,
         r.origin_chat_type,
@@ -142,19 +158,33 @@ def job_from_row(r: CronJobRow) -> Job:
         id=r.id,
         name=r.name,
         prompt=r.prompt,
-        schedule=load(r.kind, r.schedule, r.timezone, r.anchor, r.every_s),
+        schedule=schedule,
         deliver=r.deliver,
         origin=origin,
         created_by=r.created_by,
         state=r.state,
-        next_run_at=r.next_run_at,
+        next_run_at=r.next_run_at if problem is None else None,
         repeat=r.repeat,
         runs=r.runs,
         catch_up="skip" if r.catch_up == "skip" else "one",
         grace_s=r.grace_s,
         timeout_s=r.timeout_s,
         created_at=r.created_at,
+        problem=problem,
     )
+
+
+def _schedule_of(r: CronJobRow) -> tuple[Schedule, str | None]:
+    try:
+        slot_in_range(r.next_run_at)
+        return load(r.kind, r.schedule, r.timezone, r.anchor, r.every_s), None
+    except ScheduleError as exc:
+        problem = f"its stored schedule cannot be used: {exc}"
+    except UNUSABLE as exc:
+        problem = f"its stored schedule cannot be used: {type(exc).__name__}: {exc}"
+    kind: Kind = r.kind if r.kind in ("once", "interval", "cron") else "once"  # type: ignore[assignment]
+    anchor, every_s = (n if isinstance(n, int) else 0 for n in (r.anchor, r.every_s))
+    return Schedule(kind, str(r.schedule), str(r.timezone), anchor, every_s), problem
 
 
 @dataclass(frozen=True, slots=True)

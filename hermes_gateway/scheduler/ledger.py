@@ -50,6 +50,9 @@ class Ledger:
         self._starts: Coalescer[tuple[int, float], bool] = Coalescer(self._start_batch)
         self._finishes: Coalescer[Finish, bool] = Coalescer(self._finish_batch)
         self._writes: LedgerWrites | None = None
+        # jobs whose stored schedule cannot be used: why, logged once; the due query passes
+        # them over, so a pile of them never fills the batches other jobs are claimed from
+        self.set_aside: dict[str, str] = {}
 
     @property
     def writes(self) -> LedgerWrites:
@@ -108,6 +111,8 @@ class Ledger:
     async def change(self, job_id: str, now: float, **values: Any) -> bool:
         """Set columns of a job (state, next_run_at, prompt, ...); False if it is gone."""
         stmt = update(JOBS).where(JOBS.c.id == job_id).values(updated_at=now, **values)
+        if "schedule" in values:  # a new schedule, checked: the timer may take the job again
+            self.set_aside.pop(job_id, None)
         return await self._count(stmt) == 1
 
     async def remove(self, job_id: str) -> bool:
@@ -116,22 +121,36 @@ class Ledger:
             gone = await db.execute(delete(JOBS).where(JOBS.c.id == job_id))
             return int(gone.rowcount or 0)  # type: ignore[attr-defined]
 
+        self.set_aside.pop(job_id, None)
         return await self._write(run) == 1
 
     async def due(self, now: float, limit: int = 500) -> list[Job]:
+        """Active jobs whose slot has come, earliest first. A job whose stored schedule cannot
+        be used is set aside (`put_aside`) and the batch read again without it, so a pile of
+        them never fills the batch the other jobs are claimed from."""
+        while True:
+            # paced: a burst reads thousands, as it writes them
+            jobs = await self._paced(lambda: self.store.read(partial(self._due, now, limit)))
+            bad = [job for job in jobs if job.problem is not None]
+            for job in bad:
+                self.put_aside(job.id, str(job.problem))
+            if not bad:
+                return jobs
+
+    async def _due(self, now: float, limit: int, db: AsyncSession) -> list[Job]:
         # plain rows, not ORM objects: a burst reads thousands, on the event loop
-        stmt = (
-            select(JOBS)
-            .where(JOBS.c.state == "active", JOBS.c.next_run_at <= now)
-            .order_by(JOBS.c.next_run_at)
-            .limit(limit)
-        )
+        stmt = select(JOBS).where(JOBS.c.state == "active", JOBS.c.next_run_at <= now)
+        if self.set_aside:
+            stmt = stmt.where(JOBS.c.id.not_in(list(self.set_aside)))
+        rows: Any = await db.execute(stmt.order_by(JOBS.c.next_run_at).limit(limit))
+        return [job_from_row(r) for r in rows]
 
-        async def run(db: AsyncSession) -> list[Job]:
-            rows: Any = await db.execute(stmt)
-            return [job_from_row(r) for r in rows]
-
-        return await self._paced(lambda: self.store.read(run))  # paced: the same burst
+    def put_aside(self, job_id: str, problem: str) -> None:
+        """The timer passes this job over from now on (until its schedule is changed here);
+        logged once."""
+        if job_id not in self.set_aside:
+            self.set_aside[job_id] = problem
+            log.error("job.unusable", job_id=job_id, problem=problem)
 
     # -- claiming slots -----------------------------------------------------------------
 

@@ -4,7 +4,8 @@ timestamp) and their slots, in wall-clock time in the job's IANA zone so DST is 
 A slot is a whole epoch second. Cron expressions are evaluated on local wall-clock times by
 croniter; a wall time that a spring-forward skips runs shifted by the gap (02:30 -> 03:30), a
 wall time that a fall-back repeats runs once, at its first occurrence (PEP 495 ``fold=0``).
-Intervals are elapsed time from their anchor and do not move with DST.
+Intervals are elapsed time from their anchor and do not move with DST. No slot lies past
+`LATEST`, and a schedule whose next slots cannot be computed is refused before it is stored.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ _PART = re.compile(
     r"(\d+)\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w)\s*", re.I
 )
 _SEARCH_LIMIT = 5000  # candidates tried before a cron expression is declared to never match
+# The latest slot a schedule may have, 9999-12-30T00:00Z: a day before the end of the last
+# year a date can hold, so that any slot can be written as a date in any zone
+LATEST = 253_402_214_400
+LATEST_TEXT = "9999-12-30"
+# An interval is kept in a 32-bit column (PostgreSQL's INTEGER): about 68 years
+MAX_EVERY_S = 2**31 - 1
+_DIGITS = 15  # a number of any unit longer than this lies past LATEST
+# What computing or showing a slot of a schedule this code did not check can raise (croniter's
+# errors are ValueErrors)
+UNUSABLE = (ValueError, OverflowError, ArithmeticError, OSError, TypeError)
 
 
 class ScheduleError(ValueError):
@@ -36,7 +47,7 @@ class ScheduleError(ValueError):
 def zone_of(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError, TypeError):  # OSError: 'America'
         raise ScheduleError(
             f"unknown time zone {name!r} (an IANA name, e.g. Europe/Berlin)"
         ) from None
@@ -63,6 +74,8 @@ def duration(text: str) -> int:
         m = _PART.match(text, pos)
         if m is None:
             raise ScheduleError(f"{text!r} is not a duration (e.g. 20m, 2h, 1h30m, 1d)")
+        if len(m.group(1)) > _DIGITS:
+            raise ScheduleError(f"{text!r} is too long: a schedule ends by {LATEST_TEXT}")
         total += int(m.group(1)) * _UNITS[m.group(2)[0].lower()]
         pos = m.end()
     if not text or total <= 0:
@@ -81,14 +94,19 @@ class Schedule:
     every_s: int = 0
 
     def next_after(self, t: float) -> int | None:
-        """The first slot strictly after ``t``; None when there is none (a past one-shot)."""
+        """The first slot strictly after ``t``; None when there is none (a past one-shot, or
+        the next would lie past `LATEST`)."""
         if self.kind == "once":
-            return self.anchor if self.anchor > t else None
-        if self.kind == "interval":
+            nxt: int | None = self.anchor if self.anchor > t else None
+        elif self.kind == "interval":
             if t < self.anchor:
-                return self.anchor
-            return self.anchor + (math.floor((t - self.anchor) / self.every_s) + 1) * self.every_s
-        return _cron_next(self.text, zone_of(self.zone), t)
+                nxt = self.anchor
+            else:
+                steps = math.floor((t - self.anchor) / self.every_s) + 1
+                nxt = self.anchor + steps * self.every_s
+        else:
+            nxt = _cron_next(self.text, zone_of(self.zone), t) if t < LATEST else None
+        return nxt if nxt is not None and nxt <= LATEST else None
 
     def latest_at_or_before(self, t: float) -> int | None:
         """The most recent slot at or before ``t``; None when none has come yet."""
@@ -120,7 +138,34 @@ class Schedule:
 
 
 def parse(text: str, zone: str, now: float, *, min_interval_s: float = 60) -> Schedule:
-    """Read a schedule as a user wrote it; relative forms are resolved against ``now``."""
+    """Read a schedule as a user wrote it; relative forms are resolved against ``now``. It is
+    checked whole: a schedule this returns has a next slot, and its slots can be computed."""
+    return checked(_read(text, zone, now, min_interval_s), now)
+
+
+def checked(schedule: Schedule, now: float) -> Schedule:
+    """``schedule`` if its next two slots can be computed and the first is at most `LATEST`;
+    else a `ScheduleError` that says which."""
+    s = schedule
+    if s.kind == "interval" and not 0 < s.every_s <= MAX_EVERY_S:
+        raise ScheduleError(f"an interval must be at most {MAX_EVERY_S // 86400} days")
+    try:
+        first = s.next_after(now)
+        if first is not None:
+            s.next_after(first)  # a repeating schedule's period is asked for too
+    except UNUSABLE as exc:
+        raise ScheduleError(f"the next run of {s.text!r} cannot be computed: {exc}") from None
+    if first is not None:
+        return s
+    if s.kind == "cron":
+        raise ScheduleError(f"the cron expression {s.text!r} never matches before {LATEST_TEXT}")
+    raise ScheduleError(
+        f"{s.text!r} is too far ahead: its first run would be after {LATEST_TEXT}, the latest "
+        "time a schedule can name"
+    )
+
+
+def _read(text: str, zone: str, now: float, min_interval_s: float) -> Schedule:
     zone_of(zone)
     raw = " ".join(text.split())
     low = raw.lower()
@@ -134,16 +179,13 @@ def parse(text: str, zone: str, now: float, *, min_interval_s: float = 60) -> Sc
     if len(raw.split()) == 5:
         if not croniter.is_valid(raw):
             raise ScheduleError(f"{raw!r} is not a valid cron expression (min hour dom mon dow)")
-        schedule = Schedule("cron", raw, zone)
-        if schedule.next_after(now) is None:
-            raise ScheduleError(f"the cron expression {raw!r} never matches")
-        return schedule
+        return Schedule("cron", raw, zone)
     try:
         when = datetime.fromisoformat(raw)
-    except ValueError:
+        at = math.ceil(_instant(when, zone_of(zone)))
+    except (ValueError, OverflowError):
         pass
     else:
-        at = math.ceil(_instant(when, zone_of(zone)))
         if at <= now:
             raise ScheduleError(f"{raw} is in the past")
         return Schedule("once", raw, zone, anchor=at)
@@ -154,10 +196,29 @@ def parse(text: str, zone: str, now: float, *, min_interval_s: float = 60) -> Sc
 
 
 def load(kind: str, text: str, zone: str, anchor: int, every_s: int) -> Schedule:
-    """A stored schedule as it was parsed (relative forms are not resolved again)."""
+    """A stored schedule as it was parsed (relative forms are not resolved again). A row this
+    code did not write (an older version's, or one put in the store by hand) is checked: a
+    `ScheduleError` says what in it cannot be used."""
     if kind not in ("once", "interval", "cron"):
         raise ScheduleError(f"unknown schedule kind {kind!r}")
+    if not isinstance(anchor, int) or not 0 <= anchor <= LATEST:
+        raise ScheduleError(f"its first slot ({anchor!r}) is not a time by {LATEST_TEXT}")
+    if kind == "interval" and not (isinstance(every_s, int) and 0 < every_s <= MAX_EVERY_S):
+        raise ScheduleError(f"its interval ({every_s!r} s) is not between 1 s and 68 years")
+    zone_of(zone)
+    if kind == "cron":
+        try:
+            _parsed(text)
+        except UNUSABLE:
+            raise ScheduleError(f"{text!r} is not a valid cron expression") from None
     return Schedule(kind, text, zone, anchor, every_s)  # type: ignore[arg-type]
+
+
+def slot_in_range(t: object) -> int | None:
+    """A stored `next_run_at` as a slot; a `ScheduleError` when it is none."""
+    if t is None or (isinstance(t, int) and 0 <= t <= LATEST):
+        return t
+    raise ScheduleError(f"its next run ({t!r}) is not a time by {LATEST_TEXT}")
 
 
 def _instant(local: datetime, tz: ZoneInfo) -> float:
@@ -196,7 +257,7 @@ def _cron_next(expr: str, tz: ZoneInfo, t: float) -> int | None:
             at = _instant(it.get_next(datetime), tz)
             if at > t:
                 return math.ceil(at)
-    except CroniterBadDateError:  # a date that never comes (February 30th)
+    except (ValueError, OverflowError):  # CroniterBadDateError (February 30th); year 10000
         pass
     return None
 

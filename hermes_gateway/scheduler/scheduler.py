@@ -21,6 +21,7 @@ from hermes_gateway.scheduler.jobs import Job, Plan, RunRecord, plan
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.runner import SILENT, JobRunner, Outcome
+from hermes_gateway.scheduler.schedule import UNUSABLE
 
 log = structlog.get_logger("hermes.scheduler")
 MISSED = (
@@ -128,10 +129,16 @@ class Scheduler:
             self.counts = await self.ledger.counts()
 
     async def _plan(self, jobs: list[Job], now: float, grace: float) -> list[tuple[Job, Plan]]:
-        """The catch-up plans of due jobs; a long list gives the event loop back in between."""
+        """The catch-up plans of due jobs; a long list gives the event loop back in between. A
+        job whose slots cannot be computed is set aside, and the others go on."""
         out, since = [], time.perf_counter()
         for job in jobs:
-            if (p := plan(job, now, grace, LATE_AFTER_S)) is not None:
+            try:
+                p = plan(job, now, grace, LATE_AFTER_S)
+            except UNUSABLE as exc:
+                self.ledger.put_aside(job.id, f"its slots cannot be computed: {exc!r}")
+                p = None
+            if p is not None:
                 out.append((job, p))
             if time.perf_counter() - since > PLAN_SLICE_S:
                 await asyncio.sleep(0)

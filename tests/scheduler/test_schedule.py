@@ -9,7 +9,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hermes_gateway.scheduler.schedule import Schedule, ScheduleError, duration, parse
+from hermes_gateway.scheduler.schedule import (
+    LATEST,
+    Schedule,
+    ScheduleError,
+    duration,
+    load,
+    parse,
+)
 
 BERLIN, NEW_YORK = "Europe/Berlin", "America/New_York"
 
@@ -136,3 +143,52 @@ def test_durations_and_zones() -> None:
     assert parse("every 10s", "UTC", 0, min_interval_s=1).every_s == 10
     with pytest.raises(ScheduleError, match="time zone"):
         parse("in 5m", "Mars/Olympus", 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "zone", "says"),
+    [
+        ("in 99999999999d", "UTC", "too far ahead"),
+        ("in 3000000d", "UTC", "too far ahead"),  # the year 10240: no date holds it
+        ("in 1" + "0" * 5000 + "s", "UTC", "too long"),  # more digits than int() reads
+        ("every 99999999999d", "UTC", "at most 24855 days"),  # the store's 32-bit column
+        ("9999-12-31T23:59", "UTC", "too far ahead"),
+        ("9999-12-31T23:59-12:00", "UTC", "too far ahead"),  # the year 10000 in UTC
+        ("in 5m", "America", "time zone"),  # a folder of zones, not one
+        ("in 5m", "Z" * 5000, "time zone"),  # a file name too long
+    ],
+)
+def test_a_schedule_whose_next_slots_cannot_be_computed_is_refused(
+    text: str, zone: str, says: str
+) -> None:
+    """Refused when parsed, with the reason; before, these returned a schedule whose slot no
+    date could show (or raised an OSError or a bare ValueError)."""
+    with pytest.raises(ScheduleError, match=says):
+        parse(text, zone, 1_800_000_000)
+
+
+def test_no_slot_lies_past_the_latest_a_schedule_can_name() -> None:
+    """A schedule that parsed runs out at `LATEST` rather than naming an unshowable year."""
+    yearly = parse("0 0 1 1 *", "UTC", 1_800_000_000)
+    assert yearly.next_after(LATEST - 3600) is None
+    daily = parse("every 1d", "UTC", 1_800_000_000)
+    assert daily.next_after(LATEST) is None
+    assert parse("9999-12-29T00:00", "Pacific/Kiritimati", 1_800_000_000).anchor <= LATEST
+
+
+@pytest.mark.parametrize(
+    ("kind", "zone", "anchor", "every_s", "says"),
+    [
+        ("weekly", "UTC", 0, 0, "unknown schedule kind"),
+        ("once", "UTC", 8_640_001_796_432_418, 0, "not a time"),
+        ("interval", "UTC", 1_800_000_000, 0, "interval"),
+        ("cron", "Mars/Olympus", 0, 0, "time zone"),
+    ],
+)
+def test_a_stored_schedule_is_checked_when_loaded(
+    kind: str, zone: str, anchor: int, every_s: int, says: str
+) -> None:
+    with pytest.raises(ScheduleError, match=says):
+        load(kind, "0 * * * *", zone, anchor, every_s)
+    with pytest.raises(ScheduleError, match="not a valid cron"):
+        load("cron", "61 * * * *", "UTC", 0, 0)

@@ -1,5 +1,6 @@
 /* Jobs: each job with its newest runs (status, delivery, answer), and Run now, Pause, Resume.
-   Everything a model or user wrote goes in as text. */
+   A job whose stored schedule cannot be used shows as "error", with why. Everything a model or
+   user wrote goes in as text. */
 "use strict";
 (() => {
   const tbody = document.querySelector("#jobs tbody");
@@ -26,16 +27,18 @@
   }
 
   function rows(job) {
-    const buttons = [action(job, "run")];
-    if (job.state === "active") buttons.push(action(job, "pause"));
-    if (job.state === "paused") buttons.push(action(job, "resume"));
-    const main = H.el("tr", { "data-job": job.id, "data-state": job.state, class: "job" },
+    const state = job.error ? "error" : job.state;
+    const buttons = job.error ? [] : [action(job, "run")];
+    if (state === "active") buttons.push(action(job, "pause"));
+    if (state === "paused") buttons.push(action(job, "resume"));
+    const main = H.el("tr", { "data-job": job.id, "data-state": state, class: "job" },
       H.el("td", { class: "name", title: job.prompt }, job.name), H.el("td", {}, job.chat),
       H.el("td", {}, job.schedule), H.el("td", {}, job.zone), H.el("td", {}, job.next_run || "–"),
-      H.el("td", { class: "state" }, job.state), H.el("td", {}, job.runs_total),
+      H.el("td", { class: "state", title: job.error || "" }, state), H.el("td", {}, job.runs_total),
       H.el("td", { class: "actions" }, ...buttons));
     const detail = H.el("tr", { "data-runs-of": job.id, class: "detail" },
-      H.el("td", { colSpan: 8 }, runs(job)));
+      H.el("td", { colSpan: 8 }, job.error ? H.el("p", { class: "error" }, job.error) : null,
+        runs(job)));
     return [main, detail];
   }
 
