@@ -352,6 +352,8 @@ def _in_namespace(argv: list[str], cwd: Path, workspace: Path, walled: Walls) ->
         "tmp": tmp,
         "tmp_size": f"{_state.tmp_mb}m",
         "put_back": put_back,
+        # the interpreter and this code come back read-only; the workspace and opened paths not
+        "read_only": [p for p in put_back if Path(p) not in {ws, *_state.writable}],
         # what lies inside a path put back is hidden again once it is back
         "hide_inside": [str(p) for p in hidden if any(p.is_relative_to(b) for b in put_back)],
         "loopback": _state.network == "none",

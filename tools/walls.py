@@ -18,7 +18,7 @@ _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
-_MS_BIND = 4096
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
 
 _WRITE_FILE = 1 << 1
 _TRUNCATE = 1 << 14  # ABI 3
@@ -124,6 +124,7 @@ def build_mounts(spec: dict[str, object]) -> None:
     keep = {}
     for path in _strings(spec, "put_back"):
         keep[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    read_only = set(_strings(spec, "read_only"))
     for path in _strings(spec, "hide"):
         hide(path)
     for path in _strings(spec, "tmp"):
@@ -135,6 +136,10 @@ def build_mounts(spec: dict[str, object]) -> None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
         _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND, None)
+        if path in read_only:
+            # back under a scratch place the Landlock rule lets it write beneath: read-only
+            # by the mount itself, or the interpreter and this code would be writable
+            _mount("none", path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
         os.close(fd)
     for path in _strings(spec, "hide_inside"):
         hide(path)
@@ -146,9 +151,10 @@ def _strings(spec: dict[str, object], key: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    """SPEC is JSON: {"mounts", "cwd", "hide", "tmp", "tmp_size", "put_back", "hide_inside"
-    (the mounts, in a namespace only), "loopback", "confine", "writable", "deny_tcp",
-    "scope"}. Asked to `confine`, a kernel without Landlock is an error, not a pass."""
+    """SPEC is JSON: {"mounts", "cwd", "hide", "tmp", "tmp_size", "put_back", "read_only",
+    "hide_inside" (the mounts, in a namespace only), "loopback", "confine", "writable",
+    "deny_tcp", "scope"}. Asked to `confine`, a kernel without Landlock is an error, not a
+    pass."""
     spec, command = json.loads(argv[1]), argv[3:]
     try:
         if spec.get("mounts"):

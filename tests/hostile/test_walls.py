@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -217,6 +218,7 @@ def test_no_way_to_local_services(walled: str, tmp_path: Path) -> None:
     address = str(unix_dir / "redis.sock")
     probe = f"""
 import socket
+import sys
 for family, address in ((socket.AF_INET, ("127.0.0.1", {port})), (socket.AF_UNIX, {address!r})):
     s = socket.socket(family)
     try:
@@ -284,3 +286,16 @@ def test_the_store_directory_is_hidden_wherever_it_is(
     output = str(fake_llm.requests[-1]["messages"][-1]["content"])
     assert "leaks: 0" in output and "listed:" not in output, output
     assert "port-refused" in output, output
+
+
+def test_the_gateways_code_and_interpreter_are_read_only(walled: str, tmp_path: Path) -> None:
+    """Wherever they live: a checkout and virtual environment under /tmp (as CI's may be) are
+    put back into the call's private /tmp read-only, not writable like the rest of it."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ctx = ToolContext(workspace=workspace, session_key="t:dm:1", max_output_chars=5000)
+    targets = [REPO / "tools", Path(sys.executable).parent, Path(sys.prefix)]
+    probe = "; ".join(f"touch {t}/.walls-probe && echo WROTE {t}" for t in targets)
+    out = run_command(probe + "; echo probed", workspace, ENV, 30, ctx)
+    assert "probed" in out and "WROTE" not in out, out
+    assert not any((t / ".walls-probe").exists() for t in targets)
