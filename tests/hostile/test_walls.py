@@ -295,7 +295,8 @@ def test_the_gateways_code_and_interpreter_are_read_only(walled: str, tmp_path: 
     workspace.mkdir()
     ctx = ToolContext(workspace=workspace, session_key="t:dm:1", max_output_chars=5000)
     targets = [REPO / "tools", Path(sys.executable).parent, Path(sys.prefix)]
-    probe = "; ".join(f"touch {t}/.walls-probe && echo WROTE {t}" for t in targets)
+    name = f".walls-probe-{os.getpid()}-{tmp_path.name}"  # new: touching an old file is no write
+    probe = "; ".join(f"touch {t}/{name} && echo WROTE {t}" for t in targets)
     out = run_command(probe + "; echo probed", workspace, ENV, 30, ctx)
     assert "probed" in out and "WROTE" not in out, out
-    assert not any((t / ".walls-probe").exists() for t in targets)
+    assert not any((t / name).exists() for t in targets)
