@@ -18,7 +18,17 @@ _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
-_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 32, 4096, 16384
+# Per-mount flags a remount must repeat: in a user namespace the kernel refuses to clear them.
+_KEPT_FLAGS = {
+    "nosuid": 2,
+    "nodev": 4,
+    "noexec": 8,
+    "noatime": 1024,
+    "nodiratime": 2048,
+    "relatime": 1 << 21,
+    "strictatime": 1 << 24,
+}
 
 _WRITE_FILE = 1 << 1
 _TRUNCATE = 1 << 14  # ABI 3
@@ -143,6 +153,49 @@ def build_mounts(spec: dict[str, object]) -> None:
         os.close(fd)
     for path in _strings(spec, "hide_inside"):
         hide(path)
+    freeze(_strings(spec, "writable"))
+
+
+def freeze(writable: list[str]) -> None:
+    """Every mount read-only but the `writable` places: Landlock governs what files hold, not
+    their mode, owner or times (chmod, chown, touch); a read-only mount refuses those too. Each
+    writable place becomes a mount of its own first, so it stays writable when its parent does
+    not. A mount that cannot be remounted is left to Landlock."""
+    for path in writable:
+        if os.path.exists(path):
+            _mount(path, path, None, _MS_BIND | _MS_REC, None)
+    done = set()
+    for point, options, fstype in _mounts():
+        if point in done or fstype == "proc" or any(_beneath(point, w) for w in writable):
+            continue
+        done.add(point)
+        flags = sum(bit for name, bit in _KEPT_FLAGS.items() if name in options)
+        try:
+            _mount("none", point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None)
+        except SetupError:
+            pass
+
+
+def _mounts() -> list[tuple[str, set[str], str]]:
+    """(mount point, per-mount options, file system type) of each mount, parents first."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as lines:
+        for line in lines:
+            fields = line.split()
+            fstype = fields[fields.index("-") + 1]
+            found.append((_unescape(fields[4]), set(fields[5].split(",")), fstype))
+    return found
+
+
+def _unescape(field: str) -> str:
+    """Mountinfo writes a space, tab, newline and backslash in a path as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def _beneath(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _strings(spec: dict[str, object], key: str) -> list[str]:
