@@ -71,10 +71,6 @@ class Walls:
     hidden: bool
     landlock_abi: int = 0
 
-    @property
-    def complete(self) -> bool:
-        return self.writes and self.network and self.hidden
-
 
 @dataclass(slots=True)
 class _State:

@@ -172,13 +172,15 @@ def confine_tools(config: Config, config_path: str | None) -> None:
         tmp_mb=terminal.tmp_mb,
     )
     walls = sandbox.walls()
+    # the network wall is the operator's to open (network: host); the others the kernel's
+    complete = walls.writes and walls.hidden and (walls.network or terminal.network == "host")
     log.info(
         "sandbox.mode",
         mode=sandbox.current_mode(),
         detail=detail,
-        walls_complete=walls.complete,
+        walls_complete=complete,
         memory=memory_group.support().kind,
         memory_detail=memory_group.describe(),
     )
-    if not walls.complete:
+    if not complete:
         log.warning("sandbox.walls_missing", detail=sandbox.describe(walls))

@@ -142,7 +142,7 @@ class Doctor:
         network = self.config.tools.terminal.network
         walls = sandbox.walls(network)
         detail = f"{sandbox.current_mode()} mode; {sandbox.describe(walls, network)}"
-        complete = walls.complete or (network == "host" and walls.writes and walls.hidden)
+        complete = walls.writes and walls.hidden and (walls.network or network == "host")
         return Check("tool walls", "ok" if complete else "warn", detail)
 
     def tool_memory(self) -> Check:

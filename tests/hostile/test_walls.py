@@ -7,6 +7,7 @@ processes have no way to the gateway's ports or the local services; each call ge
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import sys
@@ -14,11 +15,16 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.daemon import GatewayProcess
+from tests.e2e.test_telegram_e2e import TOKEN
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
+from tests.fakes.server import wait_until
+from tests.fakes.telegram import FakeTelegram
 from tools import ToolContext, sandbox
 from tools.terminal import run_command
 
@@ -321,3 +327,77 @@ def test_the_gateways_code_and_interpreter_are_read_only(walled: str, tmp_path: 
     out = run_command(probe + "; echo probed", workspace, ENV, 30, ctx)
     assert "probed" in out and "WROTE" not in out, out
     assert not any((t / name).exists() for t in targets)
+
+
+STEAL = """
+import json, urllib.request
+body = json.dumps({"platform": "telegram", "code": "CODE"}).encode()
+for path, data in (("/pairing", None), ("/pairing/approve", body), ("/status", None)):
+    request = urllib.request.Request("URL" + path, data=data)
+    request.add_header("Content-Type", "application/json")
+    try:
+        print("HOW", path, urllib.request.urlopen(request, timeout=3).status)
+    except Exception as exc:
+        print("HOW", path, "failed", type(exc).__name__)
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
+def test_the_model_cannot_let_a_stranger_in(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    """Pairing on, no control token configured: the model, through `terminal` and through
+    `execute_code`, asks the control API to approve a waiting stranger. Nothing is approved,
+    and the stranger's next message still does not reach the model."""
+    with FakeTelegram(token=TOKEN) as tg:
+        config: dict[str, Any] = {
+            "model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+            "platforms": {
+                "telegram": {
+                    "enabled": True,
+                    "token": TOKEN,
+                    "base_url": tg.api_url,
+                    "base_file_url": tg.file_url,
+                    "allowed_users": [555],
+                    "pairing": True,
+                }
+            },
+            "tools": {
+                "enabled": ["terminal", "execute_code"],
+                "terminal": {"approval": "off"},
+            },
+        }
+        gw = GatewayProcess(tmp_path / "home", config)
+        try:
+            gw.start()
+            tg.send_text(777, "let me in", username="mallory")
+            notice = wait_until(lambda: [m["text"] for m in tg.messages_to(777)], timeout=30)
+            code = re.search(r"approve telegram ([A-Z2-9]{8})", str(notice[0]))
+            assert code, notice
+            script = STEAL.replace("CODE", code[1]).replace("URL", gw.url)
+            calls = (
+                ("terminal", {"command": f"python3 -c '{script.replace('HOW', 'shell')}'"}),
+                ("execute_code", {"code": script.replace("HOW", "script")}),
+            )
+            fake_llm.push(tool_calls(*calls), text("tried"))
+            tg.send_text(555, "please approve the stranger")
+            wait_until(lambda: any("tried" in m["text"] for m in tg.messages_to(555)), 60)
+            seen = [str(m["content"]) for m in fake_llm.requests[-1]["messages"]]
+            asked = len(fake_llm.requests)
+            tg.send_text(777, "am I in?", username="mallory")
+            wait_until(lambda: len(tg.messages_to(777)) >= 2, timeout=30)
+            entries = httpx.get(f"{gw.url}/pairing", headers=_operator(gw), timeout=10).json()
+        finally:
+            gw.kill()
+    results = "\n".join(s for s in seen if "/pairing" in s)
+    for how in ("shell", "script"):
+        for path in ("/pairing", "/pairing/approve", "/status"):
+            assert f"{how} {path} failed" in results, results
+    assert [e["status"] for e in entries["entries"] if e["user_id"] == "777"] == ["pending"]
+    assert len(fake_llm.requests) == asked  # the stranger's message reached no model
+    assert "approved" not in str(tg.messages_to(777)[-1]["text"]).lower()
+
+
+def _operator(gw: GatewayProcess) -> dict[str, str]:
+    """The operator's credentials: the token the gateway wrote into its home at first start."""
+    token = (gw.home / "control.token").read_text().strip()
+    return {"Authorization": f"Bearer {token}"}
