@@ -1,7 +1,6 @@
-"""The control server (aiohttp): health, readiness, status, metrics, and the routes adapters
-mount (the local chat API, webhooks). Each route has an access class (`RouteAccess`): operator
-routes always want the control token, client routes (the chat API, /metrics) only when
-`control.token` is configured, public ones never. See docs/http-limits.md and docs/dashboard.md."""
+"""The control server (aiohttp): health, readiness, status, metrics, the routes adapters mount
+(the local chat API, webhooks), and who may call each: its access class and the control token
+(`docs/control-api.md`)."""
 
 from __future__ import annotations
 

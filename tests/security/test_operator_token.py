@@ -163,7 +163,7 @@ async def test_the_token_file_is_owner_only_and_reused_across_restarts(
         assert (await client.get("/status", operator=True))[0] == 200
 
 
-async def test_a_configured_token_is_used_as_before_and_no_file_is_made(
+async def test_a_configured_token_is_used_as_before_and_buys_a_login_link(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     configured = "configured-token-0123456789abcdef"
@@ -175,4 +175,7 @@ async def test_a_configured_token_is_used_as_before_and_no_file_is_made(
         assert status == 200
         chat = await client.chat("hi")  # the chat API wants it too, as before
         assert chat["status"] == 401
+        await client.dashboard_login()  # and it buys the dashboard's one-time link
+        async with client.http.get(f"{client.base}/dashboard/", allow_redirects=False) as resp:
+            assert resp.status == 200
     assert not token_path(config.home_path).exists()
