@@ -23,6 +23,8 @@ import yaml
 
 from bench import lag
 from bench.procs import ROOT, Child, free_port, start_fake
+from hermes_gateway.control.token import operator_token
+from hermes_gateway.dashboard.auth import COOKIE
 
 ASSETS = ("style.css", "dashboard.js", "uPlot.min.css", "uPlot.iife.min.js", "overview.js")
 
@@ -136,6 +138,7 @@ async def run(quick: bool, workdir: Path) -> dict[str, Any]:
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
             await _healthy(http, base, gw)
+            await _log_in(http, base, workdir / "home")
             renders = [await first_render(http, base) for _ in range(5)]
             await send(http, base, plan["sessions"], 2)  # warm: agents built, GC frozen
             none, one = [], []
@@ -174,6 +177,16 @@ async def _healthy(http: aiohttp.ClientSession, base: str, gw: Child) -> None:
             pass
         await asyncio.sleep(0.05)
     raise RuntimeError(f"the gateway did not get ready\n{gw.stderr()}")
+
+
+async def _log_in(http: aiohttp.ClientSession, base: str, home: Path) -> None:
+    """The dashboard wants a session: a one-time link got with the gateway's token file, as
+    `hermes dashboard` gets one; the cookie then goes with every request of ``http``."""
+    headers = {"Authorization": f"Bearer {operator_token(None, home)}"}
+    async with http.post(f"{base}/dashboard-link", headers=headers) as resp:
+        path = (await resp.json())["path"]
+    async with http.get(base + path, allow_redirects=False) as resp:
+        http.headers["Cookie"] = f"{COOKIE}={resp.cookies[COOKIE].value}"
 
 
 def _ms(value: float | None) -> str:

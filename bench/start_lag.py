@@ -63,7 +63,7 @@ def one_start(workdir: Path, config: dict[str, Any], before_loop: bool) -> float
             assert time.monotonic() < deadline, gateway.stderr()
             time.sleep(0.05)
         time.sleep(2.0)  # the model client's warm-up (its import, in a thread) included
-        status = httpx.get(f"{gateway.url}/status", timeout=10).json()
+        status = httpx.get(f"{gateway.url}/status", headers=gateway.operator, timeout=10).json()
         return float(status["loop_lag_ms"]["max"])
     finally:
         gateway.kill()

@@ -20,7 +20,7 @@ from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.cluster.build import coordinator
 from hermes_gateway.config import Config, systemd_notify_socket
 from hermes_gateway.control.admin import AdminRoutes
-from hermes_gateway.control.app import ControlServer, Handler
+from hermes_gateway.control.app import ControlServer, ControlToken, Handler
 from hermes_gateway.control.vitals import Vitals
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.commands import Commands, parse_command
@@ -48,6 +48,7 @@ from hermes_gateway.seam.platform import (
     Adapter,
     Admitted,
     Leadership,
+    RouteAccess,
     Shares,
     StreamSink,
     SubmitOutcome,
@@ -164,8 +165,10 @@ class Gateway(Lifecycle):
         """What operators see and drive: the control API, its admin and inbox routes, the
         dashboard, the scheduler (with its own routes)."""
         self.vitals = Vitals(self)
+        self.control_token = ControlToken(config.control.token, config.home_path)
         self.control = ControlServer(
             config.control,
+            self.control_token,
             health=self.vitals.health,
             readiness=self.vitals.readiness,
             status=self.vitals.status,
@@ -195,8 +198,10 @@ class Gateway(Lifecycle):
     def config(self) -> Config:
         return self.live.now
 
-    def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
-        self.control.add_route(method, path, handler, public=public)
+    def add_route(
+        self, method: str, path: str, handler: Handler, *, access: RouteAccess = "operator"
+    ) -> None:
+        self.control.add_route(method, path, handler, access=access)
 
     async def submit(
         self,

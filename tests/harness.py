@@ -1,5 +1,5 @@
 """Test harness: a `Gateway` running in the test's own loop against the fake LLM, and a small
-client for its control API."""
+client for its control API (operator calls carry the token the CLI would send)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import aiohttp
 import yaml
 
 from hermes_gateway.config import Config, load_config
+from hermes_gateway.control.token import operator_token
+from hermes_gateway.dashboard.auth import COOKIE
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway
 
@@ -69,11 +71,15 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
 
 
 class Client:
-    """Talks to a running gateway's control API like `hermes chat` does."""
+    """Talks to a running gateway's control API like `hermes chat` does; ``operator`` is the
+    header the operator's commands send (the configured token, else the generated file's)."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, base: str, operator: dict[str, str] | None = None
+    ) -> None:
         self.http = session
         self.base = base
+        self.operator = operator or {}
 
     async def chat(
         self, text: str, user: str = "alice", *, stream: bool = False, key: str | None = None
@@ -101,11 +107,25 @@ class Client:
             data = await resp.json()
             return list(data["messages"])
 
-    async def get(self, path: str) -> tuple[int, Any]:
-        async with self.http.get(f"{self.base}{path}") as resp:
+    async def get(self, path: str, *, operator: bool = False) -> tuple[int, Any]:
+        """GET ``path``; ``operator``: with the control token (`/status`, `/pairing`, ...)."""
+        headers = self.operator if operator else {}
+        async with self.http.get(f"{self.base}{path}", headers=headers) as resp:
             if resp.content_type == "application/json":
                 return resp.status, await resp.json()
             return resp.status, await resp.text()
+
+    async def dashboard_login(self) -> None:
+        """Log this client's session into the dashboard as `hermes dashboard`'s link does: a
+        one-time link got with the control token, opened; its cookie then goes with every
+        request (aiohttp's jar keeps a Secure cookie for https only)."""
+        async with self.http.post(f"{self.base}/dashboard-link", headers=self.operator) as resp:
+            assert resp.status == 200, await resp.text()
+            path = (await resp.json())["path"]
+        async with self.http.get(f"{self.base}{path}", allow_redirects=False) as resp:
+            assert resp.status == 303, await resp.text()
+            cookie = resp.cookies[COOKIE].value
+        self.http.headers["Cookie"] = f"{COOKIE}={cookie}"
 
 
 async def _read_sse(resp: aiohttp.ClientResponse) -> dict[str, Any]:
@@ -146,9 +166,18 @@ async def running_gateway(config: Config) -> AsyncIterator[tuple[Gateway, Client
     await gateway.startup()
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-            yield gateway, Client(http, f"http://127.0.0.1:{gateway.control.port}")
+            base = f"http://127.0.0.1:{gateway.control.port}"
+            yield gateway, Client(http, base, operator_headers(config))
     finally:
         await gateway.shutdown()
+
+
+def operator_headers(config: Config) -> dict[str, str]:
+    """The bearer header of the operator's commands, read as the CLI reads it (the file is
+    there once a gateway on this home has started)."""
+    token = operator_token(config.control.token, config.home_path)
+    assert token is not None, "no control token yet: start the gateway first"
+    return {"Authorization": f"Bearer {token}"}
 
 
 async def eventually(predicate: Any, timeout: float = 10.0) -> Any:

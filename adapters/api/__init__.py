@@ -1,7 +1,8 @@
 """The local API platform: an OpenAI-compatible chat-completions endpoint on the control port.
 
-`SPEC` is what the gateway knows of it. It has no access rules of its own (its routes sit
-behind the control token) and no channel for a question back to the caller."""
+`SPEC` is what the gateway knows of it. It has no access rules of its own (its routes want
+`control.token` when one is set; open on a loopback bind otherwise) and no channel for a
+question back to the caller."""
 
 from adapters.api.settings import ApiPlatformConfig
 from hermes_gateway.platform_spec import Capabilities, PlatformSpec

@@ -45,10 +45,11 @@ class ApiAdapter:
         self._waiters: dict[str, asyncio.Future[Answer]] = {}
         self._sinks: dict[str, SseSink] = {}
         self._cut_short: set[str] = set()
-        host.add_route("POST", "/v1/chat/completions", self.chat_completions)
-        host.add_route("GET", "/v1/models", self.models)
-        host.add_route("GET", "/v1/history", self.history)
-        host.add_route("*", "/v1/responses", self.responses)
+        # the chat API: open on a loopback bind with no control.token, like curl expects
+        host.add_route("POST", "/v1/chat/completions", self.chat_completions, access="client")
+        host.add_route("GET", "/v1/models", self.models, access="client")
+        host.add_route("GET", "/v1/history", self.history, access="client")
+        host.add_route("*", "/v1/responses", self.responses, access="client")
         host.bus.subscribe(self._on_lifecycle, ["processing_complete"], name="api-adapter")
 
     async def start(self) -> None:

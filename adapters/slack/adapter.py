@@ -91,7 +91,7 @@ class SlackAdapter:
         self._progress = Progress(mode, self.config.progress_reaction)
         host.bus.subscribe(self._on_lifecycle, _PROGRESS_EVENTS, name="slack:progress")
         if self.config.mode == "http":
-            host.add_route("POST", self.config.events_path, self._http_events, public=True)
+            host.add_route("POST", self.config.events_path, self._http_events, access="public")
 
     @property
     def config(self) -> SlackConfig:

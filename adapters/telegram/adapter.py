@@ -117,7 +117,7 @@ class TelegramAdapter:
             else None
         )
         if self.config.mode == "webhook":
-            host.add_route("POST", self.config.webhook_path, self.webhook, public=True)
+            host.add_route("POST", self.config.webhook_path, self.webhook, access="public")
 
     @property
     def config(self) -> TelegramConfig:

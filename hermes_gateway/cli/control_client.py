@@ -62,4 +62,12 @@ def unreachable(url: str, exc: Exception) -> int:
 def refused(response: httpx.Response, data: dict[str, Any]) -> int:
     """An operator route said no: its OpenAI-style error message, on stderr."""
     print(f"hermes: {data.get('error', {}).get('message', response.text)}", file=sys.stderr)
+    if response.status_code == 401:  # most likely run as a user who cannot read the file
+        print(f"hermes: {TOKEN_HINT}", file=sys.stderr)
     return EXIT_FAILURE
+
+
+TOKEN_HINT = (
+    "operator commands send control.token from the config, else the token the gateway "
+    "keeps in control.token in its home (readable only by the gateway's user)"
+)

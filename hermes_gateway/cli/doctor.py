@@ -18,6 +18,7 @@ from typing import Literal, TextIO
 import httpx
 
 from hermes_gateway.config import Config
+from hermes_gateway.control.token import token_path
 from hermes_gateway.errors import StoreError
 from hermes_gateway.platform_spec import PlatformSpec, ProbeFailed, load_ref, platform_specs
 from hermes_gateway.store.engine import safe_url
@@ -69,7 +70,7 @@ class Doctor:
             return Check("home", "FAIL", f"{home} is not writable by this user")
         loose = [
             p.name
-            for p in (home, home / "gateway.env", home / "state.db")
+            for p in (home, home / "gateway.env", home / "state.db", token_path(home))
             if p.exists() and p.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO)
         ]
         if loose:

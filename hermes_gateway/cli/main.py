@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from hermes_gateway import __version__
 from hermes_gateway.config import Config, config_path, load_config
+from hermes_gateway.control.token import operator_token
 from hermes_gateway.errors import AdapterAuthError, ConfigError, StoreError
 from hermes_gateway.guard.early_stop import EARLY
 
@@ -149,6 +150,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     url = getattr(args, "url", None) or (
         f"http://{_client_host(config.control.host)}:{config.control.port}"
     )
+    # operator routes always want it: the configured one, else the gateway's generated file
+    token = operator_token(config.control.token, config.home_path)
     if args.command == "config":
         checked = config_path(args.config)
         print(f"config OK: {checked or 'no config file, built-in defaults'} (home: {config.home})")
@@ -161,7 +164,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_chat(
             url,
-            config.control.token,
+            token,
             args.session,
             stream=not args.no_stream,
             history_file=config.home_path / "chat_history",
@@ -169,20 +172,20 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "pairing":
         from hermes_gateway.cli.control_client import run_pairing
 
-        return run_pairing(args, url, config.control.token)
+        return run_pairing(args, url, token)
     if args.command == "inbox":
         from hermes_gateway.cli.inbox import run_inbox
 
-        return run_inbox(args, url, config.control.token, config.store_url)
+        return run_inbox(args, url, token, config.store_url)
     if args.command == "dashboard":
         from hermes_gateway.dashboard.cli import run_dashboard
 
-        return run_dashboard(url, config, opener=None if args.no_open else "browser")
+        return run_dashboard(url, config, token, opener=None if args.no_open else "browser")
 
     if args.command == "cron":
         from hermes_gateway.cli.cron import run_cron
 
-        return run_cron(args, url, config.control.token, config)
+        return run_cron(args, url, token, config)
     if args.command == "doctor":
         return run_doctor(config)
     if args.command == "memory":
@@ -195,10 +198,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_db(args.action, config.store_url)
     if args.action == "run":
         return run_gateway(config, args.config)
-    return _manage(args, config, url)
+    return _manage(args, config, url, token)
 
 
-def _manage(args: argparse.Namespace, config: Config, url: str) -> int:
+def _manage(args: argparse.Namespace, config: Config, url: str, token: str | None) -> int:
     if args.action == "logs":
         return run_logs(args, config)
     from hermes_gateway.cli.service import ServiceManager, UnitParams
@@ -216,7 +219,7 @@ def _manage(args: argparse.Namespace, config: Config, url: str) -> int:
         from hermes_gateway.cli.status import gateway_status
 
         state = manager.state()
-        return gateway_status(url, config.control.token, state, sys.stdout, args.cluster)
+        return gateway_status(url, token, state, sys.stdout, args.cluster)
     if args.action == "install":
         return manager.install()
     if args.action == "uninstall":

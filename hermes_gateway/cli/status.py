@@ -8,6 +8,7 @@ from typing import Any, TextIO
 import httpx
 
 from hermes_gateway.cli.cluster_view import render_cluster
+from hermes_gateway.cli.control_client import TOKEN_HINT
 from hermes_gateway.cli.inbox import print_quarantined
 
 EXIT_READY = 0
@@ -28,6 +29,8 @@ def gateway_status(
         return EXIT_DOWN
     if response.status_code != 200:
         out.write(f"gateway      answering, but /status said HTTP {response.status_code}\n")
+        if response.status_code == 401:
+            out.write(f"             {TOKEN_HINT}\n")
         return EXIT_UNHEALTHY
     status: dict[str, Any] = response.json()
     _render(status, out)

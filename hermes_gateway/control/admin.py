@@ -1,5 +1,5 @@
-"""Operator endpoints on the control server (behind the control token): pairing list, approve
-and revoke, used by `hermes pairing ...`."""
+"""Operator endpoints on the control server (always behind the control token): pairing list,
+approve and revoke, used by `hermes pairing ...`."""
 
 from __future__ import annotations
 

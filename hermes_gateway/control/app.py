@@ -1,5 +1,6 @@
-"""The control server (aiohttp): health, readiness, status, metrics, and the routes adapters
-mount (the local chat API, webhooks). A bearer token guards it when `control.token` is set."""
+"""The control server (aiohttp): health, readiness, status, metrics, the routes adapters mount
+(the local chat API, webhooks), and who may call each: its access class and the control token
+(`docs/control-api.md`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -21,10 +23,38 @@ from hermes_gateway.control.limits import (
     fit_fd_limit,
     read_body,
 )
+from hermes_gateway.control.token import ensure_token_file
 from hermes_gateway.errors import RequestError
+from hermes_gateway.seam.platform import RouteAccess
 
 log = structlog.get_logger("hermes.control")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ControlToken:
+    """The token operator routes want: `control.token`, else the generated file's (see
+    control/token.py), known once `load` ran: in a thread, at start, before the port listens."""
+
+    def __init__(self, configured: str | None, home: Path) -> None:
+        self.configured = configured or None
+        self._home = home
+        self._value = self.configured
+
+    async def load(self) -> None:
+        if self._value is not None:
+            return
+        found = await asyncio.to_thread(ensure_token_file, self._home)
+        if found.created:
+            log.info("control.token_created", path=str(found.path))
+        if found.was_mode is not None:
+            log.warning("control.token_mode_fixed", path=str(found.path), was=oct(found.was_mode))
+        self._value = found.token
+
+    @property
+    def value(self) -> str:
+        if self._value is None:
+            raise RuntimeError("the control token is read at start, before the port listens")
+        return self._value
 
 
 class ControlServer:
@@ -33,6 +63,7 @@ class ControlServer:
     def __init__(
         self,
         config: ControlConfig,
+        token: ControlToken,
         *,
         health: Callable[[], dict[str, Any]],
         readiness: Callable[[], tuple[bool, list[str]]],
@@ -40,36 +71,41 @@ class ControlServer:
         metrics: Callable[[], bytes],
     ) -> None:
         self.config = config
+        self.token = token
         self._health = health
         self._readiness = readiness
         self._status = status
         self._metrics = metrics
-        self._public: set[str] = {"/healthz", "/readyz"}
-        self._self_guarded: tuple[str, ...] = ()  # path prefixes of sub-apps with their own
+        # by route path; a path with no route (404, 405) is a client's: it reveals nothing
+        self._access: dict[str, RouteAccess] = {}
         self.max_connections = fit_fd_limit(config.max_connections)
         self._budget = BodyBudget(config.max_body_bytes_in_flight)
         biggest = max(config.max_body_bytes, config.max_webhook_body_bytes)
         self.app = web.Application(middlewares=[self._guard], client_max_size=biggest)
-        self.app.router.add_get("/healthz", self._get_health)
-        self.app.router.add_get("/readyz", self._get_ready)
-        self.app.router.add_get("/status", self._get_status)
-        self.app.router.add_get("/metrics", self._get_metrics)
+        self.add_route("GET", "/healthz", self._get_health, access="public")
+        self.add_route("GET", "/readyz", self._get_ready, access="public")
+        self.add_route("GET", "/status", self._get_status)
+        self.add_route("GET", "/metrics", self._get_metrics, access="client")
         self._runner: web.AppRunner | None = None
         self.port = config.port
 
-    def add_route(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
-        """Mount a handler; ``public`` routes authenticate themselves (webhook secrets)."""
-        self.app.router.add_route(method, path, handler)
-        if public:
-            self._public.add(path)
+    def add_route(
+        self, method: str, path: str, handler: Handler, *, access: RouteAccess = "operator"
+    ) -> None:
+        """Mount a handler (see `RouteAccess`): an operator route unless said otherwise."""
+        resource = self.app.router.add_route(method, path, handler).resource
+        assert resource is not None
+        known = self._access.setdefault(resource.canonical, access)
+        if known != access:  # one path, one rule: a method's route must not open another's
+            raise ValueError(f"{path} is already mounted as {known}, not {access}")
 
     def add_app(self, prefix: str, app: web.Application) -> None:
         """Mount a sub-application under ``prefix`` that checks access itself (the dashboard:
-        a cookie, not the bearer token)."""
+        a session cookie got with the control token, not the bearer token on each request)."""
         self.app.add_subapp(prefix, app)
-        self._self_guarded += (prefix + "/",)
 
     async def start(self) -> None:
+        await self.token.load()  # before the port opens: no request finds it unknown
         self._runner = BoundedRunner(
             self.app, config=self.config, max_connections=self.max_connections
         )
@@ -89,12 +125,12 @@ class ControlServer:
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if (name := bad_header(request)) is not None:
             return error_response(400, f"header {name} is not valid UTF-8", "bad_header")
-        token = self.config.token
-        public = request.path in self._public or request.path.startswith(self._self_guarded)
-        if token and not public:
+        access = self._access_of(request)
+        if access == "operator" or (access == "client" and self.token.configured):
             given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token.value}".encode()):
                 return error_response(401, "missing or wrong bearer token", "unauthorized")
+        public = access == "public"
         try:
             if not request.body_exists:
                 return await handler(request)
@@ -122,6 +158,15 @@ class ControlServer:
         except Exception:
             log.exception("control.handler_failed", path=request.path)
             return error_response(500, "internal error; see the gateway log", "internal_error")
+
+    def _access_of(self, request: web.Request) -> RouteAccess:
+        info = request.match_info
+        if info.apps and info.apps[-1] is not self.app:
+            return "public"  # a sub-application's route: it checks access itself
+        resource = info.route.resource
+        if resource is None:
+            return "client"
+        return self._access.get(resource.canonical, "operator")
 
     async def _with_body(
         self, request: web.Request, handler: Handler, public: bool

@@ -17,7 +17,7 @@ from aiohttp import web
 from hermes_gateway import __version__
 from hermes_gateway.config_schema import DashboardConfig
 from hermes_gateway.control.app import ControlServer
-from hermes_gateway.dashboard.auth import Auth
+from hermes_gateway.dashboard.auth import LINK_S, Auth
 from hermes_gateway.dashboard.jobs import JobsSource
 from hermes_gateway.dashboard.routes import add_routes
 from hermes_gateway.dashboard.sampler import Sampler
@@ -38,13 +38,15 @@ CSP = (
     "frame-ancestors 'none'"
 )
 OPEN_PATHS = {f"{PREFIX}/login", f"{PREFIX}/static/style.css"}  # the login form needs them
+LINK_ROUTE = "/dashboard-link"
 
 
 class Dashboard:
     def __init__(self, gateway: Gateway, config: DashboardConfig) -> None:
         self.gateway = gateway
         self.config = config
-        self.auth = Auth(gateway.config.control.token)
+        token = gateway.control_token
+        self.auth = Auth(lambda: token.value, loopback_only=token.configured is None)
         self.series = TimeSeries(config.sample_interval_s)
         self.sampler = Sampler(gateway.metrics, self.series, self._gauges)
         self.streams = Streams()
@@ -60,8 +62,10 @@ class Dashboard:
 
     def mount(self, control: ControlServer) -> None:
         # before the sub-app: its prefix resource would answer the bare path with a 404
-        control.add_route("GET", PREFIX, _to_overview, public=True)
+        control.add_route("GET", PREFIX, _to_overview, access="public")
         control.add_app(PREFIX, self.app)
+        # an operator route (the bearer token): `hermes dashboard` asks it for a login link
+        control.add_route("POST", LINK_ROUTE, self._new_link)
 
     async def start(self) -> None:
         """Start sampling: the Overview's charts cover the time since the gateway started."""
@@ -95,12 +99,12 @@ class Dashboard:
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self.env is None:
             await self._load()
-        if request.path not in OPEN_PATHS and not self.auth.allowed(request):
-            if self.auth.needs_login and request.method == "GET" and _is_page(request.path):
-                raise web.HTTPSeeOther(f"{PREFIX}/login")
-            if self.auth.needs_login:
-                raise RequestError(401, "log in to the dashboard first", "unauthorized")
+        if not self.auth.reachable(request):
             raise RequestError(403, "the dashboard answers loopback clients only", "loopback_only")
+        if request.path not in OPEN_PATHS and not self.auth.allowed(request):
+            if request.method == "GET" and _is_page(request.path):
+                raise web.HTTPSeeOther(f"{PREFIX}/login")
+            raise RequestError(401, "log in to the dashboard first", "unauthorized")
         action = request.method == "POST" and request.path != f"{PREFIX}/login"  # checks its own
         if action and not self.auth.csrf_ok(request, request.headers.get("X-CSRF-Token", "")):
             raise RequestError(403, "missing or stale CSRF token; reload the page", "csrf")
@@ -131,13 +135,20 @@ class Dashboard:
             prefix=PREFIX,
             csrf=self.auth.csrf(request),
             version=__version__,
-            can_logout=self.auth.needs_login,
             **context,
         )
         return web.Response(text=html, content_type="text/html", charset="utf-8")
 
     def hello(self, request: web.Request) -> dict[str, Any]:
         return {"csrf": self.auth.csrf(request), "started_at": self.gateway.started_at}
+
+    async def _new_link(self, request: web.Request) -> web.Response:
+        """A one-time login link's path, for `hermes dashboard` (the control token got it
+        here, so it stands for the token once)."""
+        secret = self.auth.new_link()
+        return web.json_response(
+            {"path": f"{PREFIX}/login?once={secret}", "expires_in_s": int(LINK_S)}
+        )
 
 
 async def _to_overview(request: web.Request) -> web.Response:

@@ -1,6 +1,7 @@
-"""Who may see the dashboard: the control API's rule (no token: loopback clients only; with
-`control.token`: whoever proved it once in the login form and holds the session cookie), and
-the CSRF check every action (a POST) passes."""
+"""Who may see the dashboard: whoever proved the control token once (in the login form, or
+through a one-time link `hermes dashboard` prints) and holds the session cookie; without a
+configured `control.token` (the generated one) also only loopback clients addressing a loopback
+host. And the CSRF check every action (a POST) passes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from aiohttp import web
 
 COOKIE = "hermes_dashboard"
 SESSION_S = 12 * 3600.0
+LINK_S = 600.0  # how long a one-time login link waits to be opened
+_LINKS_MAX = 16  # links not yet opened; a new one pushes out the oldest
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 _FAILURES_PER_MINUTE = 10  # wrong tokens in the login form, all clients together
 
@@ -39,32 +42,43 @@ def _host_name(request: web.Request) -> str:
 class Auth:
     """Stateless sessions: the cookie is an HMAC of its issue time under the token, so a
     restart keeps them and a new token ends them. CSRF tokens are per process and handed to
-    each page again whenever its event stream (re)connects."""
+    each page again whenever its event stream (re)connects. One-time links live in this
+    process only (a restart voids the unopened ones).
 
-    def __init__(self, token: str | None, clock: Callable[[], float] = time.time) -> None:
-        self.token = token or None
+    ``token`` gives the control token (read at start, so asked for at each use);
+    ``loopback_only``: no `control.token` is configured, which is only allowed on a loopback
+    bind, so a client from elsewhere (a proxy) or naming another host is refused."""
+
+    def __init__(
+        self,
+        token: Callable[[], str],
+        *,
+        loopback_only: bool,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._token = token
+        self.loopback_only = loopback_only
         self._secret = secrets.token_bytes(32)
         self._clock = clock
         self._failures: list[float] = []
+        self._links: dict[str, float] = {}  # sha256 of a link's secret -> when it expires
 
-    @property
-    def needs_login(self) -> bool:
-        return self.token is not None
+    def reachable(self, request: web.Request) -> bool:
+        """May this client reach the dashboard at all (before any login)? A Host header that
+        is not loopback is a DNS-rebinding page in a browser."""
+        if not self.loopback_only:
+            return True
+        return _is_loopback(request.remote) and _host_name(request) in _LOOPBACK_NAMES
 
     def allowed(self, request: web.Request) -> bool:
-        """May this request see the dashboard at all?"""
-        if self.token is None:
-            # no token is only ever configured on a loopback address: refuse anything else,
-            # and a Host header that is not loopback (a DNS-rebinding page in a browser)
-            return _is_loopback(request.remote) and _host_name(request) in _LOOPBACK_NAMES
-        return self._session_ok(request.cookies.get(COOKIE, ""))
+        """May this request see the dashboard: a reachable client with a valid session?"""
+        return self.reachable(request) and self._session_ok(request.cookies.get(COOKIE, ""))
 
     def _now(self) -> float:
         return self._clock()
 
     def _sign(self, what: str) -> str:
-        key = (self.token or "").encode() if self.token else self._secret
-        return hmac.new(key, what.encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self._token().encode(), what.encode(), hashlib.sha256).hexdigest()
 
     def _session_ok(self, cookie: str) -> bool:
         issued, _, mac = cookie.partition(".")
@@ -77,13 +91,35 @@ class Auth:
         wrong ones came in the last minute)."""
         now = self._now()
         self._failures = [t for t in self._failures if now - t < 60]
-        if self.token is None or len(self._failures) >= _FAILURES_PER_MINUTE:
+        if len(self._failures) >= _FAILURES_PER_MINUTE:
             return None
-        if not hmac.compare_digest(given.encode(), self.token.encode()):
+        if not hmac.compare_digest(given.encode(), self._token().encode()):
             self._failures.append(now)
             return None
-        issued = str(int(now))
+        return self._session()
+
+    def _session(self) -> str:
+        issued = str(int(self._now()))
         return f"{issued}.{self._sign(f'session:{issued}')}"
+
+    def new_link(self) -> str:
+        """The secret of a one-time login link (for whoever proved the token to the control
+        API): opened once within `LINK_S`, it gives a session; then it is spent."""
+        now = self._now()
+        self._links = {k: t for k, t in self._links.items() if t > now}
+        while len(self._links) >= _LINKS_MAX:
+            del self._links[min(self._links, key=self._links.__getitem__)]
+        secret = secrets.token_urlsafe(32)
+        self._links[_digest(secret)] = now + LINK_S
+        return secret
+
+    def redeem(self, secret: str) -> str | None:
+        """The session cookie's value for a link's secret not yet used nor expired; None
+        otherwise. Kept by digest, so the lookup's timing says nothing about the secret."""
+        expires = self._links.pop(_digest(secret), None)
+        if expires is None or expires <= self._now():
+            return None
+        return self._session()
 
     def set_cookie(self, response: web.StreamResponse, value: str) -> None:
         response.set_cookie(
@@ -111,3 +147,7 @@ class Auth:
         if origin is not None and urlsplit(origin).netloc != request.host:
             return False
         return bool(given) and hmac.compare_digest(given, self.csrf(request))
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()

@@ -75,14 +75,24 @@ class _Handlers:
         )
 
     async def login_form(self, request: web.Request) -> web.Response:
-        if not self.d.auth.needs_login:
-            raise web.HTTPSeeOther("/dashboard/")
-        return self.d.render(request, "login", error="")
+        """The form; with ``once`` (a link `hermes dashboard` printed), the session at once
+        and the link spent."""
+        once = request.query.get("once")
+        if once is None:
+            return self.d.render(request, "login", error="")
+        cookie = self.d.auth.redeem(once[:200])
+        if cookie is None:
+            response = self.d.render(
+                request, "login", error="That login link was used or has expired."
+            )
+            response.set_status(401)
+            return response
+        redirect = web.HTTPSeeOther("/dashboard/")  # the link leaves the address bar
+        self.d.auth.set_cookie(redirect, cookie)
+        raise redirect
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         form = await request.post()
-        if not self.d.auth.needs_login:
-            raise web.HTTPSeeOther("/dashboard/")
         if not self.d.auth.csrf_ok(request, str(form.get("csrf", ""))):
             return self.d.render(request, "login", error="The form was stale; try again.")
         cookie = self.d.auth.login(str(form.get("token", "")))
@@ -191,7 +201,8 @@ class _Handlers:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         control = self.g.config.control
-        return await chat.relay(request, control.host, self.g.control.port, control.token)
+        token = self.g.control_token.value  # the chat API wants it when one is configured
+        return await chat.relay(request, control.host, self.g.control.port, token)
 
     async def job_action(self, request: web.Request) -> web.Response:
         action = request.match_info["action"]

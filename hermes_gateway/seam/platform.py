@@ -26,6 +26,13 @@ SubmitOutcome = Literal[
 ]
 
 
+# who may call a route on the control server: "operator" (the default) always wants the control
+# token; "client" (the local chat API) wants it only when `control.token` is configured, so on
+# a loopback bind curl and OpenAI clients work as they are; "public" never (webhooks, which
+# check their platform's own secret, and health probes)
+RouteAccess = Literal["operator", "client", "public"]
+
+
 # an adapter's last step before a message it submitted is taken (see `AdapterHost.submit`)
 Admitted = Callable[[MessageEvent], Awaitable[MessageEvent]]
 
@@ -158,10 +165,11 @@ class AdapterHost(Protocol):
         path: str,
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
         *,
-        public: bool = False,
+        access: RouteAccess = "operator",
     ) -> None:
-        """Mount an HTTP handler on the control server (webhooks, the local API); ``public``
-        routes skip the control token because they authenticate themselves."""
+        """Mount an HTTP handler on the control server (webhooks, the local API); see
+        `RouteAccess`: ``public`` routes skip the control token because they authenticate
+        themselves, ``client`` ones are the local chat API."""
         ...
 
     async def history(self, session_key: str) -> list[dict[str, Any]]:

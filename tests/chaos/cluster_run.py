@@ -63,7 +63,9 @@ class Owners:
         if not node.ready or node.proc is None:
             return
         try:
-            owned = httpx.get(f"{node.proc.url}/status", timeout=2).json()["cluster"]["owned"]
+            owned = httpx.get(
+                f"{node.proc.url}/status", headers=node.proc.operator, timeout=2
+            ).json()["cluster"]["owned"]
         except (httpx.HTTPError, ValueError, KeyError):
             return
         for key in owned:

@@ -82,7 +82,10 @@ def logged(gw: GatewayProcess, name: str) -> list[dict[str, Any]]:
 
 def status(gw: GatewayProcess) -> dict[str, Any]:
     try:
-        return dict(httpx.get(f"{gw.url}/status", timeout=5).json().get("cluster") or {})
+        return dict(
+            httpx.get(f"{gw.url}/status", headers=gw.operator, timeout=5).json().get("cluster")
+            or {}
+        )
     except httpx.HTTPError:
         return {}
 

@@ -51,7 +51,8 @@ def daemon(home: Path, llm: FakeOpenAI, fake: FakeTelegram) -> GatewayProcess:
 
 
 def api(gw: GatewayProcess, method: str, path: str, **kw: Any) -> Any:
-    response = httpx.request(method, f"{gw.url}/v1/cron/jobs{path}", timeout=10, **kw)
+    url = f"{gw.url}/v1/cron/jobs{path}"
+    response = httpx.request(method, url, headers=gw.operator, timeout=10, **kw)
     assert response.status_code == 200, response.text
     return response.json()
 

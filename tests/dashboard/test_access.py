@@ -1,6 +1,6 @@
-"""Who may use the dashboard: with `control.token` (a non-loopback setup) nothing is shown and
-nothing done without logging in; every action needs the page's CSRF token; without a token only
-loopback clients addressing a loopback host get in."""
+"""Who may use the dashboard: nothing is shown and nothing done without logging in with the
+control token (configured or generated); every action needs the page's CSRF token; without a
+configured token only loopback clients addressing a loopback host get in at all."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from hermes_gateway.dashboard.auth import COOKIE, SESSION_S, Auth
+from hermes_gateway.dashboard.auth import COOKIE, LINK_S, SESSION_S, Auth
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI
 from tests.harness import make_config, running_gateway
@@ -112,29 +112,49 @@ def _request(peer: str, host: str, cookie: str = "") -> Any:
     return make_mocked_request("GET", "/dashboard/", headers=headers, transport=transport)
 
 
-def test_without_a_token_only_loopback_clients_of_a_loopback_host_get_in() -> None:
-    auth = Auth(None)
-    assert auth.allowed(_request("127.0.0.1", "127.0.0.1:8642"))
-    assert auth.allowed(_request("::1", "localhost:8642"))
-    assert not auth.allowed(_request("10.0.0.7", "127.0.0.1:8642"))
+def test_without_a_configured_token_only_loopback_clients_of_a_loopback_host_get_in() -> None:
+    auth = Auth(lambda: TOKEN, loopback_only=True)
+    cookie = auth.login(TOKEN)
+    assert cookie is not None
+    assert auth.reachable(_request("127.0.0.1", "127.0.0.1:8642"))
+    assert auth.reachable(_request("::1", "localhost:8642"))
+    assert not auth.reachable(_request("10.0.0.7", "127.0.0.1:8642"))
     # a page from another site that rebound its name to 127.0.0.1
-    assert not auth.allowed(_request("127.0.0.1", "evil.example:8642"))
+    assert not auth.reachable(_request("127.0.0.1", "evil.example:8642"))
+    assert not auth.allowed(_request("127.0.0.1", "evil.example:8642", cookie))
+    # reachable is not enough: loopback without a session is refused
+    assert not auth.allowed(_request("127.0.0.1", "127.0.0.1:8642"))
+    assert auth.allowed(_request("127.0.0.1", "127.0.0.1:8642", cookie))
 
 
 def test_a_session_cookie_expires_and_dies_with_the_token() -> None:
     now = [1_000_000.0]
-    auth = Auth(TOKEN, clock=lambda: now[0])
+    auth = Auth(lambda: TOKEN, loopback_only=False, clock=lambda: now[0])
     cookie = auth.login(TOKEN)
     assert cookie is not None and auth.allowed(_request("10.0.0.7", "gw.example", cookie))
-    assert not Auth("another-token-0123456789abcdef").allowed(
+    assert not Auth(lambda: "another-token-0123456789abcdef", loopback_only=False).allowed(
         _request("10.0.0.7", "gw.example", cookie)
     )
     now[0] += SESSION_S + 1
     assert not auth.allowed(_request("10.0.0.7", "gw.example", cookie))
 
 
+def test_a_login_link_works_once_and_not_after_it_expires() -> None:
+    now = [1_000_000.0]
+    auth = Auth(lambda: TOKEN, loopback_only=True, clock=lambda: now[0])
+    first, late = auth.new_link(), auth.new_link()
+    cookie = auth.redeem(first)
+    assert cookie is not None and auth.allowed(_request("127.0.0.1", "localhost", cookie))
+    assert auth.redeem(first) is None  # spent
+    assert auth.redeem("not-a-link") is None
+    now[0] += LINK_S + 1
+    assert auth.redeem(late) is None  # expired
+    links = [auth.new_link() for _ in range(40)]  # unopened ones do not pile up
+    assert auth.redeem(links[0]) is None and auth.redeem(links[-1]) is not None
+
+
 def test_wrong_tokens_are_rate_limited() -> None:
-    auth = Auth(TOKEN, clock=lambda: 5000.0)
+    auth = Auth(lambda: TOKEN, loopback_only=False, clock=lambda: 5000.0)
     for _ in range(10):
         assert auth.login("wrong") is None
     assert auth.login(TOKEN) is None  # locked for the minute, even for the right one

@@ -63,6 +63,7 @@ async def test_retry_and_drop_from_the_inbox_page(tmp_path: Path, fake_llm: Fake
     config = make_config(tmp_path, fake_llm.base_url, dashboard={"push_interval_s": 0.1})
     keep, discard = await _quarantine(config.store_url, "try me again", "forget me")
     async with running_gateway(config) as (gw, client):
+        await client.dashboard_login()  # the dashboard wants the control token
         base = f"{client.base}/dashboard"
         async with client.http.get(f"{base}/events/inbox") as resp:
             stream = Stream(resp)
@@ -125,6 +126,7 @@ async def test_the_inbox_lists_undeliverable_and_waiting_messages(
     await store.close()
     fake_llm.push(hang(30))
     async with running_gateway(config) as (gw, client):
+        await client.dashboard_login()  # the dashboard wants the control token
         running = asyncio.create_task(client.chat("think hard", user="bob"))
         await eventually(lambda: "api:dm:bob" in gw.runner.session_keys())
         base = f"{client.base}/dashboard"

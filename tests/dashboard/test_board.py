@@ -152,6 +152,7 @@ async def test_markup_in_a_jobs_answer_stays_plain_text(
 
     fake_llm.responder = model
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, client):
+        await client.dashboard_login()  # the dashboard wants the control token
         b = board(gw)
         job = await b.desk.create(
             {"prompt": HOSTILE, "schedule": "0 3 * * *", "name": HOSTILE}, None, "operator"

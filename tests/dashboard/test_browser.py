@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,6 +100,21 @@ def page(browser: Any) -> Iterator[Any]:
     assert not errors, errors  # no script error, no CSP violation on any page
 
 
+def _log_in(page: Any, gw: GatewayProcess) -> None:
+    """As an operator does: `hermes dashboard` (which reads the gateway's token file) prints a
+    one-time link, and the browser opens it."""
+    argv = ["dashboard", "--config", str(gw.config_path), "--url", gw.url, "--no-open"]
+    printed = subprocess.run(
+        [sys.executable, "-m", "hermes_gateway", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    page.goto(printed.splitlines()[0])
+    assert page.url == f"{gw.url}/dashboard/"  # the link left the address bar
+
+
 def _platform(page: Any, name: str, ready: bool) -> None:
     page.wait_for_selector(
         f'[data-platform="{name}"][data-ready="{str(ready).lower()}"]', timeout=WAIT_MS
@@ -108,6 +125,7 @@ def _platform(page: Any, name: str, ready: bool) -> None:
 def test_the_overview_shows_a_platform_go_down_and_up_and_survives_a_restart(
     gw: GatewayProcess, tg: FakeTelegram, page: Any, shots: Path
 ) -> None:
+    _log_in(page, gw)
     page.goto(f"{gw.url}/dashboard/")
     _platform(page, "telegram", True)
     page.wait_for_selector("#conn.live", timeout=WAIT_MS)
@@ -137,6 +155,7 @@ def test_a_chat_streams_its_answer_and_markup_stays_text(
 ) -> None:
     answer = "This answer arrives in pieces, a few letters at a time."
     fake_llm.push(text(answer, chunk_size=4, chunk_delay=0.1))
+    _log_in(page, gw)
     page.goto(f"{gw.url}/dashboard/chat")
     page.wait_for_selector("#conn.live", timeout=WAIT_MS)
     page.fill("textarea", "tell me something")
@@ -177,6 +196,7 @@ def test_stop_on_a_running_session_stops_it(
         target=lambda: replies.append(gw.chat("think for a long time", user="bob", timeout=60))
     )
     asking.start()
+    _log_in(page, gw)
     page.goto(f"{gw.url}/dashboard/sessions")
     row = 'tr[data-key="api:dm:bob"]'
     page.wait_for_selector(f"{row} button[data-stop]", timeout=WAIT_MS)
@@ -195,6 +215,7 @@ def test_a_pairing_approval_works(
 ) -> None:
     tg.send_text(777, "hello", username=HOSTILE)
     wait_until(lambda: tg.messages_to(777), timeout=20)  # the code, sent to the user
+    _log_in(page, gw)
     page.goto(f"{gw.url}/dashboard/pairing")
     pending = 'tr[data-user="777"][data-status="pending"]'
     page.wait_for_selector(pending, timeout=WAIT_MS)
@@ -287,6 +308,7 @@ def test_the_jobs_page_runs_pauses_and_resumes_a_job(
     try:
         tg.send_text(555, "every night at 3, remind me to stretch")
         wait_until(lambda: tg.messages_to(555), timeout=20)
+        _log_in(page, gw)
         page.goto(f"{gw.url}/dashboard/jobs")
         job = "#jobs tr.job"
         page.wait_for_selector(f'{job}[data-state="active"]', timeout=WAIT_MS)
@@ -311,7 +333,8 @@ def test_the_jobs_page_runs_pauses_and_resumes_a_job(
         assert page.locator(f"{job} button:has-text('Pause')").count() == 0
         page.click(f"{job} button:has-text('Resume')")
         page.wait_for_selector(f'{job}[data-state="active"]', timeout=WAIT_MS)
-        [listed] = httpx.get(f"{gw.url}/v1/cron/jobs", timeout=5).json()["jobs"]
+        jobs = httpx.get(f"{gw.url}/v1/cron/jobs", headers=gw.operator, timeout=5)
+        [listed] = jobs.json()["jobs"]
         assert (listed["state"], listed["runs"]) == ("active", 0)  # run now left the schedule
     finally:
         gw.kill()
@@ -324,6 +347,7 @@ def test_the_inbox_shows_an_answer_the_platform_refused(
     try:
         tg.fail_next("sendMessage", status=403, times=3)  # the user blocked the bot
         tg.send_text(555, f"are you there? {HOSTILE}")
+        _log_in(page, gw)
         page.goto(f"{gw.url}/dashboard/inbox")
         row = "#undeliverable tbody tr"
         page.wait_for_selector(row, timeout=WAIT_MS)

@@ -28,6 +28,7 @@ class Jobs:
 
 async def test_jobs_appear_only_with_a_scheduler(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        await client.dashboard_login()  # the dashboard wants the control token
         base = f"{client.base}/dashboard"
         async with client.http.get(f"{base}/") as resp:
             assert "/dashboard/jobs" not in await resp.text()

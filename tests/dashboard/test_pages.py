@@ -83,6 +83,7 @@ async def test_the_sessions_stream_shows_a_run_and_stop_ends_it(
     fake_llm.push(hang(30))
     config = make_config(tmp_path, fake_llm.base_url)
     async with running_gateway(config) as (gw, client):
+        await client.dashboard_login()  # the dashboard wants the control token
         asked = asyncio.create_task(client.chat("think hard", user="bob"))
         await eventually(lambda: gw.runner.busy("api:dm:bob"))
         base = f"http://127.0.0.1:{gw.control.port}/dashboard"
@@ -112,6 +113,7 @@ async def test_a_stream_works_only_while_its_page_is_open(
 ) -> None:
     """No page, no reader: the Logs tail's thread starts with the page and ends with it."""
     async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+        await client.dashboard_login()  # the dashboard wants the control token
         base = f"http://127.0.0.1:{gw.control.port}/dashboard"
         assert _log_readers() == 0 and gw.dashboard.streams.open == 0
         async with client.http.get(f"{base}/events/logs") as resp:

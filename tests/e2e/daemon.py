@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import yaml
 
+from hermes_gateway.control.token import operator_token
+
 
 def telegram_config(
     llm: Any, fake: Any, token: str, users: list[int], **sections: Any
@@ -55,6 +57,7 @@ class GatewayProcess:
             **config,
         }
         data["control"] = {"port": self.port, **config.get("control", {})}
+        self.configured_token: str | None = data["control"].get("token")
         self.config_path = home.parent / f"{home.name}-config.yaml"
         self.config_path.write_text(yaml.safe_dump(data))
         self.env = dict(os.environ)
@@ -66,6 +69,14 @@ class GatewayProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def operator(self) -> dict[str, str]:
+        """The bearer header the operator's commands send: the configured control token, else
+        the one the gateway generated in its home (there once it has started)."""
+        token = operator_token(self.configured_token, self.home)
+        assert token is not None, f"no control token in the config nor in {self.home}"
+        return {"Authorization": f"Bearer {token}"}
 
     def start(self, wait: bool = True) -> GatewayProcess:
         self._stderr = self.stderr_path.open("ab")

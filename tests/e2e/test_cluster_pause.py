@@ -61,7 +61,7 @@ def gave_up(gateway: GatewayProcess) -> bool:
 
 
 def owned(gateway: GatewayProcess) -> dict[str, float]:
-    status = httpx.get(f"{gateway.url}/status", timeout=5).json()
+    status = httpx.get(f"{gateway.url}/status", headers=gateway.operator, timeout=5).json()
     return dict(status["cluster"]["owned"])
 
 

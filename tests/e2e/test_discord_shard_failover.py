@@ -77,7 +77,9 @@ def instance(
 def shards_of(gateway: GatewayProcess) -> dict[int, str]:
     """Who serves each shard, as this instance's `/status` shows the cluster."""
     try:
-        cluster = httpx.get(f"{gateway.url}/status", timeout=5).json()["cluster"]
+        cluster = httpx.get(f"{gateway.url}/status", headers=gateway.operator, timeout=5).json()[
+            "cluster"
+        ]
     except httpx.HTTPError:
         return {}
     leaders = (cluster.get("survey") or {}).get("leaders", {})
@@ -87,7 +89,9 @@ def shards_of(gateway: GatewayProcess) -> dict[int, str]:
 def serving(gateway: GatewayProcess) -> list[int]:
     """The shards this instance connects (from its own `/status`)."""
     try:
-        cluster = httpx.get(f"{gateway.url}/status", timeout=5).json()["cluster"]
+        cluster = httpx.get(f"{gateway.url}/status", headers=gateway.operator, timeout=5).json()[
+            "cluster"
+        ]
     except httpx.HTTPError:
         return []
     return list(cluster.get("shares", {}).get(ROLE, {}).get("held", []))
@@ -220,7 +224,7 @@ def test_an_instance_with_another_shard_count_refuses_discord_and_says_why(
         b.start(wait=False).wait_healthy(60)
         wait_until(lambda: any(r.startswith("discord:") for r in reasons(b)), timeout=30)
         why = [r for r in reasons(b) if r.startswith("discord:")]
-        platforms = httpx.get(f"{b.url}/status", timeout=5).json()["platforms"]
+        platforms = httpx.get(f"{b.url}/status", headers=b.operator, timeout=5).json()["platforms"]
         time.sleep(LEASE_S)  # rounds of both: b takes no shard
         b_held = serving(b)
         for shard in GUILDS:  # a answers on both shards (b counts as live: see docs)

@@ -76,18 +76,20 @@ def test_a_job_the_model_creates_fires_and_answers_in_the_chat(
     try:
         gateway.start()
         wait_until(lambda: httpx.get(f"{gateway.url}/readyz", timeout=2).status_code == 200)
+        op = gateway.operator
         tg.send_text(555, "remind me in a second to stretch")
         wait_until(lambda: "Time to stretch!" in texts(tg), timeout=20)
         first = texts(tg)[0]
         assert first.startswith("Done. Created job") and "first run" in first
-        [job] = httpx.get(f"{gateway.url}/v1/cron/jobs", timeout=5).json()["jobs"]
+        [job] = httpx.get(f"{gateway.url}/v1/cron/jobs", headers=op, timeout=5).json()["jobs"]
         assert (job["name"], job["kind"], job["state"], job["runs"]) == (
             "stretch",
             "once",
             "done",
             1,
         )
-        [run] = httpx.get(f"{gateway.url}/v1/cron/jobs/{job['id']}/runs", timeout=5).json()["runs"]
+        url = f"{gateway.url}/v1/cron/jobs/{job['id']}/runs"
+        [run] = httpx.get(url, headers=op, timeout=5).json()["runs"]
         assert (run["status"], run["delivery"], run["output"]) == (
             "succeeded",
             "delivered",
@@ -102,7 +104,7 @@ def test_a_job_the_model_creates_fires_and_answers_in_the_chat(
 
         tg.send_text(555, "/cron")
         wait_until(lambda: any(job["id"] in t and "stretch" in t for t in texts(tg)[2:]))
-        status = httpx.get(f"{gateway.url}/status", timeout=5).json()["scheduler"]
+        status = httpx.get(f"{gateway.url}/status", headers=op, timeout=5).json()["scheduler"]
         assert status["enabled"] and status["outcomes"]["succeeded"] == 1
     finally:
         gateway.kill()
@@ -116,13 +118,14 @@ def test_a_silent_answer_delivers_nothing(
     try:
         gateway.start()
         wait_until(lambda: httpx.get(f"{gateway.url}/readyz", timeout=2).status_code == 200)
+        op = gateway.operator
         tg.send_text(555, "check my feeds every second, twice")
         wait_until(lambda: texts(tg), timeout=15)
-        [job] = httpx.get(f"{gateway.url}/v1/cron/jobs", timeout=5).json()["jobs"]
+        [job] = httpx.get(f"{gateway.url}/v1/cron/jobs", headers=op, timeout=5).json()["jobs"]
 
         def runs() -> list[dict[str, Any]]:
             url = f"{gateway.url}/v1/cron/jobs/{job['id']}/runs"
-            got: list[dict[str, Any]] = httpx.get(url, timeout=5).json()["runs"]
+            got: list[dict[str, Any]] = httpx.get(url, headers=op, timeout=5).json()["runs"]
             return got if len(got) == 2 and all(r["finished_at"] for r in got) else []
 
         done = wait_until(runs, timeout=20)
@@ -160,7 +163,9 @@ def test_a_busy_chat_neither_delays_a_jobs_answer_nor_is_interrupted_by_it(
         tg.send_text(555, "take your time")
         wait_until(lambda: fake_llm.in_flight, timeout=10)  # the chat's turn is running
         job = {"schedule": "in 1s", "prompt": STRETCH, "deliver": "telegram:555"}
-        created = httpx.post(f"{gateway.url}/v1/cron/jobs", json=job, timeout=5)
+        created = httpx.post(
+            f"{gateway.url}/v1/cron/jobs", json=job, headers=gateway.operator, timeout=5
+        )
         assert created.status_code == 200, created.text
         wait_until(lambda: "Time to stretch!" in texts(tg), timeout=15)
         assert "slow answer" not in texts(tg)  # delivered while the chat's turn still runs

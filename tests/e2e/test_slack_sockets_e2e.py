@@ -64,7 +64,7 @@ def instance(
 
 
 def slack_detail(gateway: GatewayProcess) -> str:
-    status = httpx.get(f"{gateway.url}/status", timeout=5).json()
+    status = httpx.get(f"{gateway.url}/status", headers=gateway.operator, timeout=5).json()
     return str(status["platforms"]["slack"]["detail"])
 
 

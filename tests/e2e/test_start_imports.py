@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from hermes_gateway.dashboard.auth import COOKIE
 from tests.chaos.cluster import POSTGRES, postgres_database
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI
@@ -55,6 +56,15 @@ def store_url() -> Iterator[dict[str, Any]]:
         yield {"store": {"url": url}}
 
 
+def _dashboard_page(gateway: GatewayProcess) -> httpx.Response:
+    """The Overview, as an operator opens it: through the one-time link `hermes dashboard`
+    gets with the control token (its first request loads the templates)."""
+    link = httpx.post(f"{gateway.url}/dashboard-link", headers=gateway.operator, timeout=30)
+    opened = httpx.get(gateway.url + link.json()["path"], timeout=30)
+    cookie = {"Cookie": f"{COOKIE}={opened.cookies[COOKIE]}"}
+    return httpx.get(f"{gateway.url}/dashboard/", headers=cookie, timeout=30)
+
+
 def test_the_start_and_a_first_message_import_nothing_heavy_on_the_loop(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
@@ -83,7 +93,7 @@ def test_the_start_and_a_first_message_import_nothing_heavy_on_the_loop(
             assert gateway.proc is not None
             maps = Path(f"/proc/{gateway.proc.pid}/maps")
             before = "markupsafe" in maps.read_text()  # Jinja2's compiled half, once imported
-            page = httpx.get(f"{gateway.url}/dashboard/", timeout=30)
+            page = _dashboard_page(gateway)
             after = "markupsafe" in maps.read_text()
             gateway.signal(signal.SIGTERM)
             assert gateway.wait(30) == 0

@@ -72,7 +72,9 @@ def leading(gateway: GatewayProcess) -> bool:
 
 def survey(gateway: GatewayProcess) -> dict[str, Any]:
     """The cluster as this instance's `/status` shows it."""
-    cluster = httpx.get(f"{gateway.url}/status", timeout=5).json()["cluster"]
+    cluster = httpx.get(f"{gateway.url}/status", headers=gateway.operator, timeout=5).json()[
+        "cluster"
+    ]
     return dict(cluster.get("survey") or {})
 
 

@@ -141,7 +141,9 @@ def test_a_message_that_kills_the_gateway_twice_is_quarantined_then_retried(
         assert f"telegram:dm:{CHAT}" in status.stdout and POISON in status.stdout
         listed = hermes(gw, "inbox", "list")
         assert listed.returncode == 0 and POISON in listed.stdout, listed
-        [entry] = httpx.get(f"{gw.url}/status", timeout=5).json()["quarantined"]
+        [entry] = httpx.get(f"{gw.url}/status", headers=gw.operator, timeout=5).json()[
+            "quarantined"
+        ]
         assert (entry["id"], entry["attempts"]) == (inbox_id, 2)
 
         poisoned.responder = lambda body: text(f"echo: {last_user_text(body)}")  # fixed
@@ -149,7 +151,10 @@ def test_a_message_that_kills_the_gateway_twice_is_quarantined_then_retried(
         assert retried.returncode == 0, retried
         answered = f"echo: {POISON}"
         wait_until(lambda: answered in [m["text"] for m in tg.messages_to(CHAT)], timeout=WAIT)
-        assert httpx.get(f"{gw.url}/status", timeout=5).json()["quarantined"] == []
+        assert (
+            httpx.get(f"{gw.url}/status", headers=gw.operator, timeout=5).json()["quarantined"]
+            == []
+        )
         assert hermes(gw, "inbox", "retry", str(inbox_id)).returncode == 1  # not held now
     finally:
         gw.kill()

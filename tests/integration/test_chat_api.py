@@ -225,7 +225,7 @@ async def test_metrics_and_status(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
         await client.chat("count me")
         status, metrics = await client.get("/metrics")
-        _, info = await client.get("/status")
+        _, info = await client.get("/status", operator=True)
     assert status == 200
     assert 'hermes_messages_received_total{platform="api"} 1.0' in metrics
     assert 'hermes_messages_answered_total{outcome="done",platform="api"} 1.0' in metrics

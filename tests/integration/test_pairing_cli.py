@@ -49,3 +49,39 @@ async def test_pairing_round_trip_through_the_cli(tmp_path: Path, fake_llm: Fake
         assert code == 0 and not gw.pairing.is_approved("telegram", "4242")
         status, _ = await client.get("/pairing")  # the token guards the operator routes
     assert status == 401
+
+
+async def test_the_cli_needs_only_the_gateways_token_file(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """No control.token configured: the operator's commands send the token the gateway wrote
+    in its home; from a home without it they are refused, and say where the token is."""
+    config = make_config(tmp_path, fake_llm.base_url)
+    cfg = str(tmp_path / "config.yaml")
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    make_config(elsewhere, None)  # another home: no token file there
+    other_cfg = str(elsewhere / "config.yaml")
+    async with running_gateway(config) as (gw, client):
+        url = client.base
+        request = await gw.pairing.request("telegram", "4242", "carol", "4242")
+        assert request is not None
+        code, out, err = await hermes("pairing", "--config", other_cfg, "--url", url, "list")
+        assert code == 1 and "missing or wrong bearer token" in err and "control.token" in err
+        code, _, _ = await hermes(
+            "pairing", "--config", other_cfg, "--url", url, "approve", "telegram", request.code
+        )
+        assert code == 1 and not gw.pairing.is_approved("telegram", "4242")
+
+        code, listing, _ = await hermes("pairing", "--config", cfg, "--url", url, "list")
+        assert code == 0 and request.code in listing
+        code, out, _ = await hermes(
+            "pairing", "--config", cfg, "--url", url, "approve", "telegram", request.code
+        )
+        assert code == 0 and gw.pairing.is_approved("telegram", "4242")
+        code, out, _ = await hermes("inbox", "--config", cfg, "--url", url, "list")
+        assert code == 0 and "no quarantined messages" in out
+        code, out, _ = await hermes("gateway", "status", "--config", cfg, "--url", url)
+        assert code == 0 and "ready" in out
+        code, out, _ = await hermes("gateway", "status", "--config", other_cfg, "--url", url)
+        assert code == 1 and "HTTP 401" in out and "control.token" in out

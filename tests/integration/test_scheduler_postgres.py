@@ -52,11 +52,14 @@ async def test_two_gateways_on_one_database_run_each_slot_once(
         first.start()
         second.start()
         job = {"schedule": "every 1s", "prompt": PROMPT, "repeat": 8}
-        made = httpx.post(f"{first.url}/v1/cron/jobs", json=job, timeout=10).json()["job"]
+        made = httpx.post(
+            f"{first.url}/v1/cron/jobs", json=job, headers=first.operator, timeout=10
+        ).json()["job"]
 
         def finished() -> list[dict[str, Any]]:
             url = f"{second.url}/v1/cron/jobs/{made['id']}/runs"
-            runs: list[dict[str, Any]] = httpx.get(url, timeout=10).json()["runs"]
+            got = httpx.get(url, headers=second.operator, timeout=10)
+            runs: list[dict[str, Any]] = got.json()["runs"]
             return runs if len(runs) == 8 and all(r["finished_at"] for r in runs) else []
 
         runs = await_sync(finished)

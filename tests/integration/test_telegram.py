@@ -227,7 +227,9 @@ async def test_pairing_code_then_approval_then_answers(
         tg.send_text(777, "still me", username="carol")  # the same code again, not a new one
         await tg.wait_sent(2, chat_id=777)
         async with client.http.post(
-            f"{client.base}/pairing/approve", json={"platform": "telegram", "code": code[1]}
+            f"{client.base}/pairing/approve",
+            json={"platform": "telegram", "code": code[1]},
+            headers=client.operator,
         ) as resp:
             assert resp.status == 200, await resp.text()
         await tg.wait_sent(3, chat_id=777)

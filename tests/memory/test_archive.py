@@ -189,7 +189,7 @@ async def test_without_an_embeddings_endpoint_recall_uses_keywords(
         fake_llm.push(recall("kitten sofa"), text("ok"))
         await api.chat("kitten?")
         found = observations(fake_llm.requests[-1])[-1]
-        _, status = await api.get("/status")
+        _, status = await api.get("/status", operator=True)
     assert stored == f"Stored 1 memory (m1). [{NOT_CONFIGURED}; it is found by its words for now]"
     assert KITTEN in found.splitlines()[0] and found.endswith(f"[{NOT_CONFIGURED}]")
     assert status["memory"]["embeddings"] == "not configured (keyword recall)"

@@ -118,7 +118,7 @@ async def test_the_prompt_carries_only_its_own_users_memory(
             for shape in SHAPES:
                 for user in (1, 2):
                     await Chats(tg, shape).say(user, f"hello from {user}")
-            _, status = await api.get("/status")
+            _, status = await api.get("/status", operator=True)
     prompts = [r["messages"][0]["content"] for r in fake_llm.requests]
     assert len(prompts) == 6
     dm1, dm2, group1, group2, thread1, thread2 = prompts

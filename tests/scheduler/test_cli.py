@@ -17,6 +17,7 @@ import pytest
 from hermes_gateway.cli.cron import run_cron
 from hermes_gateway.cli.main import build_parser
 from hermes_gateway.cli.status import gateway_status
+from hermes_gateway.control.token import operator_token
 from hermes_gateway.scheduler.jobs import Origin, new_job
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.schedule import ScheduleError, parse
@@ -57,10 +58,11 @@ async def test_hermes_cron_through_the_control_api(
     )
     errors: list[str] = []
     async with running_gateway(config) as (gw, client):
+        token = operator_token(None, config.home_path)  # the gateway's file, as the CLI reads it
 
         async def hermes(*argv: str) -> tuple[int, str]:
             args: argparse.Namespace = build_parser().parse_args(["cron", *argv])
-            code = await asyncio.to_thread(run_cron, args, client.base, None)
+            code = await asyncio.to_thread(run_cron, args, client.base, token)
             captured = capsys.readouterr()
             errors.append(captured.err)
             printed = captured.out.splitlines(keepends=True)
@@ -91,7 +93,7 @@ async def test_hermes_cron_through_the_control_api(
         report = io.StringIO()
         gw.scheduler.scheduler._counted_at = 0.0  # type: ignore[union-attr]  # count at once
         await asyncio.sleep(0.3)  # a tick
-        await asyncio.to_thread(gateway_status, client.base, None, "not installed", report)
+        await asyncio.to_thread(gateway_status, client.base, token, "not installed", report)
         assert "scheduler    1 job(s), 0 running, last tick" in report.getvalue()
         assert (await hermes("rm", job_id))[0] == 0
         assert "no scheduled jobs" in (await hermes("list"))[1]
