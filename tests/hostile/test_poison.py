@@ -208,9 +208,10 @@ async def test_the_inbox_routes_list_release_and_refuse(
     )
     inbox_id = await store.accept(event)
     assert inbox_id is not None
-    for _ in range(2):
-        await store.begin_attempt([inbox_id])
-    assert len(await store.quarantine(2, 3600)) == 1
+    for _ in range(2):  # two crashes, each time on probation
+        await store.begin_attempt([inbox_id], probation=True)
+        held = await store.quarantine(2, 3600)
+    assert len(held) == 1
     await store.close()
     auth = {"Authorization": f"Bearer {token}"}
     async with running_gateway(config) as (gw, client):
