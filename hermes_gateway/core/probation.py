@@ -8,12 +8,12 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
-from hermes_gateway.core.run import Run
-from hermes_gateway.core.sessions import Pending
+R = TypeVar("R")
 
 
-class Probation:
+class Probation(Generic[R]):
     """Which inbox entries are suspects, the one suspect run in flight, and the suspect runs
     waiting for their turn (each holds its session's guard meanwhile, so its session keeps its
     order). Used on the event-loop thread only.
@@ -25,8 +25,8 @@ class Probation:
     def __init__(self, calm_s: float = 0.0) -> None:
         self.calm_s = calm_s
         self._suspects: dict[int, int] = {}  # inbox id -> crashes counted against it so far
-        self._running: Run | None = None
-        self._waiting: dict[Run, tuple[int, int]] = {}  # run -> (counted, arrival)
+        self._running: R | None = None
+        self._waiting: dict[R, tuple[int, int]] = {}  # run -> (counted, arrival)
         self._arrivals = itertools.count()
         self._calm_until: float | None = None  # time.monotonic()
 
@@ -34,17 +34,14 @@ class Probation:
         """Add entries the start's verdict suspects (inbox id -> crashes counted)."""
         self._suspects.update(suspects)
 
-    def is_suspect(self, item: Pending) -> bool:
-        return item.inbox_id is not None and item.inbox_id in self._suspects
-
-    def on_probation(self, run: Run) -> bool:
+    def on_probation(self, run: R) -> bool:
         """Whether ``run`` is the one suspect run in flight."""
         return run is self._running
 
-    def holds(self, run: Run) -> bool:
-        """True if ``run`` carries a suspect: it waits for `next` to start it. False: it
-        starts now like any run."""
-        counted = [self._suspects[i] for i in self._ids(run)]
+    def holds(self, run: R, inbox_ids: list[int]) -> bool:
+        """True if ``run`` (answering ``inbox_ids``) carries a suspect: it waits for `next` to
+        start it. False: it starts now like any run."""
+        counted = [self._suspects[i] for i in inbox_ids if i in self._suspects]
         if not counted:
             return False
         if self._calm_until is None:
@@ -56,7 +53,7 @@ class Probation:
         """How long until a waiting suspect run may start (0: now)."""
         return max(0.0, (self._calm_until or 0.0) - time.monotonic())
 
-    def next(self, stopped: Callable[[Run], bool]) -> Run | None:
+    def next(self, stopped: Callable[[R], bool]) -> R | None:
         """The waiting suspect run to start now, which is then on probation; None while one is
         in flight, during the calm, or if none waits (runs ``stopped`` meanwhile are dropped).
         The ones with fewer crashes counted go first: they are the likelier innocent, answered
@@ -70,17 +67,14 @@ class Probation:
         self._running = nxt
         return nxt
 
-    def release(self, run: Run) -> None:
-        """The suspect run ended: its entries were answered, or are left for the next start's
-        verdict; either way they are no longer suspects here."""
+    def release(self, run: R, inbox_ids: list[int]) -> None:
+        """The suspect run (answering ``inbox_ids``) ended: they were answered, or are left
+        for the next start's verdict; either way they are no longer suspects here."""
         if run is self._running:
-            for inbox_id in self._ids(run):
+            for inbox_id in inbox_ids:
                 self._suspects.pop(inbox_id, None)
             self._running = None
 
-    def forget(self, run: Run) -> None:
+    def forget(self, run: R) -> None:
         """A waiting run that will never start (a shutdown)."""
         self._waiting.pop(run, None)
-
-    def _ids(self, run: Run) -> list[int]:
-        return [p.inbox_id for p in run.items if self.is_suspect(p) and p.inbox_id is not None]

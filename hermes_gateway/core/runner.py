@@ -63,7 +63,7 @@ class GatewayRunner(ClusterSide):
         delivery: Delivery,
         metrics: Metrics,
         stream_for: Callable[[MessageEvent], StreamSink | None] | None = None,
-        probation: Probation | None = None,
+        probation: Probation[Run] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -81,7 +81,7 @@ class GatewayRunner(ClusterSide):
         self.lease_until: Callable[[str], float] = lambda key: math.inf
         self.lease_lost: Callable[[str], None] = lambda key: None
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
-        self.probation = probation or Probation()
+        self.probation: Probation[Run] = probation or Probation()
         self._probation_timer: asyncio.TimerHandle | None = None
 
     # -- intake -------------------------------------------------------------------------
@@ -146,7 +146,7 @@ class GatewayRunner(ClusterSide):
 
     def _spawn(self, run: Run) -> None:
         run.abandon = asyncio.get_running_loop().create_future()
-        if not self.probation.holds(run):
+        if not self.probation.holds(run, inbox_ids(run.items)):
             self._launch(run)
             return
         # it waits, holding its session: soon, so every suspect a replay queues is a candidate
@@ -182,7 +182,7 @@ class GatewayRunner(ClusterSide):
         """The suspect run ended: the next waiting one starts. Its entries, if still
         unanswered (an abandoned run's thread may go on), are no longer the one suspect."""
         self._background(self.store.begin_attempt(inbox_ids(run.items)))
-        self.probation.release(run)
+        self.probation.release(run, inbox_ids(run.items))
         self._try_probation()
 
     async def _execute(self, run: Run) -> None:

@@ -191,10 +191,10 @@ def test_a_message_that_kills_the_gateway_is_set_aside_while_others_are_answered
         tool.stop()
         tg.stop()
         llm.responder = None
+    assert held(home) == [(POISON, 2)]  # the poison alone is set aside
     # in flight at the first death with the others (a suspect), then alone on probation twice
     assert len(poisoned.deaths) == 3
     assert sum(POISON in last_user_text(b) for b in llm.requests) == 3  # never a 4th time
-    assert held(home) == [(POISON, 2)]  # the poison alone is set aside
     assert len(told(tg)) == 1
     others = [m for m in tg.sent if m.get("chat_id") != POISON_CHAT]
     result = tally(driver.sent, others)
