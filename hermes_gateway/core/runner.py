@@ -180,8 +180,10 @@ class GatewayRunner(ClusterSide):
 
     def _probation_over(self, run: Run) -> None:
         """The suspect run ended: the next waiting one starts. Its entries, if still
-        unanswered (an abandoned run's thread may go on), are no longer the one suspect."""
-        self._background(self.store.begin_attempt(inbox_ids(run.items)))
+        unanswered (an abandoned run's thread may go on), are no longer the one suspect; after
+        a clean stop's interruption they are not in flight at all (`interrupt_all` says so)."""
+        if not run.shutdown:
+            self._background(self.store.begin_attempt(inbox_ids(run.items)))
         self.probation.release(run, inbox_ids(run.items))
         self._try_probation()
 
