@@ -41,6 +41,7 @@ class StoreConfig(_Section):
     url: str | None = None  # sqlite+aiosqlite:///PATH or postgresql+asyncpg://...
     replay_max_age_s: float = Field(3600, ge=0)
     quarantine_after: int = Field(2, ge=1)
+    probation_calm_s: float = Field(5, ge=0)
     inbox_retention_days: float = Field(7, ge=1)
     media_retention_days: float = Field(7, gt=0)
 

@@ -28,6 +28,7 @@ from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
 from hermes_gateway.core.ownership import Ownership
 from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.probation import Probation
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
@@ -117,6 +118,7 @@ class Gateway(Lifecycle):
             delivery=self.delivery,
             metrics=self.metrics,
             stream_for=self._stream_for,
+            probation=Probation(config.store.probation_calm_s),
         )
         self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
         if config.cluster.redis_url:

@@ -3,8 +3,10 @@
 Replies computed but never confirmed sent are sent again (no second model call), from their
 first undelivered part; messages accepted but never answered run again, merged per session into
 one turn. A live preview the crash left half-written is finished by either. Entries older than
-`store.replay_max_age_s` were already expired by the store; entries that runs kept dying on
-(`store.quarantine_after` of them) are quarantined, not run again, and their users told so.
+`store.replay_max_age_s` were already expired by the store. What the crash left in flight is
+judged first (docs/quarantine.md): those entries become suspects, replayed one at a time across
+the gateway (`Probation`); entries shown `store.quarantine_after` times to take the process down
+are quarantined, not run again, and their users told so.
 Each platform replays on its own once it is ready: one that stays down holds back no other.
 """
 
@@ -54,6 +56,7 @@ class Replayer:
         self.live = config
         self._left: tuple[list[tuple[int, MessageEvent]], list[Undelivered]] | None = None
         self.held: list[Quarantined] = []  # quarantined by this start: their users are told
+        self.suspects: dict[int, int] = {}  # run on probation: inbox id -> crashes counted
         self._loaded_at = 0.0
 
     @property
@@ -73,6 +76,8 @@ class Replayer:
                 cfg.quarantine_after, cfg.replay_max_age_s, **one
             )
             log_quarantined(self.held)
+            self.suspects = await self.store.suspects(cfg.replay_max_age_s, **one)
+            self.runner.suspect(self.suspects)
             self._left = await self.store.replayable(cfg.replay_max_age_s, **one)
         except StoreError as exc:
             log.error("replay.failed", error=str(exc))
@@ -220,12 +225,13 @@ class Replayer:
         commands: list[tuple[int, MessageEvent, str]] = []
         for inbox_id, ev in entries:
             parsed = parse_command(ev.text)
+            alone = inbox_id in self.suspects  # a suspect is never merged with another
             if parsed is None:
-                by_session.setdefault(ev.session_key, []).append(Pending(ev, inbox_id))
+                by_session.setdefault(ev.session_key, []).append(Pending(ev, inbox_id, alone))
                 continue
             name, args = parsed
             if name in ("queue", "steer") and args:  # they carry a message: it runs
-                item = Pending(with_text(ev, args), inbox_id, separate=name == "queue")
+                item = Pending(with_text(ev, args), inbox_id, separate=alone or name == "queue")
                 by_session.setdefault(ev.session_key, []).append(item)
             else:
                 commands.append((inbox_id, ev, name))

@@ -23,6 +23,7 @@ from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.handoff import ClusterSide
 from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.probation import Probation
 from hermes_gateway.core.progress import Progress
 from hermes_gateway.core.run import (
     CRASHED,
@@ -62,6 +63,7 @@ class GatewayRunner(ClusterSide):
         delivery: Delivery,
         metrics: Metrics,
         stream_for: Callable[[MessageEvent], StreamSink | None] | None = None,
+        probation: Probation[Run] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -79,6 +81,8 @@ class GatewayRunner(ClusterSide):
         self.lease_until: Callable[[str], float] = lambda key: math.inf
         self.lease_lost: Callable[[str], None] = lambda key: None
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
+        self.probation: Probation[Run] = probation or Probation()
+        self._probation_timer: asyncio.TimerHandle | None = None
 
     # -- intake -------------------------------------------------------------------------
 
@@ -142,9 +146,46 @@ class GatewayRunner(ClusterSide):
 
     def _spawn(self, run: Run) -> None:
         run.abandon = asyncio.get_running_loop().create_future()
+        if not self.probation.holds(run, inbox_ids(run.items)):
+            self._launch(run)
+            return
+        # it waits, holding its session: soon, so every suspect a replay queues is a candidate
+        self._try_probation()
+
+    def _launch(self, run: Run) -> None:
+        run.started = time.monotonic()  # a suspect run's wait for its turn is not its run
         run.task = asyncio.create_task(self._execute(run), name=f"run:{run.key}:{run.run_id}")
         self._tasks.add(run.task)
         run.task.add_done_callback(self._tasks.discard)
+        if self.probation.on_probation(run):
+            log.info("run.probation", run_id=run.run_id, inbox_ids=inbox_ids(run.items))
+            run.task.add_done_callback(lambda _t: self._probation_over(run))
+
+    def _try_probation(self) -> None:
+        """Start the next waiting suspect run if none is in flight, once the calm is over."""
+        if self._probation_timer is not None or self.draining:
+            return
+        delay = self.probation.wait_s()
+        self._probation_timer = asyncio.get_running_loop().call_later(delay, self._on_probation)
+
+    def _on_probation(self) -> None:
+        self._probation_timer = None
+        if self.draining:
+            return
+        nxt = self.probation.next(lambda r: r.stopped or r.shutdown)
+        if nxt is not None:
+            self._launch(nxt)
+        elif self.probation.wait_s() > 0:  # the loop may run a timer a little early
+            self._try_probation()
+
+    def _probation_over(self, run: Run) -> None:
+        """The suspect run ended: the next waiting one starts. Its entries, if still
+        unanswered (an abandoned run's thread may go on), are no longer the one suspect; after
+        a clean stop's interruption they are not in flight at all (`interrupt_all` says so)."""
+        if not run.shutdown:
+            self._background(self.store.begin_attempt(inbox_ids(run.items)))
+        self.probation.release(run, inbox_ids(run.items))
+        self._try_probation()
 
     async def _execute(self, run: Run) -> None:
         structlog.contextvars.bind_contextvars(
@@ -153,7 +194,9 @@ class GatewayRunner(ClusterSide):
         self.bus.emit("processing_start", run.primary, run_id=run.run_id, merged=len(run.items))
         status, error = "crashed", None
         try:
-            await self.store.begin_attempt(inbox_ids(run.items))  # before it can crash us
+            # before it can crash us: the next start's verdict reads it
+            alone = self.probation.on_probation(run)
+            await self.store.begin_attempt(inbox_ids(run.items), probation=alone)
             try:
                 ctx = await self.agents.acquire(run.key)
             except StoreError as exc:  # its history cannot load: say so, not "crashed"
@@ -350,10 +393,14 @@ class GatewayRunner(ClusterSide):
         return [p.event for p in run.items] if run is not None else []
 
     def resume(self, items: list[Pending]) -> None:
-        """Replay: answer ``items`` (one session's) now, or before what waits if it is busy."""
+        """Replay: answer ``items`` (one session's) now, or before what waits if it is busy.
+        A suspect (see `Probation`) gets a turn of its own."""
         key, items = items[0].event.session_key, self.new_here(items)
         if items and self._table.active(key) is None:
-            self.start(items)
+            cut = next((i for i, p in enumerate(items) if p.separate), len(items))
+            turn, rest = (items[:1], items[1:]) if cut == 0 else (items[:cut], items[cut:])
+            self._table.push_front(key, rest)
+            self.start(turn)
         elif items:
             self._table.push_front(key, items)
 
@@ -373,6 +420,7 @@ class GatewayRunner(ClusterSide):
         for run in runs:
             run.move(RunState.SHUTTING_DOWN)
             run.control.interrupt()
+            self.probation.forget(run)
         tasks = [t for t in self._tasks if not t.done()]
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -389,3 +437,7 @@ class GatewayRunner(ClusterSide):
 
     def status(self) -> dict[str, Any]:
         return {**self._table.stats(), "cached_agents": len(self.agents)}
+
+    def suspect(self, suspects: dict[int, int]) -> None:
+        """The start's verdict: these inbox entries (id -> crashes counted) run on probation."""
+        self.probation.suspect(suspects)

@@ -39,12 +39,9 @@ _INTENT = (
         updated_at=bindparam("now"),
     )
 )
-_ATTEMPT = (
-    update(_INBOX)
-    .where(_BY_IDS, _INBOX.c.status == "accepted")
-    .values(attempts=_INBOX.c.attempts + bindparam("delta"))
+_FLY = (
+    update(_INBOX).where(_BY_IDS, _INBOX.c.status == "accepted").values(in_flight=bindparam("mark"))
 )
-_UNDO = _ATTEMPT.where(_INBOX.c.attempts > 0)
 _PREVIEW = (
     update(_INBOX)
     .where(_INBOX.c.platform == bindparam("p"), _INBOX.c.chat_id == bindparam("c"))
@@ -88,8 +85,9 @@ class HotPath(Protocol):
         """Record a new lease's token for its session; `FencedOut` if a newer one was seen.
         Every call given a ``fence`` checks it in its own transaction the same way."""
 
-    async def attempt(self, ids: list[int], delta: int) -> None:
-        """+1 when a run starts on unanswered entries, -1 (never below 0) to take it back."""
+    async def fly(self, ids: list[int], mark: int) -> None:
+        """`in_flight` on unanswered entries: 1 (2 on probation) when a run starts on them, 0
+        when a clean stop takes that back."""
 
     async def remember_preview(self, key: tuple[str, str, str], ref: str) -> None: ...
 
@@ -144,8 +142,8 @@ class EngineHotPath:
         params = {"ids": ids, "parts": index, "idx": index, "after": after[:128], "now": now}
         await self.conn.execute(_INTENT, params)
 
-    async def attempt(self, ids: list[int], delta: int) -> None:
-        await self.conn.execute(_ATTEMPT if delta > 0 else _UNDO, {"ids": ids, "delta": delta})
+    async def fly(self, ids: list[int], mark: int) -> None:
+        await self.conn.execute(_FLY, {"ids": ids, "mark": mark})
 
     async def remember_preview(self, key: tuple[str, str, str], ref: str) -> None:
         await self.conn.execute(_PREVIEW, {"p": key[0], "c": key[1], "m": key[2], "ref": ref})

@@ -1,6 +1,8 @@
-"""The inbox's crash-loop guard: the attempt a run commits before it works on its messages,
-the quarantine at start of what was in flight across too many crashes, the operator's retry
-and drop, and entries listed by status. Also how a row's payload becomes a `MessageEvent` again.
+"""The inbox's crash-loop guard: the mark a run commits before it works on its messages, the
+verdict at start on what the last crash left in flight (suspects, and crashes counted against a
+message on probation), the quarantine of what was shown to take the process down, the operator's
+retry and drop, and entries listed by status. Also how a row's payload becomes a `MessageEvent`
+again. The rule is in docs/quarantine.md.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Table, select, update
+from sqlalchemy import ColumnElement, Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hermes_gateway.errors import StoreError
@@ -32,11 +34,13 @@ _SHOWN = (
     _INBOX.c.updated_at,
 )
 PREVIEW_CHARS = 200
+IN_FLIGHT = 1  # `in_flight`: a run works on the entry
+ON_PROBATION = 2  # ... and it is the one suspect in flight in the gateway
 
 
 @dataclass(frozen=True, slots=True)
 class Quarantined:
-    """An inbox entry held back from replay: its runs kept dying with the process."""
+    """An inbox entry held back from replay: it was shown to take the process down."""
 
     inbox_id: int
     event: MessageEvent
@@ -59,39 +63,35 @@ class Quarantined:
 class InboxGuard(StoreEngine):
     """The store's attempt counting and quarantine (`Store` inherits it)."""
 
-    async def begin_attempt(self, inbox_ids: list[int]) -> None:
-        """Count a run starting on these entries; committed before it does anything."""
+    async def begin_attempt(self, inbox_ids: list[int], *, probation: bool = False) -> None:
+        """Mark these entries in flight (``probation``: as the one suspect in flight), committed
+        before the run does anything, so the next start knows what a crash cut short."""
         if inbox_ids:
-            await self._count(inbox_ids, +1)
+            await self._fly(inbox_ids, ON_PROBATION if probation else IN_FLIGHT)
 
     async def undo_attempt(self, inbox_ids: list[int]) -> None:
-        """A clean shutdown interrupted the run: it was no crash, so its attempt is taken back."""
+        """A clean shutdown interrupted the run: it was no crash, so it was not in flight at one."""
         if inbox_ids:
-            await self._count(inbox_ids, -1)
+            await self._fly(inbox_ids, 0)
 
-    async def _count(self, ids: list[int], delta: int) -> None:
-        """Never raises: a store that cannot write costs the count, not the run."""
+    async def _fly(self, ids: list[int], mark: int) -> None:
+        """Never raises: a store that cannot write costs the mark, not the run."""
         try:
-            await self._hot(lambda db: db.attempt(ids, delta))
+            await self._hot(lambda db: db.fly(ids, mark))
         except StoreError as exc:
             log.error("inbox.attempt_failed", error=str(exc), inbox_ids=ids)
 
     async def quarantine(
         self, after: int, max_age_s: float, session_key: str | None = None
     ) -> list[Quarantined]:
-        """At start, before the replay (of one session: a cluster takeover): hold back every
-        unanswered entry that ``after`` runs started on and none ended. Entries too old to
-        replay are left to expire."""
-        cutoff = time.time() - max_age_s
-        held = [
-            _INBOX.c.status == "accepted",
-            _INBOX.c.attempts >= after,
-            _INBOX.c.accepted_at >= cutoff,
-        ]
-        if session_key is not None:
-            held.append(_INBOX.c.session_key == session_key)
+        """At start, before the replay (of one session: a cluster takeover): judge what the
+        last crash left in flight, then hold back every unanswered entry shown ``after`` times
+        to take the process down. Entries too old to replay are left to expire."""
+        scope = _unanswered(max_age_s, session_key)
 
         async def run(conn: AsyncConnection) -> list[Quarantined]:
+            await _judge(conn, scope)
+            held = (*scope, _INBOX.c.attempts >= after)
             rows = await conn.execute(select(*_LISTED).where(*held).order_by(_INBOX.c.id))
             found = [_entry(*row) for row in rows]
             if found:
@@ -104,6 +104,17 @@ class InboxGuard(StoreEngine):
             return found
 
         return await self._tx(run)
+
+    async def suspects(self, max_age_s: float, session_key: str | None = None) -> dict[int, int]:
+        """The unanswered entries that run on probation: inbox id -> crashes counted so far."""
+        stmt = select(_INBOX.c.id, _INBOX.c.attempts).where(
+            *_unanswered(max_age_s, session_key), _INBOX.c.suspect > 0
+        )
+
+        async def run(conn: AsyncConnection) -> dict[int, int]:
+            return {int(i): int(n) for i, n in await conn.execute(stmt)}
+
+        return await self._query(run)
 
     async def quarantined(self, limit: int = 100) -> list[Quarantined]:
         """The entries held back now, oldest first."""
@@ -134,7 +145,14 @@ class InboxGuard(StoreEngine):
             await conn.execute(
                 update(_INBOX)
                 .where(*held)
-                .values(status="accepted", attempts=0, accepted_at=now, updated_at=now)
+                .values(
+                    status="accepted",
+                    attempts=0,
+                    in_flight=0,
+                    suspect=0,
+                    accepted_at=now,
+                    updated_at=now,
+                )
             )
             return event_from_json(payload)
 
@@ -173,6 +191,41 @@ class InboxGuard(StoreEngine):
             return [_shown(*row) for row in await conn.execute(stmt)]
 
         return await self._query(run)
+
+
+def _unanswered(max_age_s: float, session_key: str | None) -> list[ColumnElement[bool]]:
+    """Entries a start replays: unanswered, young enough (of one session: a takeover)."""
+    scope = [_INBOX.c.status == "accepted", _INBOX.c.accepted_at >= time.time() - max_age_s]
+    if session_key is not None:
+        scope.append(_INBOX.c.session_key == session_key)
+    return scope
+
+
+async def _judge(conn: AsyncConnection, scope: list[ColumnElement[bool]]) -> None:
+    """What a crash left in flight: an entry on probation (the one suspect in flight) was
+    shown to take the process down, so the crash counts against it; every entry in flight
+    becomes a suspect, to be run apart from the others. Nothing else was in flight: a
+    message that waited is not suspected of anything. A crash with no suspect in flight shows
+    that something else takes the process down: what was counted against the suspects that
+    waited may have been that too, so it is forgiven."""
+    flying = (*scope, _INBOX.c.in_flight > 0)
+    found = await conn.execute(select(_INBOX.c.id, _INBOX.c.in_flight).where(*flying))
+    marks = {int(i): int(m) for i, m in found}
+    if not marks:  # a clean stop, or a crash while idle: nothing to judge
+        return
+    shown = sorted(i for i, m in marks.items() if m == ON_PROBATION)
+    if shown:
+        await conn.execute(
+            update(_INBOX).where(_INBOX.c.id.in_(shown)).values(attempts=_INBOX.c.attempts + 1)
+        )
+        log.warning("inbox.crash_counted", inbox_ids=shown)
+    else:
+        counted = (*scope, _INBOX.c.in_flight == 0, _INBOX.c.suspect > 0, _INBOX.c.attempts > 0)
+        forgiven = await conn.execute(update(_INBOX).where(*counted).values(attempts=0))
+        if forgiven.rowcount:
+            log.info("inbox.crash_forgiven", entries=forgiven.rowcount)
+    await conn.execute(update(_INBOX).where(*flying).values(in_flight=0, suspect=1))
+    log.info("inbox.suspects", inbox_ids=sorted(marks))
 
 
 def _shown(

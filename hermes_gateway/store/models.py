@@ -56,8 +56,8 @@ class InboxRow(Base):
     status: accepted -> done (turn and reply stored, not yet confirmed sent: re-sent at the
     next start) -> answered; or dropped (the user was told why not), undeliverable (the
     platform refuses us: blocked, chat gone), expired (too old to replay at start),
-    quarantined (in flight across `store.quarantine_after` crashes: not replayed until an
-    operator retries it, back to accepted, or drops it).
+    quarantined (shown to take the process down `store.quarantine_after` times: not replayed
+    until an operator retries it, back to accepted, or drops it).
 
     parts_sent: how many parts of a reply split into several messages went out (the next
     attempt resumes after them). preview: where the run's live preview message is (a message
@@ -65,8 +65,11 @@ class InboxRow(Base):
     sending, sending_after: the part whose send began last (recorded before it can reach the
     platform) and the platform reference it comes after; a replay finding ``sending ==
     parts_sent`` cannot tell whether that part went out, and has the adapter check first.
-    attempts: runs started on the entry that never ended (committed before the run works on
-    it; a clean shutdown takes its count back), so a crash loop shows as a growing count.
+    in_flight: a run works on the entry now (1), or a probation run, where it is the one
+    suspect in flight in the gateway (2); committed before the run works on it, 0 again after
+    a clean stop. suspect: it was in flight at a crash nothing explained, so it runs on
+    probation. attempts: crashes shown to be the entry's (one during its probation run), so a
+    crash loop shows as a growing count; see docs/quarantine.md.
     Columns added after the first release carry a server default or are nullable: opening an
     older database adds them (a revision in `migrations/versions/`).
     """
@@ -90,6 +93,8 @@ class InboxRow(Base):
     parts_sent: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     preview: Mapped[str | None] = mapped_column(String(128), nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    in_flight: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    suspect: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     sending: Mapped[int | None] = mapped_column(Integer, nullable=True)
     sending_after: Mapped[str | None] = mapped_column(String(128), nullable=True)
 

@@ -151,14 +151,13 @@ class SqliteFastPath:
     async def claim(self, fence: Fence, now: float) -> None:
         await self._commit(_fenced(fence, now))
 
-    async def attempt(self, ids: list[int], delta: int) -> None:
-        """`InboxGuard.begin_attempt` (+1) and `undo_attempt` (-1) on unanswered entries."""
-        floor = "" if delta > 0 else " AND attempts > 0"
+    async def fly(self, ids: list[int], mark: int) -> None:
+        """`InboxGuard.begin_attempt` (1, or 2 on probation) and `undo_attempt` (0)."""
         sql = (
-            f"UPDATE {_INBOX} SET attempts = attempts + ? "
-            f"WHERE status = 'accepted'{floor} AND id IN ({_in(len(ids))})"
+            f"UPDATE {_INBOX} SET in_flight = ? "
+            f"WHERE status = 'accepted' AND id IN ({_in(len(ids))})"
         )
-        await self._commit([(sql, (delta, *ids))])
+        await self._commit([(sql, (mark, *ids))])
 
     async def remember_preview(self, key: tuple[str, str, str], ref: str) -> None:
         await self._commit([(_PREVIEW, (ref, *key))])

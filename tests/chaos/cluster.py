@@ -120,7 +120,7 @@ class Cluster:
         return {
             "model": {"base_url": self.llm.base_url, "api_key": keys.MODEL_KEY, "max_retries": 0},
             "runner": {"workers": s.workers, "drain_timeout_s": 3, "stop_grace_s": 1},
-            "store": {"url": s.store_url, "quarantine_after": 1000},
+            "store": {"url": s.store_url, "quarantine_after": 1000, "probation_calm_s": 0},
             "cluster": {
                 "redis_url": s.redis_url,
                 "instance_id": node.instance_id,

@@ -61,8 +61,15 @@ class CrashReport:
     updates_calls: list[Any] = field(default_factory=list)
 
 
-def gateway_config(tg: ChaosTelegram, llm: FakeOpenAI, chats: list[int]) -> dict[str, Any]:
-    return {
+def gateway_config(
+    tg: ChaosTelegram,
+    llm: FakeOpenAI,
+    chats: list[int],
+    policy: str | None = None,
+    quarantine_after: int | None = 1000,
+) -> dict[str, Any]:
+    """``quarantine_after`` None: the default; ``policy`` None: the default busy policy."""
+    config: dict[str, Any] = {
         "model": {
             "base_url": llm.base_url,
             "api_key": keys.MODEL_KEY,
@@ -81,10 +88,16 @@ def gateway_config(tg: ChaosTelegram, llm: FakeOpenAI, chats: list[int]) -> dict
         },
         "control": {"token": keys.CONTROL_TOKEN},
         "tools": {"enabled": ["read_file", "terminal"]},  # ChaosModel's slow tool is `cat`
-        # these kills are not the messages' fault: one in flight at two kills in a row would
-        # be quarantined as a poison message (tests/hostile/test_poison.py covers that)
-        "store": {"quarantine_after": 1000},
     }
+    if policy is not None:
+        config["runner"]["busy_policy"] = policy
+    if quarantine_after is not None:
+        # these kills are not the messages' fault: a run on probation (the one suspect in
+        # flight) at two of them would be counted as a poison message's (the rule in
+        # docs/quarantine.md; tests/chaos/test_bad_luck.py runs kills with the default). With
+        # nothing counted, the calm before suspects run would only slow the traffic down.
+        config["store"] = {"quarantine_after": quarantine_after, "probation_calm_s": 0}
+    return config
 
 
 def run_crash_chaos(
@@ -96,16 +109,22 @@ def run_crash_chaos(
     seed: int = 1,
     settle: tuple[float, float] = (0.5, 2.5),
     modes: tuple[str, ...] = MODES,
+    policy: str | None = None,
+    quarantine_after: int | None = 1000,
+    model_delay: tuple[float, float] = (0.02, 0.15),
+    patience: float = 60.0,
+    settle_s: float = 30.0,
 ) -> CrashReport:
     rng = random.Random(seed)
     chat_ids = [1001 + i for i in range(chats)]
     home = tmp / "home"
     tool = SlowTool(home / "workspace", seed=seed).start()
-    llm.responder = ChaosModel(seed=seed)
+    llm.responder = ChaosModel(delay=model_delay, seed=seed)
     tg = ChaosTelegram().start()
-    gw = GatewayProcess(home, gateway_config(tg, llm, chat_ids))
+    config = gateway_config(tg, llm, chat_ids, policy, quarantine_after)
+    gw = GatewayProcess(home, config)
     kills: list[Kill] = []
-    driver = Driver(tg, chat_ids, seed=seed)
+    driver = Driver(tg, chat_ids, seed=seed, patience=patience)
     try:
         _start(gw)
         driver.start()
@@ -117,7 +136,7 @@ def run_crash_chaos(
             _start(gw)
         time.sleep(1.0)
         driver.stop()
-        _settle(driver, timeout=30)
+        _settle(driver, timeout=settle_s)
         gw.signal(signal.SIGTERM)
         exit_code = gw.wait(20)
     finally:
@@ -128,6 +147,7 @@ def run_crash_chaos(
         llm.responder = None
     result = tally(driver.sent, list(tg.sent))
     result.accepted = inbox_count(home)
+    quarantined = inbox_count(home, "quarantined")
     report = CrashReport(
         figures=_figures(result.figures(), kills, driver, tool, tg),
         kills=kills,
@@ -144,6 +164,7 @@ def run_crash_chaos(
     report.figures["doubled_by_kill_mode"] = _doubles_by_mode(result.doubled, tg, kills)
     report.figures["double_gaps_ms"] = _double_gaps(result.doubled, tg, kills)
     report.figures["send_kills"] = _send_kills(kills, set(result.doubled))
+    report.figures["quarantined"] = quarantined
     return report
 
 

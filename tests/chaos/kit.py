@@ -418,14 +418,15 @@ class Driver:
         self.injected.set()
 
 
-def inbox_count(home: Path) -> int:
-    """Telegram messages (not commands) in a stopped daemon's inbox: what it accepted."""
+def inbox_count(home: Path, status: str | None = None) -> int:
+    """Telegram messages (not commands) in a stopped daemon's inbox: what it accepted (in
+    ``status``, if given)."""
     query = (
         "SELECT count(*) FROM inbox WHERE platform = 'telegram' "
-        "AND json_extract(payload, '$.text') NOT LIKE '/%'"
+        "AND json_extract(payload, '$.text') NOT LIKE '/%' AND status = coalesce(?, status)"
     )
     with contextlib.closing(sqlite3.connect(home / "state.db")) as db:
-        return int(db.execute(query).fetchone()[0])
+        return int(db.execute(query, (status,)).fetchone()[0])
 
 
 def sigkill(pid: int) -> None:

@@ -69,7 +69,7 @@ def instance(name: str, tmp_path: Path, urls: Urls, config: dict[str, Any]) -> G
     store_url, redis_url = urls
     cluster = {"redis_url": redis_url, "instance_id": name, "lease_s": LEASE_S}
     # these kills are not the message's fault: it must not count towards quarantine
-    store = {"url": store_url, "quarantine_after": 1000}
+    store = {"url": store_url, "quarantine_after": 1000, "probation_calm_s": 0}
     return GatewayProcess(tmp_path / name, {**config, "store": store, "cluster": cluster})
 
 

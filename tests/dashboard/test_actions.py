@@ -35,9 +35,10 @@ async def _quarantine(store_url: str, *texts: str) -> list[int]:
         inbox_id = await store.accept(event)
         assert inbox_id is not None
         ids.append(inbox_id)
-    for _ in range(2):
-        await store.begin_attempt(ids)
-    assert len(await store.quarantine(2, 3600)) == len(ids)
+    for _ in range(2):  # two crashes, each time on probation
+        await store.begin_attempt(ids, probation=True)
+        held = await store.quarantine(2, 3600)
+    assert len(held) == len(ids)
     await store.close()
     return ids
 

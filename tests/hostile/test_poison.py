@@ -2,9 +2,11 @@
 loop: `hermes gateway run` on the fake Telegram, the fake model hanging on that message (the
 run stays in flight) and the process SIGKILLed in it, as a frozen gateway would be.
 
-After two such deaths the third start holds the message back: no model request for it, the
-user is told, `hermes gateway status` and `hermes inbox list` show it, and `hermes inbox retry`
-gets it answered. A SIGTERM whose drain interrupts the run is no crash and does not count.
+The first death makes it a suspect (nothing shows yet that it caused it); replayed on its own,
+on probation, it dies twice more, and each of those deaths is counted against it. After them
+the next start holds the message back: no model request for it, the user is told, `hermes
+gateway status` and `hermes inbox list` show it, and `hermes inbox retry` gets it answered. A
+SIGTERM whose drain interrupts the run is no crash and does not count.
 The control routes behind `hermes inbox` are checked in process too.
 """
 
@@ -115,6 +117,7 @@ def told(fake: FakeTelegram) -> list[str]:
     return [m["text"] for m in fake.messages_to(CHAT) if "could not process" in m["text"]]
 
 
+@pytest.mark.timeout(300)  # five starts, two of them with a probation calm
 def test_a_message_that_kills_the_gateway_twice_is_quarantined_then_retried(
     tmp_path: Path, poisoned: FakeOpenAI, tg: FakeTelegram
 ) -> None:
@@ -123,15 +126,17 @@ def test_a_message_that_kills_the_gateway_twice_is_quarantined_then_retried(
         start_ready(gw)
         tg.send_text(CHAT, POISON)
         wait_until(lambda: poison_requests(poisoned) == 1, timeout=WAIT)
-        sigkill(gw)  # death 1, the run in flight
-        run_until_in_flight(gw, poisoned, 2)  # replayed, and in flight again
-        sigkill(gw)  # death 2
+        sigkill(gw)  # death 1, the run in flight: a suspect
+        run_until_in_flight(gw, poisoned, 2)  # replayed on probation, and in flight again
+        sigkill(gw)  # death 2, counted
+        run_until_in_flight(gw, poisoned, 3)
+        sigkill(gw)  # death 3, counted
         start_ready(gw)
         wait_until(lambda: told(tg), timeout=WAIT)
         tg.send_text(CHAT, "are you there?")  # the gateway and the session work on
         echoed = "echo: are you there?"
         wait_until(lambda: echoed in [m["text"] for m in tg.messages_to(CHAT)], timeout=WAIT)
-        assert poison_requests(poisoned) == 2  # not run a third time
+        assert poison_requests(poisoned) == 3  # not run a fourth time
         [held] = quarantined_logs(gw)
         assert (held["attempts"], held["session_key"]) == (2, f"telegram:dm:{CHAT}")
         inbox_id = held["inbox_id"]
@@ -161,11 +166,13 @@ def test_a_message_that_kills_the_gateway_twice_is_quarantined_then_retried(
     assert len(told(tg)) == 1
 
 
+@pytest.mark.timeout(300)
 def test_a_sigterm_drain_is_no_crash_and_drop_works_offline(
     tmp_path: Path, poisoned: FakeOpenAI, tg: FakeTelegram
 ) -> None:
     """With `quarantine_after: 1`: had the clean stop counted, the second start would hold
-    the message back; it runs it again, and the first real death is what quarantines it."""
+    the message back; it runs it again, a death makes it a suspect, and the first death on
+    probation is what quarantines it."""
     gw = gateway(tmp_path / "home", poisoned, tg, after=1)
     try:
         start_ready(gw)
@@ -175,10 +182,13 @@ def test_a_sigterm_drain_is_no_crash_and_drop_works_offline(
         assert gw.wait(20) == 0
         run_until_in_flight(gw, poisoned, 2)  # replayed as before, not quarantined
         assert quarantined_logs(gw) == []
-        sigkill(gw)  # a death
+        sigkill(gw)  # a death: a suspect
+        run_until_in_flight(gw, poisoned, 3)  # not quarantined: on probation
+        assert quarantined_logs(gw) == []
+        sigkill(gw)  # a death on probation
         start_ready(gw)
         wait_until(lambda: told(tg), timeout=WAIT)
-        assert poison_requests(poisoned) == 2
+        assert poison_requests(poisoned) == 3
         [held] = quarantined_logs(gw)
         assert held["attempts"] == 1
         gw.signal(signal.SIGTERM)
@@ -213,9 +223,10 @@ async def test_the_inbox_routes_list_release_and_refuse(
     )
     inbox_id = await store.accept(event)
     assert inbox_id is not None
-    for _ in range(2):
-        await store.begin_attempt([inbox_id])
-    assert len(await store.quarantine(2, 3600)) == 1
+    for _ in range(2):  # two crashes, each time on probation
+        await store.begin_attempt([inbox_id], probation=True)
+        held = await store.quarantine(2, 3600)
+    assert len(held) == 1
     await store.close()
     auth = {"Authorization": f"Bearer {token}"}
     async with running_gateway(config) as (gw, client):

@@ -95,9 +95,11 @@ def request_log(llm: FakeOpenAI) -> list[tuple[float, str]]:
 
 
 def attempts(db: Path) -> list[int]:
-    """Each inbox entry's count of runs begun and never ended."""
+    """Each inbox entry's in-flight mark (a run began and never ended) plus its crashes
+    counted: 0 once nothing would count against it at the next start."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        return [row[0] for row in conn.execute("SELECT attempts FROM inbox ORDER BY id")]
+        rows = conn.execute("SELECT in_flight + attempts FROM inbox ORDER BY id")
+        return [row[0] for row in rows]
 
 
 async def running(gateway: Gateway, key: str) -> Run:

@@ -101,9 +101,10 @@ async def check_upgrade(url: str) -> None:
         await store.remember_preview(event("1"), "42")
         fresh = await store.accept(event("2"))  # the fast path's insert still fits
         assert fresh is not None
-        for _ in range(2):  # counted on the new column, from its default
-            await store.begin_attempt([fresh, left.inbox_id])
-        assert [q.inbox_id for q in await store.quarantine(2, 3600)] == [fresh]
+        for _ in range(2):  # counted on the new columns, from their defaults
+            await store.begin_attempt([fresh, left.inbox_id], probation=True)
+            held = await store.quarantine(2, 3600)
+        assert [q.inbox_id for q in held] == [fresh]
         assert await store.previews([left.inbox_id]) == {left.inbox_id: "42"}
         assert [u.parts_sent for u in (await store.replayable(3600))[1]] == [1]
     finally:
@@ -141,8 +142,9 @@ async def check_release_upgrade(url: str, release: int) -> None:
         fresh = await store.accept(event("2"))
         assert fresh is not None
         for _ in range(2):
-            await store.begin_attempt([fresh])
-        assert [q.inbox_id for q in await store.quarantine(2, 3600)] == [fresh]
+            await store.begin_attempt([fresh], probation=True)
+            held = await store.quarantine(2, 3600)
+        assert [q.inbox_id for q in held] == [fresh]
     finally:
         await store.close()
     assert await on(url, revision) == head()
