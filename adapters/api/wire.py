@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 import secrets
@@ -18,6 +17,7 @@ from aiohttp import web
 
 from hermes_gateway.errors import RequestError
 from hermes_gateway.events import Attachment, OutboundMessage, without_surrogates
+from hermes_gateway.text.jsonbody import read_object
 
 _SESSION_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -34,15 +34,7 @@ class Ended:
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.read())
-    except RecursionError:
-        raise RequestError(400, "the request body is nested too deeply", "invalid_json") from None
-    except ValueError:  # bad JSON or UTF-8, or an integer over Python's digit limit
-        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    return body
+    return await read_object(request)
 
 
 def session_name(value: Any) -> str:
