@@ -170,12 +170,13 @@ class ControlServer:
         budget = self._public_budget if public else self._budget
         size = min(limit if declared is None else declared, budget.total)
         lease: Lease | None = None
+        began = asyncio.get_running_loop().time()  # the pace counts the wait for room too
         try:
             try:
                 async with asyncio.timeout(config.body_timeout_s):
                     lease = await budget.take(size, lambda: self._admit(budget))
                     lease.then(self._memory.freed)
-                    await read_body(request, limit, self._pace)
+                    await read_body(request, limit, self._pace, began)
             except TimeoutError:
                 if lease is None:
                     raise RequestError(503, "too many request bodies at once", "busy") from None

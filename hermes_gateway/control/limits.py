@@ -274,15 +274,18 @@ class Pace:
         return began + self.grace_s + received / self.min_rate
 
 
-async def read_body(request: web.Request, limit: int, pace: Pace | None = None) -> bytes:
+async def read_body(
+    request: web.Request, limit: int, pace: Pace | None = None, began: float | None = None
+) -> bytes:
     """The whole body, refused with 413 past ``limit`` (by its Content-Length before a byte is
-    read) and with 408 when it arrives slower than ``pace``; the caller bounds the total time.
-    aiohttp keeps it, so handlers' `read()` reuses it."""
+    read) and with 408 when it arrives slower than ``pace`` counted from ``began`` (loop time;
+    default now: what came while the request waited for its budget counts); the caller bounds
+    the total time. aiohttp keeps it, so handlers' `read()` reuses it."""
     declared = request.content_length
     if declared is not None and declared > limit:
         raise RequestError(413, f"the request body is over {limit} bytes", "body_too_large")
-    loop = asyncio.get_running_loop()
-    began = loop.time()
+    if began is None:
+        began = asyncio.get_running_loop().time()
     chunks: list[bytes] = []
     received = 0
     while True:

@@ -21,7 +21,8 @@ Kind = tuple[str, str, str]  # (code, source address, route)
 
 
 class Rejections:
-    """Counts refused requests per (code, source, route); `note` is called on the loop."""
+    """Counts refused requests per (code, source, route); `note` is called on the loop, and
+    `flush` by its owner once per interval (the control server's task)."""
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
@@ -33,9 +34,6 @@ class Rejections:
 
     def note(self, code: str, status: int, source: str, route: str, reason: str) -> None:
         """One refused request: its own INFO line if its kind is new, else a count."""
-        now = self._clock()
-        if now - self._since >= self.interval_s:
-            self.flush(now)
         kind = (code, source, route)
         if kind in self._seen:
             self._seen.move_to_end(kind)

@@ -4,10 +4,12 @@ from the control server), never a `RecursionError` and a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
+from itertools import accumulate
 from typing import Any
 
 from aiohttp import web
@@ -21,24 +23,18 @@ body_done: ContextVar[Callable[[], None] | None] = ContextVar("body_done", defau
 # a JSON string, escapes included: its brackets are text, not nesting (unrolled: linear time)
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_PAIRS = (b"[]", b"{}")
+_STEPS = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")  # +1 and -1 as signed bytes
+OFF_LOOP_BYTES = 64 * 1024  # a body this large is parsed in a thread: the loop keeps going
 
 
 def nesting_over(data: bytes, max_depth: int = MAX_DEPTH) -> bool:
-    """True when ``data`` nests arrays and objects more than ``max_depth`` deep (or its
-    brackets do not pair up, which no valid JSON does either)."""
+    """True when ``data`` nests arrays and objects more than ``max_depth`` deep."""
     if data.count(b"[") + data.count(b"{") <= max_depth:
         return False  # cannot nest deeper than it opens: the common case, two memchr passes
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
-    # each pass takes out the innermost pairs: one level per pass, at C speed
-    for _ in range(max_depth):
-        if not brackets:
-            return False
-        peeled = brackets.replace(_PAIRS[0], b"").replace(_PAIRS[1], b"")
-        if len(peeled) == len(brackets):
-            return True  # unpaired: invalid, and may hide any depth
-        brackets = peeled
-    return bool(brackets)
+    steps = _STRING.sub(b"", data).translate(_STEPS, _NOT_BRACKETS)
+    # the running sum of +1 per opening and -1 per closing bracket is the depth at each one;
+    # `accumulate` and `max` run in C (0.1-0.2 s for 2 MB of nothing but brackets)
+    return max(accumulate(memoryview(steps).cast("b")), default=0) > max_depth
 
 
 def loads(data: bytes | str, *, max_bytes: int | None = None, max_depth: int = MAX_DEPTH) -> Any:
@@ -64,7 +60,10 @@ async def read_json(request: web.Request) -> Any:
     its share of the body budget given back at once, so a long handler (a chat run) does not
     hold them. Read a body once: after this, `request.read()` is empty."""
     try:
-        return loads(await request.read())
+        data = await request.read()
+        if len(data) > OFF_LOOP_BYTES:
+            return await asyncio.to_thread(loads, data)
+        return loads(data)
     finally:
         if (done := body_done.get()) is not None:
             done()
