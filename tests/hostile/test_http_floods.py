@@ -118,8 +118,10 @@ def test_a_flood_of_unsigned_slack_requests_keeps_the_log(
         time.sleep(2.5)  # the last interval's counts are written
     finally:
         gw.kill()
-    print(f"\n{FLOOD} unsigned requests in {took:.1f} s ({FLOOD / took:.0f}/s)")
     events = gw.log_events()  # the current file only: nothing was rotated out
+    print(
+        f"\n{FLOOD} unsigned requests in {took:.1f} s ({FLOOD / took:.0f}/s): {len(events)} lines"
+    )
     names = [e["event"] for e in events]
     assert "gateway.ready" in names
     finished = {e.get("session_key") for e in events if e["event"] == "run.finished"}
