@@ -13,11 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from hermes_gateway.errors import RequestError
 from hermes_gateway.events import Attachment, OutboundMessage, without_surrogates
-from hermes_gateway.text.jsonbody import read_object
 
 _SESSION_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -31,10 +28,6 @@ class Ended:
     the same session took over) or ``shutting_down`` (the gateway is stopping)."""
 
     why: str
-
-
-async def json_body(request: web.Request) -> dict[str, Any]:
-    return await read_object(request)
 
 
 def session_name(value: Any) -> str:

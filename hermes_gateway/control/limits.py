@@ -1,6 +1,6 @@
 """Connection and body bounds for the control server: a request-head deadline, an idle deadline,
-a cap on open connections, and request bodies read under a size limit, a deadline and a budget
-of bytes held at once. aiohttp has the idle timer; the rest is built here."""
+a cap on open connections, and request bodies read under a size limit, a floor on their pace,
+a deadline and a budget of bytes held at once. aiohttp has the idle timer; the rest is here."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ class _Handler(HandlerBase):
             return super().handle_error(request, status, exc, message)
         text = str(getattr(exc, "message", None) or message or type(exc).__name__)
         reason = text.partition("\n")[0][:80]  # aiohttp quotes the offending bytes below
-        self._rejections.note("bad_request", status, _remote(request), "-", reason)
+        self._rejections.note("bad_request", status, request.remote or "-", "-", reason)
         if request.writer.output_size > 0:
             raise ConnectionError("the answer has begun; cannot send an error")
         response = error_response(status, f"malformed request: {reason}", "bad_request")
@@ -126,13 +126,6 @@ class _Handler(HandlerBase):
             self._head_handle.cancel()
             self._head_handle = None
         super().connection_lost(exc)
-
-
-def _remote(request: BaseRequest) -> str:
-    try:
-        return request.remote or "-"
-    except Exception:  # a request aiohttp could not parse may have no transport left
-        return "-"
 
 
 class _Server(ServerBase):
