@@ -175,7 +175,6 @@ class ControlServer:
             try:
                 async with asyncio.timeout(config.body_timeout_s):
                     lease = await budget.take(size, lambda: self._admit(budget))
-                    lease.then(self._memory.freed)
                     await read_body(request, limit, self._pace, began)
             except TimeoutError:
                 if lease is None:
@@ -191,6 +190,8 @@ class ControlServer:
         finally:
             if lease is not None:
                 lease.release()
+                # what the request carried into its handler (a chat run's history) is gone
+                self._memory.freed(lease.size)
 
     @staticmethod
     def _done_with(request: web.Request, lease: Lease) -> None:

@@ -231,25 +231,16 @@ class Lease:
     """A share of a `BodyBudget`; `release` is idempotent (the parser gives it back early, the
     control server at the handler's end in any case)."""
 
-    __slots__ = ("_budget", "_on_release", "size")
+    __slots__ = ("_budget", "size")
 
     def __init__(self, budget: BodyBudget, size: int) -> None:
         self._budget: BodyBudget | None = budget
         self.size = size
-        self._on_release: Callable[[int], None] | None = None
-
-    def then(self, on_release: Callable[[int], None]) -> Lease:
-        """Call ``on_release(size)`` once it is released."""
-        self._on_release = on_release
-        return self
 
     def release(self) -> None:
         budget, self._budget = self._budget, None
-        if budget is None:
-            return
-        budget.give_back(self.size)
-        if self._on_release is not None:
-            self._on_release(self.size)
+        if budget is not None:
+            budget.give_back(self.size)
 
 
 @dataclass(frozen=True, slots=True)

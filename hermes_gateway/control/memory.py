@@ -18,6 +18,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _STATM = "/proc/self/statm"
 TRIM_AFTER_BYTES = 4 * 1024 * 1024  # body bytes freed since the last trim that warrant one
 TRIM_DELAY_S = 0.5  # a burst is trimmed once, after it
+TRIM_OVER_CEILING_EVERY_S = 5.0  # over the ceiling, freed heap may be what holds it there
 
 
 def rss_bytes() -> int | None:
@@ -52,6 +53,7 @@ class MemoryGauge:
         self._freed = 0
         self._trim = _malloc_trim()
         self._pending: asyncio.Task[None] | None = None
+        self._trimmed_at = -TRIM_OVER_CEILING_EVERY_S
 
     def rss(self) -> int | None:
         now = time.monotonic()
@@ -61,23 +63,32 @@ class MemoryGauge:
 
     def over(self) -> bool:
         """True while the process is over its ceiling (never without one, or where RSS is not
-        known)."""
+        known). Over it, a trim is tried now and then: part of it may be freed heap."""
         if not self.ceiling:
             return False
         rss = self.rss()
-        return rss is not None and rss > self.ceiling
+        if rss is None or rss <= self.ceiling:
+            return False
+        if time.monotonic() - self._trimmed_at >= TRIM_OVER_CEILING_EVERY_S:
+            self._schedule_trim()
+        return True
 
     def freed(self, size: int) -> None:
-        """``size`` bytes of request bodies were let go: trim after the burst, when worth it."""
+        """A request that carried ``size`` bytes of body is done with them (its handler has
+        returned): trim after the burst, when enough has been let go."""
         self._freed += size
-        if self._trim is None or self._freed < TRIM_AFTER_BYTES or self._pending is not None:
-            return
-        self._pending = asyncio.get_running_loop().create_task(self._trim_later())
+        if self._freed >= TRIM_AFTER_BYTES:
+            self._schedule_trim()
+
+    def _schedule_trim(self) -> None:
+        if self._trim is not None and self._pending is None:
+            self._pending = asyncio.get_running_loop().create_task(self._trim_later())
 
     async def _trim_later(self) -> None:
         try:
             await asyncio.sleep(TRIM_DELAY_S)
             self._freed = 0
+            self._trimmed_at = time.monotonic()
             assert self._trim is not None
             await asyncio.to_thread(self._trim, 0)  # ctypes lets go of the GIL meanwhile
             self._read_at = -1.0  # the next admission reads RSS afresh
