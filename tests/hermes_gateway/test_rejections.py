@@ -4,6 +4,7 @@ handful of lines."""
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Any
 
 from structlog.testing import capture_logs
@@ -16,7 +17,7 @@ def refused(rejections: Rejections, n: int, source: str = "10.0.0.1", code: str 
         rejections.note(code, 401, source, "/slack/events", "bad signature")
 
 
-def events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+def events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapping[str, Any]]:
     return [e for e in logs if e["event"] == name]
 
 
