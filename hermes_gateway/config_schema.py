@@ -58,6 +58,11 @@ class ControlConfig(_Section):
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)
     max_webhook_body_bytes: int = Field(256 * 1024, ge=1024)
     max_body_bytes_in_flight: int = Field(32 * 1024 * 1024, ge=1024)
+    max_webhook_body_bytes_in_flight: int = Field(4 * 1024 * 1024, ge=1024)
+    min_body_rate_bps: int = Field(4096, ge=0)  # 0: no floor
+    body_grace_s: float = Field(2, ge=0)
+    max_rss_bytes: int = Field(512 * 1024 * 1024, ge=0)  # 0: no ceiling
+    rejection_log_interval_s: float = Field(10, gt=0)
 
 
 class DashboardConfig(_Section):

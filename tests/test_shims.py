@@ -295,6 +295,31 @@ async def test_aiohttp_handler_state_follows_a_request_head() -> None:
             writer.close()
 
 
+async def test_aiohttp_forgotten_body_reads_empty() -> None:
+    from hermes_gateway.control.aiohttp_shim import forget_body, remember_body
+
+    shim = "hermes_gateway/control/aiohttp_shim.py"
+    got: list[bytes] = []
+
+    async def parse(request: web.Request) -> web.Response:
+        await request.content.read()
+        remember_body(request, b"{}")
+        forget_body(request)
+        got.append(await request.read())
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/parse", parse)
+    async with probe(app) as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(b"POST /parse HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert got == [b""], broken("aiohttp", shim, f"read() after forget gave {got}")
+        finally:
+            writer.close()
+
+
 async def test_aiohttp_remembered_body_is_what_read_returns() -> None:
     from hermes_gateway.control.aiohttp_shim import remember_body
 

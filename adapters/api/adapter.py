@@ -22,7 +22,6 @@ from adapters.api.wire import (
     client_history,
     completion,
     failure,
-    json_body,
     last_user_message,
     save_data_url,
     session_name,
@@ -31,6 +30,7 @@ from hermes_gateway.core.bus import LifecycleEvent
 from hermes_gateway.errors import PermanentAdapterError, RequestError
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.text.jsonbody import read_object
 
 log = structlog.get_logger("hermes.adapters.api")
 Answer = OutboundMessage | Ended
@@ -145,7 +145,7 @@ class ApiAdapter:
                 del self._sinks[key]
 
     async def _event(self, request: web.Request) -> tuple[MessageEvent, bool, bool]:
-        body = await json_body(request)
+        body = await read_object(request)  # bounded; its bytes are let go once parsed
         text, attachments = last_user_message(body)
         limit = self.host.config.runner.max_input_chars
         if len(text) > limit:

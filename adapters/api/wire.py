@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 import secrets
@@ -13,8 +12,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from aiohttp import web
 
 from hermes_gateway.errors import RequestError
 from hermes_gateway.events import Attachment, OutboundMessage, without_surrogates
@@ -31,18 +28,6 @@ class Ended:
     the same session took over) or ``shutting_down`` (the gateway is stopping)."""
 
     why: str
-
-
-async def json_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.read())
-    except RecursionError:
-        raise RequestError(400, "the request body is nested too deeply", "invalid_json") from None
-    except ValueError:  # bad JSON or UTF-8, or an integer over Python's digit limit
-        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    return body
 
 
 def session_name(value: Any) -> str:

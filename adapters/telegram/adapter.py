@@ -27,6 +27,7 @@ from hermes_gateway.errors import (
     AdapterAuthError,
     AdapterError,
     PermanentAdapterError,
+    RequestError,
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
@@ -40,6 +41,7 @@ from hermes_gateway.seam.supervisor import (
     Supervisor,
     hold,
 )
+from hermes_gateway.text.jsonbody import read_json
 from telegram import Update
 from telegram.constants import ChatAction
 from telegram.error import InvalidToken
@@ -292,14 +294,11 @@ class TelegramAdapter:
     async def webhook(self, request: web.Request) -> web.Response:
         given = request.headers.get(SECRET_HEADER, "")
         if not hmac.compare_digest(given.encode(), self.config.webhook_secret.encode()):
-            log.warning("telegram.webhook_forbidden", remote=request.remote)
-            return web.Response(status=403, text="forbidden")
+            # a stranger's request: one sampled line from the control server, not one each
+            raise RequestError(403, "wrong webhook secret", "forbidden")
         if not self._accepting or not self.app.running:
             return web.Response(status=503, text="not ready")  # Telegram delivers it later
-        try:
-            body = await request.json()
-        except (ValueError, RecursionError):  # RecursionError: nested past any real update
-            return web.Response(status=400, text="not JSON")
+        body = await read_json(request)  # a RequestError 400 when not JSON or nested too deep
         try:
             update = Update.de_json(body, self.app.bot)
         except Exception as exc:  # junk must not make Telegram redeliver it forever

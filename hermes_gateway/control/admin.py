@@ -14,6 +14,7 @@ from hermes_gateway.errors import RequestError
 from hermes_gateway.events import Chat, OutboundMessage
 from hermes_gateway.seam.pairing import Approved, PairingBook, PairingError
 from hermes_gateway.seam.platform import Adapter
+from hermes_gateway.text.jsonbody import read_object
 
 log = structlog.get_logger("hermes.admin")
 WELCOME = "You're approved. Say hi!"
@@ -76,12 +77,7 @@ class AdminRoutes:
 async def json_fields(request: web.Request, *keys: str) -> dict[str, str]:
     """The named fields of a JSON object body, each a non-empty string (or a number, as ids
     often are), or a `RequestError` naming the first one missing."""
-    try:
-        data = await request.json()
-    except ValueError:
-        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
-    if not isinstance(data, dict):
-        raise RequestError(400, "the request body must be a JSON object")
+    data = await read_object(request)
     out = {}
     for key in keys:
         value = data.get(key)

@@ -66,3 +66,9 @@ def remember_body(request: web.BaseRequest, data: bytes) -> None:
     """Make `request.read()` (and `json()`, `text()`) return ``data``: the body as read under
     our own limits (`_read_bytes`, aiohttp's cache of the body)."""
     request._read_bytes = data
+
+
+def forget_body(request: web.BaseRequest) -> None:
+    """Drop aiohttp's cache of the body (`_read_bytes`): it is parsed, and a handler that
+    lasts a whole chat run must not keep megabytes alive. `read()` gives b"" from now on."""
+    request._read_bytes = b""

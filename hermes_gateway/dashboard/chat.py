@@ -11,6 +11,7 @@ import structlog
 from aiohttp import web
 
 from hermes_gateway.errors import RequestError
+from hermes_gateway.text.jsonbody import read_json
 
 log = structlog.get_logger("hermes.dashboard")
 SESSION_USER = "dashboard"  # the session the Chat page talks in: api:dm:dashboard
@@ -24,10 +25,7 @@ def _client_host(host: str) -> str:
 
 
 async def chat_text(request: web.Request) -> str:
-    try:
-        body = await request.json()
-    except ValueError:
-        raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
+    body = await read_json(request)
     text = body.get("text") if isinstance(body, dict) else None
     if not isinstance(text, str) or not text.strip():
         raise RequestError(400, "'text' is required", "invalid_text")

@@ -11,6 +11,7 @@ from aiohttp import web
 from hermes_gateway.errors import RequestError
 from hermes_gateway.scheduler.desk import DeskError, JobDesk
 from hermes_gateway.scheduler.ledger import Ledger
+from hermes_gateway.text.jsonbody import read_object
 
 _FIELDS = ("prompt", "schedule", "name", "timezone", "deliver", "repeat")
 
@@ -34,12 +35,7 @@ class JobRoutes:
         return web.json_response({"jobs": [j.summary() for j in jobs]})
 
     async def create(self, request: web.Request) -> web.Response:
-        try:
-            data = await request.json()
-        except ValueError:
-            raise RequestError(400, "the request body is not valid JSON", "invalid_json") from None
-        if not isinstance(data, dict):
-            raise RequestError(400, "the request body must be a JSON object")
+        data = await read_object(request)
         fields = {k: data[k] for k in _FIELDS if data.get(k) is not None}
         if "repeat" in fields and not isinstance(fields["repeat"], int):
             raise RequestError(400, "'repeat' must be a whole number")

@@ -6,6 +6,7 @@ is answered like any other text, on the API and on a platform."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -66,6 +67,7 @@ def gateway(
         "model": {"base_url": openai_server.base_url, "api_key": "sk-fake", "max_retries": 0},
         "control": {"token": TOKEN},
         "platforms": {"telegram": telegram, "slack": slack_section},
+        "scheduler": {"enabled": True},  # its routes are among those that read JSON
     }
     gw = GatewayProcess(tmp_path_factory.mktemp("malformed") / "home", config)
     try:
@@ -212,3 +214,75 @@ def test_a_lone_surrogate_is_answered_on_a_platform(
     wait_until(lambda: slack.messages_in("D1"), timeout=20)
     assert [m["text"] for m in slack.messages_in("D1")] == ["echo: ping \ufffd pong"]
     no_tracebacks(gateway, since)
+
+
+# nested past any limit, and small enough for the webhooks' 256 KiB
+BRACKETS = b"[" * 100_000 + b"]" * 100_000
+TOKEN_ROUTES = ["/v1/chat/completions", "/pairing/approve", "/pairing/revoke", "/v1/cron/jobs"]
+DASHBOARD_ROUTES = [
+    "/api/sessions/stop",
+    "/api/pairing/approve",
+    "/api/pairing/revoke",
+    "/api/chat",
+]
+
+
+def dashboard_headers(gw: GatewayProcess) -> dict[str, bytes]:
+    """A logged-in dashboard session's cookie and CSRF token."""
+    base = f"{gw.url}/dashboard"
+    form = httpx.get(f"{base}/login", timeout=10)
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', form.text)
+    assert found is not None
+    login = httpx.post(
+        f"{base}/login",
+        data={"csrf": found.group(1), "token": TOKEN},
+        cookies=form.cookies,
+        timeout=10,
+    )
+    assert login.status_code == 303, login.text
+    cookie = f"hermes_dashboard={login.cookies['hermes_dashboard']}"
+    page = httpx.get(f"{base}/sessions", headers={"Cookie": cookie}, timeout=10)
+    csrf = re.search(r'name="csrf" content="([0-9a-f]+)"', page.text)
+    assert csrf is not None
+    return {"Cookie": cookie.encode(), "X-CSRF-Token": csrf.group(1).encode()}
+
+
+def deep_post(gw: GatewayProcess, route: str) -> tuple[str, dict[str, bytes]]:
+    """The path and headers that take a body of ``BRACKETS`` past ``route``'s access check."""
+    if route in TOKEN_ROUTES:
+        return route, AUTH
+    if route == "/telegram/webhook":
+        return route, {"X-Telegram-Bot-Api-Secret-Token": TG_SECRET.encode()}
+    if route == "/slack/events":  # correctly signed: only bolt's parse stood in its way
+        signed = sign_request(SLACK_SECRET, BRACKETS, int(time.time()))
+        return route, {k: v.encode() for k, v in signed.items()}
+    return f"/dashboard{route}", dashboard_headers(gw)
+
+
+@pytest.mark.parametrize(
+    "route", [*TOKEN_ROUTES, "/telegram/webhook", "/slack/events", *DASHBOARD_ROUTES]
+)
+def test_deep_json_is_a_400_on_every_route_that_reads_json(
+    gateway: GatewayProcess, route: str
+) -> None:
+    since = log_mark(gateway)
+    path, headers = deep_post(gateway, route)
+    status, answer = rawhttp.exchange(gateway.port, rawhttp.post(path, BRACKETS, headers))
+    assert status == 400, answer[:300]
+    assert json.loads(answer)["error"]["code"] == "invalid_json"
+    no_tracebacks(gateway, since)
+
+
+def test_no_route_parses_a_body_but_through_the_bounded_parser() -> None:
+    """`request.json()` and `json.loads` on a body are unbounded: only `jsonbody` may parse."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    unbounded = re.compile(r"request\.json\(\)|json\.loads\(\s*(await )?request")
+    offenders = [
+        str(path.relative_to(root))
+        for package in ("hermes_gateway", "adapters")
+        for path in (root / package).rglob("*.py")
+        if unbounded.search(path.read_text("utf-8"))
+    ]
+    assert offenders == []
