@@ -67,7 +67,8 @@ class Model:
 
 async def hermes_cron(client: Client, capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
     args: argparse.Namespace = build_parser().parse_args(["cron", *argv])
-    code = await asyncio.to_thread(run_cron, args, client.base, None)
+    token = client.operator["Authorization"].removeprefix("Bearer ")
+    code = await asyncio.to_thread(run_cron, args, client.base, token)
     captured = capsys.readouterr()
     printed = captured.out.splitlines(keepends=True)  # the gateway logs to the same stdout
     return code, "".join(line for line in printed if not LOG_LINE.match(line)), captured.err
@@ -84,7 +85,9 @@ async def test_a_far_future_schedule_is_refused_everywhere_and_nothing_is_stored
         said = await model.ask(client, {"action": "create", "prompt": "p", "schedule": FAR})
         assert said.startswith("Error:") and "too far ahead" in said and "9999-12-30" in said
         async with client.http.post(
-            f"{client.base}/v1/cron/jobs", json={"prompt": "p", "schedule": FAR}
+            f"{client.base}/v1/cron/jobs",
+            json={"prompt": "p", "schedule": FAR},
+            headers=client.operator,
         ) as resp:
             assert resp.status == 400
             assert "too far ahead" in (await resp.json())["error"]["message"]
@@ -94,7 +97,7 @@ async def test_a_far_future_schedule_is_refused_everywhere_and_nothing_is_stored
             ({"schedule": "in 5m", "repeat": 10**12}, "repeat must be a whole number"),
         ):
             async with client.http.post(
-                f"{client.base}/v1/cron/jobs", json={"prompt": "p"} | body
+                f"{client.base}/v1/cron/jobs", json={"prompt": "p"} | body, headers=client.operator
             ) as resp:
                 assert resp.status == 400 and says in (await resp.json())["error"]["message"]
         code, _, err = await hermes_cron(client, capsys, "add", FAR, "p")
@@ -138,6 +141,7 @@ async def put(store: Store, rows: list[dict[str, Any]]) -> None:
 
 async def jobs_event(client: Client) -> list[dict[str, Any]]:
     """The first `jobs` event of the dashboard's Jobs stream."""
+    await client.dashboard_login()
     async with client.http.get(f"{client.base}/dashboard/events/jobs") as resp:
         assert resp.status == 200
         name = ""
@@ -171,7 +175,7 @@ async def test_a_bad_row_is_listed_with_its_error_and_the_other_jobs_run_on(
         assert "not a time" in listed and "weekly" in listed and "Mars/Olympus" in listed
         code, out, _ = await hermes_cron(client, capsys, "list")
         assert code == 0 and out.count(" error: ") == 4 and good.id in out
-        status, body = await client.get("/v1/cron/jobs")
+        status, body = await client.get("/v1/cron/jobs", operator=True)
         assert status == 200
         errors = {j["id"]: j["error"] for j in body["jobs"]}
         assert errors[good.id] is None and all(errors[i] for i in bad)
