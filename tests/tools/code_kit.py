@@ -7,6 +7,7 @@ import os
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +44,23 @@ def tools(
 
 def run(ctx: ToolContext, script: str, registry: ToolRegistry | None = None) -> tuple[str, bool]:
     return call(registry or tools(), ctx, "execute_code", code=textwrap.dedent(script))
+
+
+def gone_from(workspace: Path, timeout: float = 5) -> bool:
+    """No live process works in `workspace` (a script's children do; the scripts of tests
+    running beside this one, in other workspaces, do not count)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        inside = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.readlink(f"/proc/{pid}/cwd") == str(workspace.resolve()):
+                    inside.append(pid)
+            except OSError:
+                pass
+        if not inside or time.monotonic() > deadline:
+            return not inside
+        time.sleep(0.02)
 
 
 def wait_gone(marker: str, timeout: float = 5) -> bool:

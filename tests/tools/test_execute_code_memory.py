@@ -4,7 +4,6 @@ cgroup per call where the machine gives one, else by the watcher; in both sandbo
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +11,8 @@ import pytest
 
 from tools import ToolContext, memory_group, sandbox
 
+from .code_kit import gone_from, run, tools
 from .code_kit import mode as mode
-from .code_kit import run, tools
 
 # Each child stays far inside the per-process limit (RLIMIT_AS, 512 MiB); together they are
 # 3.5 times the limit
@@ -48,23 +47,6 @@ def bound(request: pytest.FixtureRequest) -> Iterator[str]:
     memory_group.force_watcher(False)
 
 
-def _gone_from(workspace: Path, timeout: float = 5) -> bool:
-    """No live process works in `workspace` (the script's children do; other runs' scripts,
-    in other workspaces, do not count)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        inside = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if os.readlink(f"/proc/{pid}/cwd") == str(workspace.resolve()):
-                    inside.append(pid)
-            except OSError:
-                pass
-        if not inside or time.monotonic() > deadline:
-            return not inside
-        time.sleep(0.02)
-
-
 def _leftovers() -> list[Path]:
     base = memory_group.support().base
     return list(base.glob(f"hermes-{os.getpid()}-*")) if base else []
@@ -79,7 +61,7 @@ def test_children_over_the_limit_together_are_killed_as_one(ctx: ToolContext, bo
         "(all its processes together)"
     ), content
     assert "all done" not in content
-    assert _gone_from(ctx.workspace)  # none of the children survives
+    assert gone_from(ctx.workspace)  # none of the children survives
     assert _leftovers() == []
     # the gateway is fine: the next script runs
     content, ok = run(ctx, "print('next')\n", tools(memory_mb=512))
