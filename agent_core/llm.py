@@ -35,6 +35,8 @@ from agent_core.history import encode
 
 Message = dict[str, Any]
 OnStop = Callable[[Callable[[], None]], Callable[[], None]]  # registers a hook, returns its remover
+_BYTES_PER_TOKEN = 4
+
 log = structlog.get_logger("hermes.llm")
 __all__ = ["Completion", "LLMClient", "LLMSettings", "ModelError", "ToolCall"]
 
@@ -130,10 +132,10 @@ class LLMClient:
             if should_stop():  # checked before each request: none goes out once stopped
                 return Completion(interrupted=True)
             try:
-                return self._complete_once(body, should_stop, on_delta, on_stop)
+                return _with_usage(body, self._complete_once(body, should_stop, on_delta, on_stop))
             except ModelError as exc:
                 if should_stop():  # the request was cut off by the interrupt: no failure
-                    return Completion(interrupted=True)
+                    return _with_usage(body, Completion(interrupted=True))
                 where: dict[str, str | None] = {"url": self.settings.base_url}
                 if exc.status is None:  # a status says it all; a network failure needs its cause
                     where["cause"] = _cause(exc)
@@ -295,6 +297,17 @@ class LLMClient:
         finally:
             response.close()
         return acc.finish()
+
+
+def _with_usage(body: bytes, out: Completion) -> Completion:
+    """A request cut off by an interrupt never gets its usage from the provider, which still
+    read the prompt and wrote the text so far: those are estimated from their size (bytes per
+    token as `agent_core.context` counts them), so a stopped turn does not report 0 tokens."""
+    if out.interrupted and not out.usage:
+        prompt = len(body) // _BYTES_PER_TOKEN
+        written = len(out.content.encode()) // _BYTES_PER_TOKEN
+        out.usage = {"prompt_tokens": prompt, "completion_tokens": written}
+    return out
 
 
 def _backoff(attempt: int) -> float:

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
 from hermes_gateway import __version__
 from hermes_gateway.agents.factory import confine_tools
-from hermes_gateway.config import config_path
+from hermes_gateway.config import Config, config_path
 from hermes_gateway.core.hooks import collect_hooks, install_hooks
 from hermes_gateway.core.housekeeping import Housekeeper
 from hermes_gateway.core.replay import Replayer
@@ -66,6 +69,7 @@ class Lifecycle:
     if TYPE_CHECKING:
         live: LiveConfig
         config_path: str | None
+        first_start: bool
         should_exit: asyncio.Event
         force_exit: bool
         exit_code: int
@@ -250,12 +254,17 @@ class Lifecycle:
             home=str(self.config.home_path),
             config=str(config_path(self.config_path) or "built-in defaults"),
         )
-        if not self.agent_factory.llm.configured:
+        ready = self.agent_factory.llm.configured
+        if not ready:
+            env_file = self.config.home_path / "gateway.env"
             log.warning(
                 "model.not_configured",
                 hint="every chat is answered with how to set one: put model.api_key (or "
-                "OPENAI_API_KEY in <home>/gateway.env) or a local model.base_url in the config",
+                f"OPENAI_API_KEY in {env_file}) or a local model.base_url in the config",
             )
+        started = Started(config_path(self.config_path), self.control.port, self.first_start, ready)
+        if text := next_steps(self.config, started):
+            self._spawn(asyncio.to_thread(_tell, text), "next-steps")
 
     async def shutdown(self) -> None:
         self.notifier.notify("STOPPING=1")
@@ -327,6 +336,63 @@ class Lifecycle:
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))
+
+
+def first_start(config: Config) -> bool:
+    """Nothing of the gateway's is here yet: no home, or (SQLite) no database in it. Asked
+    before the start creates them."""
+    if config.store.url is None:
+        return not (config.home_path / "state.db").exists()
+    return not config.home_path.exists()
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What the lines name: the config file read (None: built-in defaults), the port the
+    control server listens on, and how the start went."""
+
+    config_file: Path | None
+    port: int
+    first: bool
+    model_ready: bool
+
+
+def next_steps(config: Config, started: Started) -> str:
+    """The lines, or '' when there is nothing to tell (a later start, with a model)."""
+    if started.model_ready and not started.first:
+        return ""
+    home = config.home_path
+    default_file = home / "config.yaml"
+    lines = ["", "Hermes is running." + (" First start: next steps" if started.first else "")]
+    chat = "hermes chat"
+    if started.config_file is not None and started.config_file != default_file:
+        chat += f" --config {started.config_file}"
+    lines.append(f"  chat with it:  {chat}")
+    if config.dashboard.enabled:
+        host = config.control.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        lines.append(f"  dashboard:     http://{host}:{started.port}/dashboard/")
+    if started.config_file is None:
+        lines.append(
+            f"  config:        none yet (built-in defaults); create {default_file} "
+            "(config.example.yaml shows every key), then restart"
+        )
+    else:
+        lines.append(f"  config:        {started.config_file}")
+    if not started.model_ready:
+        lines.append(
+            f"  model:         none configured: put OPENAI_API_KEY=... in {home / 'gateway.env'} "
+            "(or model.api_key in the config), or point model.base_url at a local server, "
+            "then restart"
+        )
+    lines.append(f"  home:          {home}")
+    return "\n".join(lines) + "\n\n"
+
+
+def _tell(text: str) -> None:
+    """The next steps, for the person at the terminal (off the loop: stderr may be a pipe)."""
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

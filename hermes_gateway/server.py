@@ -73,9 +73,12 @@ STORE_RETRY_PAUSE_S = 0.5
 class Gateway(Lifecycle):
     """The daemon. Also the `AdapterHost` every adapter is built with."""
 
-    def __init__(self, config: Config, config_path: str | None = None) -> None:
+    def __init__(
+        self, config: Config, config_path: str | None = None, *, first_start: bool = False
+    ) -> None:
         self.live = LiveConfig(config)  # what every part reads; SIGHUP swaps what it holds
         self.config_path = config_path
+        self.first_start = first_start  # nothing of the gateway's was there before this start
         self.should_exit = asyncio.Event()
         self.force_exit = False
         self.exit_code = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,16 @@ def _unfreeze_heap() -> Iterator[None]:
     the test process lives on, so give the collector its objects back after each test."""
     yield
     gc.unfreeze()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One line at the end: how many tests were skipped and why, most common reason first
+    (e.g. the PostgreSQL tests, without HERMES_TEST_POSTGRES or a server scripts/test started)."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        why = str(longrepr[2]) if isinstance(longrepr, tuple | list) else str(longrepr)
+        reasons[why.removeprefix("Skipped: ")] += 1
+    if reasons:
+        parts = "; ".join(f"{n} {why}" for why, n in reasons.most_common())
+        terminalreporter.write_line(f"skipped {reasons.total()}: {parts}")

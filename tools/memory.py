@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,10 +78,10 @@ class MemoryTool(ModelTool):
 
     def call(self, args: MemoryArgs, ctx: ToolContext) -> str:
         path = self._file(ctx)
-        with _locked(path):
+        if args.action == "view":  # writes replace the file whole: a read needs no lock
+            return self._view(read_entries(path))
+        with locked(path):
             entries = read_entries(path)
-            if args.action == "view":
-                return self._view(entries)
             if args.action in ("add", "replace") and not (args.content or "").strip():
                 raise ToolError(f"'{args.action}' needs 'content'")
             content = _clean((args.content or "").strip())
@@ -100,7 +101,6 @@ class MemoryTool(ModelTool):
                     f"memory would hold {len(text)} characters; the cap is {self.max_chars}. "
                     "Remove or shorten entries first (view lists them)."
                 )
-            path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, (text + "\n").encode() if text else b"")
         verb = {"add": "Added", "replace": "Replaced", "remove": "Removed"}[args.action]
         return f"{verb}. Memory: {len(entries)} entries, {len(text)}/{self.max_chars} characters."
@@ -173,15 +173,24 @@ def memory_block(home: Path, max_chars: int = 50_000, path: Path | None = None) 
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One writer at a time across threads, agents and processes."""
+def locked(path: Path) -> Iterator[None]:
+    """One writer of ``path`` at a time across threads, agents and processes.
+
+    The lock is on the note's directory, not on a file beside the note: a lock file would stay
+    behind for good, and the note itself is replaced whole on each write (a lock on it would
+    be on the old file). A user's notes share their platform's directory, so writers of one
+    platform take turns; each holds it for one small read and write.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # a `<note>.lock` left by an older version would otherwise stay for good
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.with_name(path.name + ".lock"))
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def make_memory(settings: ToolSettings) -> MemoryTool:

@@ -44,7 +44,7 @@ class ApiAdapter:
         self._open = False
         self._waiters: dict[str, asyncio.Future[Answer]] = {}
         self._sinks: dict[str, SseSink] = {}
-        self._cut_short: set[str] = set()
+        self._cut_short: dict[str, str] = {}  # request -> the run that was cut short
         # the chat API: open on a loopback bind with no control.token, like curl expects
         host.add_route("POST", "/v1/chat/completions", self.chat_completions, access="client")
         host.add_route("GET", "/v1/models", self.models, access="client")
@@ -76,7 +76,7 @@ class ApiAdapter:
         for message_id in message.answers:
             key = _key(message.session_key, message_id)
             cut = key in self._cut_short and message.kind == "reply"
-            answer: Answer = Ended("interrupted") if cut else message
+            answer: Answer = Ended("interrupted", self._cut_short[key]) if cut else message
             delivered = self._end(key, answer) or delivered
         if not delivered:
             # the client is gone (or this is a replay after a restart): it is in the history
@@ -106,10 +106,12 @@ class ApiAdapter:
             return
         key = _key(ev.message.session_key, ev.message.message_id)
         if ev.data.get("status") == "interrupted":  # overtaken, or the gateway stopping
-            self._end(key, Ended("interrupted" if self._open else "shutting_down"))
+            why = "interrupted" if self._open else "shutting_down"
+            usage = tuple((str(k), int(v)) for k, v in (ev.data.get("usage") or {}).items())
+            self._end(key, Ended(why, ev.run_id, usage))
         elif ev.data.get("status") == "abandoned" and key in self._waiters:
             # a /stop answers it ("Stopped."); a newer message's reply must not
-            self._cut_short.add(key)
+            self._cut_short[key] = ev.run_id
 
     # -- HTTP handlers --------------------------------------------------------------------
 
@@ -140,7 +142,7 @@ class ApiAdapter:
             if self._waiters.get(key) is fut:
                 del self._waiters[key]
             fut.cancel()  # a retry waiting on it learns there is no answer coming
-            self._cut_short.discard(key)
+            self._cut_short.pop(key, None)
             if sink is not None and self._sinks.get(key) is sink:
                 del self._sinks[key]
 

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from adapters.api.wire import NO_USAGE, Ended, chunk, error_body, failure, usage_of
+from adapters.api.wire import Ended, chunk, error_body, failure, usage_of
 from hermes_gateway.events import OutboundMessage
 
 log = structlog.get_logger("hermes.adapters.api")
@@ -105,12 +105,12 @@ async def _finish(
             kind: str = item.kind
             run_id = item.run_id
         else:
-            kind, run_id = item.why, ""
+            kind, run_id = item.why, item.run_id
         final = chunk(meta.chat_id, meta.model, {}, finish="stop")
         final["hermes"] = {"kind": kind, "run_id": run_id}
         await _sse(response, final)
         if meta.include_usage:
-            usage = usage_of(item) if isinstance(item, OutboundMessage) else dict(NO_USAGE)
+            usage = usage_of(item)
             tail = chunk(meta.chat_id, meta.model, {})
             tail["choices"], tail["usage"] = [], usage
             await _sse(response, tail)

@@ -25,9 +25,13 @@ NO_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 @dataclass(frozen=True, slots=True)
 class Ended:
     """How a request ends when no reply of its own comes: ``interrupted`` (a newer message in
-    the same session took over) or ``shutting_down`` (the gateway is stopping)."""
+    the same session took over) or ``shutting_down`` (the gateway is stopping). ``run_id`` and
+    ``usage`` are of the run that was cut short, when it is known (a run abandoned while it
+    waited on the model never reported its usage)."""
 
     why: str
+    run_id: str = ""
+    usage: tuple[tuple[str, int], ...] = ()
 
 
 def session_name(value: Any) -> str:
@@ -130,8 +134,9 @@ def save_data_url(url: str, folder: Path) -> Path:
     return path
 
 
-def usage_of(reply: OutboundMessage) -> dict[str, int]:
-    usage = {k: int(reply.usage.get(k, 0)) for k in NO_USAGE}
+def usage_of(reply: OutboundMessage | Ended) -> dict[str, int]:
+    used = dict(reply.usage)
+    usage = {k: int(used.get(k, 0)) for k in NO_USAGE}
     if not usage["total_tokens"]:
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     return usage
@@ -168,7 +173,7 @@ def failure(reply: OutboundMessage | Ended) -> RequestError | None:
 
 def completion(reply: OutboundMessage | Ended, model: str, chat_id: str) -> dict[str, Any]:
     if isinstance(reply, Ended):
-        text, kind, run_id, usage = "", reply.why, "", dict(NO_USAGE)
+        text, kind, run_id, usage = "", reply.why, reply.run_id, usage_of(reply)
     else:
         text, kind, run_id, usage = reply.text, reply.kind, reply.run_id, usage_of(reply)
     return {

@@ -3,7 +3,8 @@
 State lives in the gateway, so the client can drop and reconnect without losing the
 conversation: a message is sent with an idempotency key and, after a reconnect, its answer is
 picked up from the session history. Ctrl-C during a reply sends `/stop`; Ctrl-D quits (during
-a reply: once it is done). Tool activity shows as a dim `[tool: name]` line.
+a reply: once it is done). Tool activity shows as a dim `[tool: name]` line, and a call that
+failed as `[tool: name failed]`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class ChatClient:
         self.session = session
         self.stream = stream
         self.out = out
+        # where a streamed reply stands: whether its current text block has its `hermes> `
+        # and whether the last thing written ended a line
+        self._prompted = False
+        self._line_open = False
 
     def healthy(self) -> bool:
         try:
@@ -85,10 +90,10 @@ class ChatClient:
                 if r.status_code != 409:
                     self.out.write(f"hermes> {_text_of(r)}\n")
                 return r.status_code
-            self.out.write("hermes> ")
+            self._prompted = self._line_open = False
             for line in r.iter_lines():
                 self._write_chunk(line)
-            self.out.write("\n")
+            self._end_line()
             return 200
 
     def _write_chunk(self, line: str) -> None:
@@ -97,19 +102,47 @@ class ChatClient:
         data = json.loads(line[6:])
         if isinstance(data.get("error"), dict):  # the stream ended in an error
             if data["error"].get("code") == "shutting_down":
-                self.out.write("\n[the gateway is restarting]\n")
+                self._end_line()
+                self.out.write("[the gateway is restarting]\n")
                 raise _Restarting
-            self.out.write(f"\n[error: {data['error'].get('message')}]")
+            self._end_line()
+            self._write_text(f"[error: {data['error'].get('message')}]")
         extra = data.get("hermes") or {}
-        if extra.get("tool") and extra.get("phase") == "start":
-            self.out.write(self._dim(f"\n[tool: {extra['tool']}]\n"))
+        if extra.get("tool"):
+            self._write_tool_note(str(extra["tool"]), extra.get("phase"), extra.get("ok"))
         if extra.get("kind") == "interrupted":
-            self.out.write(self._dim(" [interrupted]"))
+            self._write_text(self._dim(" [interrupted]" if self._line_open else "[interrupted]"))
         for choice in data.get("choices", ()):
             piece = (choice.get("delta") or {}).get("content")
             if piece:
-                self.out.write(piece)
+                self._write_text(piece)
         self.out.flush()
+
+    def _write_tool_note(self, tool: str, phase: object, ok: object) -> None:
+        """A call shows when it starts; one that failed shows again when it ends, so a failure
+        is not mistaken for a result. Each note has its own line, and the reply's text after
+        it gets a new `hermes> `."""
+        if phase == "start":
+            note = f"[tool: {tool}]"
+        elif phase == "end" and ok is False:
+            note = f"[tool: {tool} failed]"
+        else:
+            return
+        self._end_line()
+        self.out.write(self._dim(note) + "\n")
+        self._prompted = False
+
+    def _write_text(self, text: str) -> None:
+        if not self._prompted:
+            self.out.write("hermes> ")
+            self._prompted = True
+        self.out.write(text)
+        self._line_open = not text.endswith("\n")
+
+    def _end_line(self) -> None:
+        if self._line_open:
+            self.out.write("\n")
+            self._line_open = False
 
     def _dim(self, text: str) -> str:
         return f"\x1b[2m{text}\x1b[0m" if self.out.isatty() else text

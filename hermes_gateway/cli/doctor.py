@@ -1,13 +1,15 @@
 """`hermes doctor`: check what the gateway needs, in plain words, with real calls.
 
 Config, home permissions, the store, the control port, the model endpoint (`/models`), the
-walls around tool processes and how a script's memory is bounded, and each enabled platform, by
-its spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when anything failed.
+archive's embeddings endpoint (when in use), the walls around tool processes and how a script's
+memory is bounded, and each enabled platform, by its spec's probe (a token check: getMe,
+users/@me, auth.test). Exit 1 when anything failed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import stat
@@ -17,6 +19,7 @@ from typing import Literal, TextIO
 
 import httpx
 
+from agent_core.completion import ModelError
 from hermes_gateway.config import Config
 from hermes_gateway.control.token import token_path
 from hermes_gateway.errors import StoreError
@@ -47,6 +50,7 @@ class Doctor:
             self.scheduler,
             self.port,
             self.model,
+            self.embeddings,
             self.walls,
             self.tool_memory,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
@@ -135,6 +139,32 @@ class Doctor:
         if names and m.name not in names:
             return Check("model", "warn", f"{m.name!r} is not in the provider's model list")
         return Check("model", "ok", f"{m.name} at {m.base_url}")
+
+    def embeddings(self) -> Check:
+        """The archive's embeddings endpoint, with one real call, when the archive is in use
+        (a `hindsight_*` tool enabled, or `memory.auto_retain`): without it recall only
+        matches words."""
+        from hermes_gateway.memory.embeddings import Embedder
+        from hermes_gateway.memory.wiring import archive_wanted, embedding_settings
+
+        if not archive_wanted(self.config):
+            return Check("embeddings", "skip", "no hindsight_* tool enabled")
+        settings = embedding_settings(self.config)
+        if settings is None:
+            return Check(
+                "embeddings",
+                "warn",
+                "no API key for the endpoint (memory.embeddings.api_key): recall matches words",
+            )
+        embedder = Embedder(dataclasses.replace(settings, max_retries=0))
+        try:
+            [vector] = embedder.embed(["hermes doctor"])
+        except ModelError as exc:
+            return Check("embeddings", "FAIL", f"{exc} Recall matches words only until it works.")
+        finally:
+            embedder.close()
+        dims = len(vector) // 4  # float32
+        return Check("embeddings", "ok", f"{settings.model} at {settings.base_url} ({dims} dims)")
 
     def walls(self) -> Check:
         """What the kernel lets the gateway build around tool processes (probed as at start)."""

@@ -285,12 +285,14 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
     import uvloop
 
     from hermes_gateway.cli.preload import preload
+    from hermes_gateway.lifecycle import first_start
     from hermes_gateway.logs import configure_logging
     from hermes_gateway.server import Gateway
 
     # what the gateway creates (home, state.db, logs, workspace) holds every user's messages:
     # private to its user, as the systemd units' UMask=0077 makes it there
     os.umask(0o077)
+    first = first_start(config)  # before the log file's folder is made in the home
     try:
         sink = configure_logging(config)
     except OSError as exc:
@@ -302,7 +304,7 @@ def run_gateway(config: Config, config_path: str | None = None) -> int:
 
     async def serve() -> int:
         EARLY.defer()  # a stop from here on is kept for `Lifecycle.serve`
-        return await Gateway(config, config_path=config_path).serve()
+        return await Gateway(config, config_path=config_path, first_start=first).serve()
 
     code = EXIT_FAILURE
     try:

@@ -193,6 +193,7 @@ class GatewayRunner(ClusterSide):
         )
         self.bus.emit("processing_start", run.primary, run_id=run.run_id, merged=len(run.items))
         status, error = "crashed", None
+        usage: dict[str, int] = {}  # the tokens its model calls used, also when interrupted
         try:
             # before it can crash us: the next start's verdict reads it
             alone = self.probation.on_probation(run)
@@ -215,7 +216,7 @@ class GatewayRunner(ClusterSide):
                 self.lease_lost(run.key)
             elif result is not None:
                 # also after a /stop that raced with the answer: it was ready, so it goes out
-                status, error = result.status, result.error
+                status, error, usage = result.status, result.error, result.usage
                 self._begin_settling(run, result)
                 await self.settler.settle(run, ctx, result)
             else:
@@ -230,7 +231,9 @@ class GatewayRunner(ClusterSide):
             self.metrics.run_duration.labels(status).observe(elapsed)
             say, why = (log.warning, {"error": error}) if error else (log.info, {})
             say("run.finished", status=status, seconds=round(elapsed, 3), **why)
-            self.bus.emit("processing_complete", run.primary, run_id=run.run_id, status=status)
+            self.bus.emit(
+                "processing_complete", run.primary, run_id=run.run_id, status=status, usage=usage
+            )
             if not run.stopped:  # a stopped run no longer holds the guard
                 run.move(RunState.DONE)
                 self._next(run)

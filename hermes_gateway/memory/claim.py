@@ -5,12 +5,11 @@ decides whose it is; nothing does this on its own."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
 from tools.files import atomic_write
-from tools.memory import FILE_NAME, SEPARATOR, USERS_DIR, read_entries, user_file
+from tools.memory import FILE_NAME, SEPARATOR, USERS_DIR, locked, read_entries, user_file
 
 
 def claim(home: Path, platform: str, user_id: str) -> str:
@@ -20,9 +19,7 @@ def claim(home: Path, platform: str, user_id: str) -> str:
     if not entries:
         raise ValueError(f"{legacy} does not exist or is empty: nothing to claim")
     target = user_file(home / USERS_DIR, f"{platform}/{user_id}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_name(target.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the memory tool's lock: a running gateway waits
+    with locked(target):  # the memory tool's lock: a running gateway waits
         mine = read_entries(target)
         added = [e for e in entries if e not in mine]
         text = SEPARATOR.join(mine + added)

@@ -90,15 +90,41 @@ class Embedder:
                 raise ValueError(f"{len(rows)} vectors for {len(batch)} texts")
             return [pack(row.embedding) for row in rows]
         except openai.APIStatusError as exc:
-            raise status_error(exc, self.settings.api_key) from exc
+            raise embeddings_error(status_error(exc, self.settings.api_key)) from exc
         except openai.APITimeoutError as exc:
-            raise ModelError("The embeddings endpoint timed out.", retryable=True) from exc
+            raise ModelError(
+                f"The embeddings endpoint timed out ({self.settings.base_url}); check "
+                f"{BASE_URL_KEYS}.",
+                retryable=True,
+            ) from exc
         except openai.APIConnectionError as exc:
             raise ModelError(
-                "The embeddings endpoint could not be reached.", retryable=True
+                f"The embeddings endpoint could not be reached ({self.settings.base_url}); "
+                f"check {BASE_URL_KEYS}.",
+                retryable=True,
             ) from exc
         except (openai.APIResponseValidationError, ValueError, TypeError, AttributeError) as exc:
             raise ModelError("The embeddings endpoint sent a response I could not read.") from exc
+
+
+BASE_URL_KEYS = "memory.embeddings.base_url (empty: model.base_url)"
+_KEY_KEYS = "memory.embeddings.api_key (empty: model.api_key, when both base URLs are the same)"
+
+
+def embeddings_error(err: ModelError) -> ModelError:
+    """The chat client's words for an HTTP status, about the embeddings endpoint: the keys to
+    check are `memory.embeddings`'s (each empty one taken from `model`), not the chat model's."""
+    status = err.status
+    if status in (401, 403):
+        text = f"The embeddings endpoint rejected the API key (HTTP {status}); check {_KEY_KEYS}."
+    elif status == 404:
+        text = (
+            "The embeddings endpoint answered HTTP 404; check memory.embeddings.model and "
+            f"{BASE_URL_KEYS}."
+        )
+    else:
+        text = str(err).replace("The model", "The embeddings endpoint", 1)
+    return ModelError(text, status=status, retryable=err.retryable, retry_after=err.retry_after)
 
 
 def pack(vector: Any) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import signal
 import sys
 from collections.abc import Iterator
@@ -85,6 +86,25 @@ def test_tool_activity_is_shown(gateway: GatewayProcess, fake_llm: FakeOpenAI) -
     child.expect(r"\[tool: read_file\]")
     child.expect("No notes yet.")
     child.expect("you> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+
+
+def test_a_failed_tool_call_shows_as_failed_without_a_stray_prompt(
+    gateway: GatewayProcess, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(tool_calls(("read_file", {"path": "missing.txt"})), text("No notes yet."))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.logfile_read = io.StringIO()
+    child.sendline("read my notes")
+    child.expect(r"\[tool: read_file failed\]")
+    child.expect("No notes yet.")
+    child.expect("you> ")
+    shown = child.logfile_read.getvalue().replace("\x1b[2m", "").replace("\x1b[0m", "")
+    # the reply's text starts the one `hermes> ` line: none is left empty above the tool notes
+    assert "hermes> No notes yet." in shown
+    assert shown.count("hermes> ") == 1
     child.sendeof()
     child.expect(pexpect.EOF)
 

@@ -58,11 +58,15 @@ async def test_doctor_passes_against_healthy_fakes(tmp_path: Path, fake_llm: Fak
                     "base_file_url": tg.file_url,
                 }
             },
+            tools={"enabled": ["read_file", "hindsight_recall"]},
         )
         code, out, _ = await hermes("doctor", "--config", str(tmp_path / "config.yaml"))
     assert code == 0, out
     assert "telegram" in out and "token valid: @hermes_bot" in out
     assert "model" in out and "gpt-4o-mini at" in out
+    [embeddings] = [line for line in out.splitlines() if line.startswith("embeddings")]
+    assert " ok " in embeddings and f"text-embedding-3-small at {fake_llm.base_url}" in embeddings
+    assert fake_llm.embedding_inputs == [["hermes doctor"]]  # a real call
     assert "discord" in out and "skip" in out
     # which bound holds a script's memory, all its processes together
     [memory] = [line for line in out.splitlines() if line.startswith("tool memory")]
@@ -92,6 +96,27 @@ async def test_doctor_names_what_is_broken(tmp_path: Path, fake_llm: FakeOpenAI)
     # a check creates nothing: the database is made by the first start, not by the doctor
     assert "no database yet" in rows["store"]
     assert not (Path(config.home) / "state.db").exists()
+
+
+async def test_doctor_names_the_embeddings_keys_when_that_endpoint_fails(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    make_config(
+        tmp_path,
+        fake_llm.base_url,
+        tools={"enabled": ["hindsight_retain", "hindsight_recall"]},
+        memory={"embeddings": {"base_url": f"{fake_llm.base_url}/nowhere", "api_key": "sk-fake"}},
+    )
+    code, out, _ = await hermes("doctor", "--config", str(tmp_path / "config.yaml"))
+    assert code == 1, out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "ok" in rows["model"]  # the chat endpoint is fine: only the embeddings one fails
+    assert "FAIL" in rows["embeddings"] and "HTTP 404" in rows["embeddings"]
+    assert "memory.embeddings.base_url" in rows["embeddings"]
+    make_config(tmp_path, fake_llm.base_url)  # no hindsight_* tool: the check is skipped
+    code, out, _ = await hermes("doctor", "--config", str(tmp_path / "config.yaml"))
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert rows["embeddings"].split()[1] == "skip"
 
 
 async def test_sighup_reload_changes_access_and_level_keeps_sessions(

@@ -3,18 +3,21 @@ budget, users' memory file names, the tools without a host, and a session's owne
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from agent_core.completion import ModelError
 from hermes_gateway.cli.main import main
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.memory.embeddings import pack
+from hermes_gateway.memory.embeddings import Embedder, EmbeddingSettings, pack
 from hermes_gateway.memory.host import MemoryHost
 from hermes_gateway.memory.ranking import RECENCY_WEIGHT, fuse, within_budget
 from hermes_gateway.memory.scope import legacy_notice
 from hermes_gateway.memory.vectors import VectorCache, best, grown
 from tests.fakes.embeddings import embed
+from tests.fakes.openai import FakeOpenAI
 from tools import ToolContext
 from tools.catalog import ToolSettings, build_registry
 from tools.memory import user_file
@@ -149,3 +152,22 @@ def test_a_gateway_without_the_archive_never_imports_numpy(tmp_path: Path) -> No
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "named"),
+    [
+        ("/nowhere", "sk-fake", ["memory.embeddings.model", "memory.embeddings.base_url"]),
+        ("", "sk-wrong", ["memory.embeddings.api_key"]),
+    ],
+)
+def test_an_embeddings_failure_names_the_embeddings_keys(
+    fake_llm: FakeOpenAI, path: str, key: str, named: list[str]
+) -> None:
+    settings = EmbeddingSettings(fake_llm.base_url + path, key, "text-embedding-3-small")
+    embedder = Embedder(dataclasses.replace(settings, max_retries=0))
+    with pytest.raises(ModelError) as failed:
+        embedder.embed(["kitten"])
+    embedder.close()
+    assert all(name in str(failed.value) for name in named), failed.value
+    assert "model.name" not in str(failed.value)  # the chat model's key is not the one to fix

@@ -92,6 +92,23 @@ class TestMemory:
         facts = {line.split("] ", 1)[1] for line in content.splitlines()[:-1]}
         assert facts == {f"fact {i}" for i in range(12)}
 
+    def test_notes_leave_no_lock_file_and_a_view_creates_nothing(
+        self, home: Path, ctx: ToolContext
+    ) -> None:
+        reg = build_registry(["memory"], ToolSettings(home=home, memory_scope="user"))
+        ctx = with_host(ctx, ToolHost(user_of=lambda key: "telegram/42"))
+        assert call(reg, ctx, "memory", action="view") == ("(memory is empty)", True)
+        assert not home.exists()  # a user who only looked leaves nothing behind
+        assert call(reg, ctx, "memory", action="add", content="likes tea")[1]
+        assert call(reg, ctx, "memory", action="replace", old_text="tea", content="likes rum")[1]
+        assert call(reg, ctx, "memory", action="view")[0].startswith("[1] likes rum")
+        notes = home / "memory" / "telegram"
+        assert sorted(p.name for p in notes.iterdir()) == ["42.md"]
+        (notes / "42.md.lock").touch()  # left by an older version: gone after the next write
+        assert call(reg, ctx, "memory", action="remove", old_text="rum")[1]
+        assert sorted(p.name for p in notes.iterdir()) == ["42.md"]
+        assert sorted(p.name for p in home.iterdir()) == ["memory"]
+
 
 class TestSkills:
     def test_create_list_view_update_delete(
