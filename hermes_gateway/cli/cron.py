@@ -43,7 +43,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         csub.add_parser(name, help=text).add_argument("job_id")
     export = csub.add_parser("export-timer", help="a systemd .timer/.service pair for it")
     export.add_argument("job_id")
-    export.add_argument("--dir", help="write the two files here (default: print them)")
+    export.add_argument(
+        "--dir", help="write the two files here, made if missing (default: print them)"
+    )
 
 
 def run_cron(
@@ -72,7 +74,7 @@ def run_cron(
         return EXIT_FAILURE
     if response.status_code != 200:
         return refused(response, data)
-    return _show(args, data)
+    return _show(args, data, config)
 
 
 def _call(client: httpx.Client, args: argparse.Namespace) -> httpx.Response:
@@ -98,7 +100,7 @@ def _call(client: httpx.Client, args: argparse.Namespace) -> httpx.Response:
     return client.post(f"{base}/{args.job_id}/{args.action}")
 
 
-def _show(args: argparse.Namespace, data: dict[str, Any]) -> int:
+def _show(args: argparse.Namespace, data: dict[str, Any], config: Config | None) -> int:
     if args.action == "list":
         print_jobs(data["jobs"])
     elif args.action == "add":
@@ -107,7 +109,7 @@ def _show(args: argparse.Namespace, data: dict[str, Any]) -> int:
     elif args.action == "runs":
         print_runs(data["runs"])
     elif args.action == "export-timer":
-        return _export(args, data["job"])
+        return _export(args, data["job"], config)
     elif args.action == "rm":
         print(f"removed job {data['removed']}")
     else:
@@ -115,18 +117,25 @@ def _show(args: argparse.Namespace, data: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def _export(args: argparse.Namespace, job: dict[str, Any]) -> int:
+def _export(args: argparse.Namespace, job: dict[str, Any], config: Config | None) -> int:
+    from hermes_gateway.config import config_path
     from hermes_gateway.scheduler.schedule import ScheduleError, load
     from hermes_gateway.scheduler.timer import render
 
     hermes = [sys.executable, "-m", "hermes_gateway"]
-    config = str(Path(args.config).resolve()) if args.config else None
+    # the file and home this CLI read, absolute: the timer's run has neither its shell nor
+    # its working directory, and must open the same store to find the job
+    found = config_path(args.config)
+    config_file = str(found.resolve()) if found is not None else None
+    home = str((config.home_path if config is not None else Path("~/.hermes")).expanduser())
     try:
         if job.get("error"):
             raise ScheduleError(f"job {job['id']}: {job['error']}")
         s = job
         schedule = load(s["kind"], s["schedule"], s["timezone"], s["anchor"], s["every_s"])
-        timer, service = render(job["id"], job["name"], schedule, hermes, config)
+        timer, service = render(
+            job["id"], job["name"], schedule, hermes, str(Path(home).resolve()), config_file
+        )
     except ScheduleError as exc:
         print(f"hermes: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -136,8 +145,13 @@ def _export(args: argparse.Namespace, job: dict[str, Any]) -> int:
         )
         return EXIT_OK
     folder = Path(args.dir)
-    (folder / f"hermes-job-{job['id']}.timer").write_text(timer)
-    (folder / f"hermes-job-{job['id']}.service").write_text(service)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # a unit folder not made yet is made
+        (folder / f"hermes-job-{job['id']}.timer").write_text(timer)
+        (folder / f"hermes-job-{job['id']}.service").write_text(service)
+    except OSError as exc:
+        print(f"hermes: cannot write the units to {folder}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILURE
     print(f"wrote hermes-job-{job['id']}.timer and .service to {folder}")
     return EXIT_OK
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from pathlib import Path
 
 from hermes_gateway.scheduler.schedule import Schedule, ScheduleError
 
@@ -54,10 +55,30 @@ def on_calendar(expr: str, zone: str) -> str:
     return f"{_weekdays(dow)}{date} {clock} {zone}"
 
 
+def _unit_word(text: str) -> str:
+    """``text`` as systemd reads it in ExecStart/Environment: ``%`` starts a specifier and
+    ``$`` a variable there, so each is doubled to stand for itself."""
+    return text.replace("%", "%%").replace("$", "$$")
+
+
+def _environment(key: str, value: str) -> str:
+    pair = _unit_word(f"{key}={value}")
+    if any(c.isspace() or c in '"\\' for c in pair):
+        pair = '"' + pair.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"Environment={pair}"
+
+
 def render(
-    job_id: str, name: str, schedule: Schedule, hermes: list[str], config: str | None = None
+    job_id: str,
+    name: str,
+    schedule: Schedule,
+    hermes: list[str],
+    home: str,
+    config: str | None = None,
 ) -> tuple[str, str]:
-    """The .timer and .service files' text; ``hermes`` is the command that runs the CLI."""
+    """The .timer and .service files' text; ``hermes`` is the command that runs the CLI. The
+    service carries ``home`` and the config file, so that its run, with the gateway down,
+    opens the same store and finds the same job as the CLI that exported it."""
     if schedule.kind == "cron":
         when = f"OnCalendar={on_calendar(schedule.text, schedule.zone)}\nPersistent=true"
     elif schedule.kind == "interval":
@@ -65,8 +86,8 @@ def render(
     else:
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(schedule.anchor))
         when = f"OnCalendar={at}\nPersistent=true"
-    command = shlex.join(
-        [*hermes, "cron", *(["--config", config] if config else []), "run", job_id]
+    command = _unit_word(
+        shlex.join([*hermes, "cron", *(["--config", config] if config else []), "run", job_id])
     )
     timer = (
         f"[Unit]\nDescription=Hermes scheduled job {job_id} ({name})\n\n"
@@ -76,5 +97,7 @@ def render(
     service = (
         f"[Unit]\nDescription=Hermes scheduled job {job_id} ({name})\n\n"
         f"[Service]\nType=oneshot\nExecStart={command}\n"
+        f"{_environment('HERMES_HOME', home)}\n"
+        f"EnvironmentFile=-{_unit_word(str(Path(home) / 'gateway.env'))}\n"
     )
     return timer, service

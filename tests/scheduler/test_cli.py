@@ -6,17 +6,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hermes_gateway.cli.cron import run_cron
 from hermes_gateway.cli.main import build_parser
 from hermes_gateway.cli.status import gateway_status
+from hermes_gateway.config import load_config
 from hermes_gateway.control.token import operator_token
 from hermes_gateway.scheduler.jobs import Origin, new_job
 from hermes_gateway.scheduler.ledger import Ledger
@@ -148,3 +153,74 @@ async def test_hermes_cron_run_with_the_gateway_down_runs_the_turn_and_leaves_th
         assert adopted.id == run.id  # its lease was let go: a gateway takes it at once
     finally:
         await store.close()
+
+
+def _unit_values(text: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{key}=")]
+
+
+async def test_an_exported_timer_runs_its_job_in_a_non_default_home_with_the_gateway_down(
+    tmp_path: Path,
+    fake_llm: FakeOpenAI,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The home comes from HERMES_HOME and the config from it, as a user with a second home
+    runs the CLI; the unit must carry both, so that the timer's run, from a bare environment
+    with the gateway down, finds the same store and job."""
+    fake_llm.responder = lambda body: text("timer ran")
+    home = tmp_path / "second home"
+    home.mkdir()
+    make_config(home, fake_llm.base_url, control={"port": free_port()}, scheduler={"enabled": True})
+    data = yaml.safe_load((home / "config.yaml").read_text())
+    del data["home"]  # the home is the environment's, as for `HERMES_HOME=... hermes cron`
+    (home / "config.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    config = load_config(None)
+    units = tmp_path / "not yet" / "units"
+    async with running_gateway(config) as (_, client):
+        token = operator_token(None, config.home_path)
+
+        def hermes(*argv: str) -> str:
+            args = build_parser().parse_args(["cron", *argv])
+            assert run_cron(args, client.base, token, config) == 0, capsys.readouterr().err
+            printed = capsys.readouterr().out.splitlines(keepends=True)
+            return "".join(line for line in printed if not LOG_LINE.match(line))
+
+        job_id = (await asyncio.to_thread(hermes, "add", "every 1h", "Say hi.")).split()[2]
+        job_id = job_id.rstrip(";")
+        await asyncio.to_thread(hermes, "pause", job_id)  # only the timer fires it
+        assert "wrote" in await asyncio.to_thread(
+            hermes, "export-timer", job_id, "--dir", str(units)
+        )
+    service = (units / f"hermes-job-{job_id}.service").read_text()
+    assert _unit_values(service, "EnvironmentFile") == [f"-{home.resolve()}/gateway.env"]
+    if shutil.which("systemd-analyze"):
+        done = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", *map(str, units.iterdir())],
+            capture_output=True,
+            text=True,
+        )
+        assert "hermes-job" not in done.stderr, done.stderr
+    bare = tmp_path / "bare"  # the timer's user has a HOME of its own, no ~/.hermes in it
+    bare.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    env["HOME"] = str(bare)
+    for pair in _unit_values(service, "Environment"):
+        key, _, value = shlex.split(pair.replace("$$", "$").replace("%%", "%"))[0].partition("=")
+        env[key] = value
+    [exec_start] = _unit_values(service, "ExecStart")
+    argv = shlex.split(exec_start.replace("$$", "$").replace("%%", "%"))
+    done = await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, timeout=120, env=env, cwd=bare
+    )
+    assert done.returncode == 0, done.stderr
+    assert "succeeded" in done.stdout
+    store = Store(config.store_url)
+    await store.open()
+    try:
+        [run] = await Ledger(store, "test", 60).runs(job_id)
+        assert (run.status, run.output) == ("succeeded", "timer ran")
+    finally:
+        await store.close()
+    assert not (bare / ".hermes").exists()
