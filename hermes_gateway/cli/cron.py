@@ -29,7 +29,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add = csub.add_parser("add", help="create a job")
     add.add_argument("schedule", help="'in 20m', 'every 2h', '30 7 * * 1-5' or an ISO time")
     add.add_argument("prompt", help="what the job's agent turn is asked")
-    add.add_argument("--deliver", default="none", help="platform:chat_id[:thread_id] or none")
+    add.add_argument(
+        "--deliver",
+        default="none",
+        help="platform:chat_id[:thread_id] of a platform enabled in the config, or none",
+    )
     add.add_argument("--name", default="")
     add.add_argument("--timezone", default="", help="IANA zone (default: scheduler.timezone)")
     add.add_argument("--repeat", type=int, help="run at most this many times")

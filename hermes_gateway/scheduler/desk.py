@@ -15,7 +15,8 @@ import structlog
 from hermes_gateway.config_schema import SchedulerConfig
 from hermes_gateway.errors import JobRequestError
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.scheduler.jobs import Job, Origin, new_job, target
+from hermes_gateway.platform_spec import capabilities, platform_spec
+from hermes_gateway.scheduler.jobs import Job, Origin, Target, new_job, target
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.schedule import UNUSABLE, ScheduleError, parse, zone_of
 from hermes_gateway.scheduler.scheduler import Scheduler
@@ -62,19 +63,46 @@ def checked_fields(request: dict[str, Any]) -> None:
         raise DeskError(f"repeat must be a whole number from 1 to {MAX_REPEAT}")
 
 
+def check_deliverable(where: Target, enabled: frozenset[str], named: bool) -> None:
+    """Refuse a destination no run could deliver to: a platform that is not installed, one
+    off in the config (its run would fail at once, `job.no_adapter`), or, when ``named``
+    by the operator, one that cannot send unasked. A chat's own platform that cannot push
+    (the local API) stays allowed: its answers are kept in the job's runs, as documented."""
+    platform = where.platform
+    if not platform:
+        return
+    if platform_spec(platform) is None:
+        raise DeskError(f"deliver: there is no platform {platform!r}")
+    if not capabilities(platform).can_push:
+        if named:
+            raise DeskError(f"deliver: {platform} cannot send a message unasked")
+        return
+    if platform not in enabled:
+        raise DeskError(
+            f"deliver: {platform} is not enabled (platforms.{platform}.enabled is off in "
+            "the config), so no answer could be delivered there; enable it and restart the "
+            "gateway, or deliver elsewhere"
+        )
+
+
 class JobDesk:
+    """``platforms``: the platforms enabled in the config, the only ones a job may deliver
+    to (every way a job is made or changed comes through here)."""
+
     def __init__(
         self,
         ledger: Ledger,
         scheduler: Scheduler,
         config: Callable[[], SchedulerConfig],
         default_zone: str,
+        platforms: frozenset[str],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
         self.scheduler = scheduler
         self._config = config
         self.default_zone = default_zone
+        self.platforms = platforms
         self.clock = clock
 
     @property
@@ -180,8 +208,11 @@ class JobDesk:
                 where.platform or "none", "dm", where.chat_id, where.thread_id, "operator"
             )
             deliver = deliver if where.platform else "none"
+            check_deliverable(where, self.platforms, named=True)
         elif deliver not in ("origin", "none"):
             raise DeskError("from a chat, deliver is 'origin' or 'none'")
+        else:
+            check_deliverable(target(deliver, origin), self.platforms, named=False)
         if len(await self.visible(origin)) >= self.config.max_jobs_per_chat:
             raise DeskError(f"this chat has {self.config.max_jobs_per_chat} jobs, the most allowed")
         now = self.clock()
@@ -214,6 +245,7 @@ class JobDesk:
             if request.get(key) is not None:
                 values[key] = request[key]
         if request.get("deliver") in ("origin", "none"):
+            check_deliverable(target(request["deliver"], job.origin), self.platforms, False)
             values["deliver"] = request["deliver"]
         if request.get("schedule") or request.get("timezone"):
             zone = str(request.get("timezone") or job.schedule.zone)

@@ -58,7 +58,11 @@ class SchedulerService:
             section, self.ledger, runner, self.outbox, workers=config.runner.workers
         )
         self.desk = JobDesk(
-            self.ledger, self.scheduler, section, config.scheduler.timezone or "UTC"
+            self.ledger,
+            self.scheduler,
+            section,
+            config.scheduler.timezone or "UTC",
+            frozenset(config.platforms.enabled()),
         )
         JobRoutes(self.desk, self.ledger).mount(gateway.control.add_route)
         self.board = JobBoard(self.desk)  # the dashboard's Jobs page, when it is on

@@ -76,7 +76,10 @@ async def test_a_chat_sees_and_changes_only_its_own_jobs(
 ) -> None:
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, _):
         d = desk(gw)
-        alice, bob = dm("1", "hi", chat="555"), dm("2", "hi", chat="777")
+        # chats on the local API: Telegram is off here, and a job may deliver only to a
+        # platform that is on (the API's answers stay in the job's runs)
+        alice = dm("1", "hi", chat="555", platform="api")
+        bob = dm("2", "hi", chat="777", platform="api")
         made = await d.from_tool(
             alice.session_key, alice, {"action": "create", "prompt": "p", "schedule": "every 1h"}
         )
