@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
+CELL = 60  # the OUTPUT column of `hermes cron runs`, without --full
 OFF = "hermes: the gateway's scheduler is off (set scheduler.enabled: true and restart it)"
 
 
@@ -42,9 +42,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ("pause", "stop running it until resumed"),
         ("resume", "run it again from its next slot"),
         ("run", "run it now, whatever its schedule"),
-        ("runs", "its recent runs"),
     ):
         csub.add_parser(name, help=text).add_argument("job_id")
+    runs = csub.add_parser(
+        "runs",
+        help="its recent runs",
+        description="A job's newest 50 runs, newest first, their slots in the job's zone. "
+        f"Each output is cut to {CELL} characters on one line unless --full is given.",
+    )
+    runs.add_argument("job_id")
+    runs.add_argument(
+        "--full", action="store_true", help="print each run's whole output under its line"
+    )
     export = csub.add_parser("export-timer", help="a systemd .timer/.service pair for it")
     export.add_argument("job_id")
     export.add_argument(
@@ -98,7 +107,8 @@ def _call(client: httpx.Client, args: argparse.Namespace) -> httpx.Response:
     if args.action == "rm":
         return client.delete(f"{base}/{args.job_id}")
     if args.action == "runs":
-        return client.get(f"{base}/{args.job_id}/runs")
+        query = "?full=1" if args.full else ""
+        return client.get(f"{base}/{args.job_id}/runs{query}")
     if args.action == "export-timer":
         return client.get(f"{base}/{args.job_id}")
     return client.post(f"{base}/{args.job_id}/{args.action}")
@@ -109,9 +119,9 @@ def _show(args: argparse.Namespace, data: dict[str, Any], config: Config | None)
         print_jobs(data["jobs"])
     elif args.action == "add":
         job = data["job"]
-        print(f"created job {job['id']}; first run {_when(job['next_run_at'])} UTC")
+        print(f"created job {job['id']}; first run {_when(job['next_run_at'], job['timezone'])}")
     elif args.action == "runs":
-        print_runs(data["runs"])
+        print_runs(data["runs"], data.get("timezone") or "UTC", full=args.full)
     elif args.action == "export-timer":
         return _export(args, data["job"], config)
     elif args.action == "rm":
@@ -161,37 +171,62 @@ def _export(args: argparse.Namespace, job: dict[str, Any], config: Config | None
 
 
 def print_jobs(jobs: list[dict[str, Any]]) -> None:
+    """Every job, its next run in its own zone (named, as zones differ from job to job)."""
     if not jobs:
         print("no scheduled jobs")
         return
-    print(f"{'ID':<9} {'STATE':<7} {'NEXT RUN (UTC)':<17} {'RUNS':>4}  {'SCHEDULE':<20} NAME")
-    for j in jobs:
+    nexts = [_when(j["next_run_at"], j.get("timezone") or "UTC") for j in jobs]
+    wide = max(len("NEXT RUN"), *map(len, nexts))
+    print(f"{'ID':<9} {'STATE':<7} {'NEXT RUN':<{wide}} {'RUNS':>4}  {'SCHEDULE':<20} NAME")
+    for j, nxt in zip(jobs, nexts, strict=True):
         state = "error" if j.get("error") else j["state"]
         print(
-            f"{j['id']:<9} {state:<7} {_when(j['next_run_at']):<17} {j['runs']:>4}  "
+            f"{j['id']:<9} {state:<7} {nxt:<{wide}} {j['runs']:>4}  "
             f"{j['schedule'][:20]:<20} {j['name']}"
         )
         if j.get("error"):  # a stored schedule that cannot be used: why, under its line
             print(f"{'':<9} error: {j['error']}")
 
 
-def print_runs(runs: list[dict[str, Any]]) -> None:
+def print_runs(runs: list[dict[str, Any]], zone: str, *, full: bool = False) -> None:
+    """A job's runs, slots in ``zone``; each output on its line cut to `CELL` characters, or
+    with ``full`` whole and as written, under its line."""
     if not runs:
         print("no runs yet")
         return
-    print(f"{'RUN':>6}  {'SLOT (UTC)':<17} {'KIND':<9} {'STATUS':<10} {'DELIVERY':<10} OUTPUT")
-    for r in runs:
-        out = (r.get("error") or r.get("output") or "").replace("\n", " ")[:60]
+    slots = [_when(r["scheduled_for"], zone) for r in runs]
+    wide = max(len("SLOT"), *map(len, slots))
+    print(f"{'RUN':>6}  {'SLOT':<{wide}} {'KIND':<9} {'STATUS':<10} {'DELIVERY':<10} OUTPUT")
+    cut = False
+    for r, slot in zip(runs, slots, strict=True):
+        whole = r.get("error") or r.get("output") or ""
+        out = whole.replace("\n", " ")
+        if full:
+            out = ""
+        elif len(out) > CELL:
+            out, cut = out[: CELL - 1] + "…", True
         print(
-            f"{r['id']:>6}  {_when(r['scheduled_for']):<17} {r['kind']:<9} {r['status']:<10} "
-            f"{r['delivery']:<10} {out}"
+            f"{r['id']:>6}  {slot:<{wide}} {r['kind']:<9} {r['status']:<10} "
+            f"{r['delivery']:<10} {out}".rstrip()
         )
+        if full and whole:
+            print("\n".join(f"        {line}" for line in whole.splitlines()))
+    if cut:
+        print(f"(outputs cut to {CELL} characters: hermes cron runs ID --full shows them whole)")
 
 
-def _when(t: float | None) -> str:
+def _when(t: float | None, zone: str = "UTC") -> str:
+    """A slot as a date in ``zone``, named; UTC when the zone is not one this host knows."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     if t is None:
         return "-"
     try:
-        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t))  # UTC
+        tz = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, OSError, TypeError):  # a row's stray zone
+        tz, zone = ZoneInfo("UTC"), "UTC"
+    try:
+        return datetime.fromtimestamp(t, tz).strftime(f"%Y-%m-%d %H:%M {zone}")
     except (ValueError, OverflowError, OSError, TypeError):  # a gateway's slot past year 9999
         return f"{t}?"

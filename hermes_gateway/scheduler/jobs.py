@@ -213,7 +213,8 @@ class RunRecord:
             return None
         return self.sending_after or ""
 
-    def summary(self) -> dict[str, object]:
+    def summary(self, full: bool = False) -> dict[str, object]:
+        """The run for a listing: its output cut to 500 characters unless ``full``."""
         out = self.output or ""
         return {
             "id": self.id,
@@ -225,7 +226,7 @@ class RunRecord:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "missed": self.missed,
-            "output": out[:500],
+            "output": out if full else out[:500],
             "error": self.error,
         }
 

@@ -1,6 +1,6 @@
 """The operator's routes on the control server, behind `hermes cron`: `GET|POST /v1/cron/jobs`,
 `GET|DELETE /v1/cron/jobs/{id}`, `POST /v1/cron/jobs/{id}/pause|resume|run`,
-`GET /v1/cron/jobs/{id}/runs`. The operator sees and changes every job."""
+`GET /v1/cron/jobs/{id}/runs[?full=1]`. The operator sees and changes every job."""
 
 from __future__ import annotations
 
@@ -57,7 +57,10 @@ class JobRoutes:
     async def runs(self, request: web.Request) -> web.Response:
         job = await self._job(request)
         runs = await self.ledger.runs(job.id, limit=50)
-        return web.json_response({"runs": [r.summary() for r in runs]})
+        full = request.query.get("full", "") in ("1", "true")  # outputs whole, not cut
+        return web.json_response(
+            {"runs": [r.summary(full) for r in runs], "timezone": job.schedule.zone}
+        )
 
     async def action(self, request: web.Request) -> web.Response:
         job = await self._job(request)
