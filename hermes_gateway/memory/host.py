@@ -143,7 +143,7 @@ class MemoryHost:
             if shown is None:
                 raise ToolError(NOT_SHOWN)
             return await self._delete(bank, shown)
-        found = await self.service.recall(bank, ask.query, ask.limit)
+        found = await self.service.matches(bank, ask.query, ask.limit)
         self._shown[key] = tuple(m.id for m in found.memories)
         self._shown.move_to_end(key)
         if len(self._shown) > PREVIEWS_KEPT:
