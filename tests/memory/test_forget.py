@@ -27,7 +27,8 @@ def forget_config(tmp_path: Path, llm: FakeOpenAI) -> Config:
 
 def said(llm: FakeOpenAI) -> str:
     """The last tool observation of the last request."""
-    return [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "tool"][-1]
+    found: str = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "tool"][-1]
+    return found
 
 
 async def call(api: Any, llm: FakeOpenAI, user: str, tool: str, **args: Any) -> str:
@@ -183,3 +184,35 @@ async def test_the_cli_forgets_a_users_memories_with_the_gateway_up_and_down(
     assert down_all[0] == 0 and "forgot 1 memory of api/alice" in down_all[1]
     assert down["rows"] == down["docs"] == {6, 8}
     assert down["matched"] == {6}
+
+
+async def test_the_operator_route_works_with_the_archive_tools_off(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A person's data is removable whatever the tools are now: memories kept while the archive
+    was on go with the archive off too; malformed requests are refused with what to send."""
+    from hermes_gateway.memory.archive import Archive
+
+    config = make_config(tmp_path, fake_llm.base_url)  # no hindsight_* tool enabled
+    async with running_gateway(config) as (gw, api):
+        assert gw.memory.service is None
+        row = {"content": KITTEN, "context": "", "tags": "", "created_at": 1.0}
+        row.update(session_key="", message_id="", embedding=None, model="")
+        await Archive(gw.store).add([{**row, "bank": b} for b in ("api/alice", "api/bob")])
+        url = f"{api.base}/memory/forget"
+        answers = []
+        for body in (
+            {"user": "alice", "all": True},
+            {"user": "api:alice"},
+            {"user": "api:alice", "all": True, "ids": [1]},
+            {"user": "api:alice", "ids": [True]},
+            {"user": "api:alice", "ids": [2, 1]},
+        ):
+            async with api.http.post(url, json=body, headers=api.operator) as resp:
+                answers.append((resp.status, await resp.json()))
+        left = indexed(config)
+    assert [status for status, _ in answers] == [400, 400, 400, 400, 200]
+    assert "PLATFORM:USER" in answers[0][1]["error"]["message"]
+    assert "either 'all': true or 'ids'" in answers[1][1]["error"]["message"]
+    assert answers[4][1] == {"bank": "api/alice", "forgotten": [1], "missing": [2], "scope": "user"}
+    assert left["rows"] == left["docs"] == left["matched"] == {2}
