@@ -40,6 +40,7 @@ from hermes_gateway.guard.sentinel import Sentinel
 from hermes_gateway.guard.watchdog import LoopWatchdog
 from hermes_gateway.lifecycle import Lifecycle
 from hermes_gateway.live_config import LiveConfig
+from hermes_gateway.memory.routes import MemoryRoutes
 from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platform_spec import capabilities
@@ -167,7 +168,7 @@ class Gateway(Lifecycle):
         )
 
     def _build_faces(self, config: Config) -> None:
-        """What operators see and drive: the control API, its admin and inbox routes, the
+        """What operators see and drive: the control API, its admin, inbox and memory routes, the
         dashboard, the scheduler (with its own routes)."""
         self.vitals = Vitals(self)
         self.control_token = ControlToken(config.control.token, config.home_path)
@@ -183,6 +184,7 @@ class Gateway(Lifecycle):
         self.admin.mount(self.control.add_route)
         self.inbox = InboxRoutes(self.store, self.route)
         self.inbox.mount(self.control.add_route)
+        MemoryRoutes(self.memory).mount(self.control.add_route)
         self.dashboard: Dashboard | None = None
         if config.dashboard.enabled:  # imported only then (its Jinja2 waits for a first page)
             from hermes_gateway.dashboard import Dashboard

@@ -31,6 +31,7 @@ BUILTINS: dict[str, str] = {
     "hindsight_retain": "tools.hindsight:make_retain",
     "hindsight_recall": "tools.hindsight:make_recall",
     "hindsight_reflect": "tools.hindsight:make_reflect",
+    "hindsight_forget": "tools.hindsight:make_forget",
     "skills_list": "tools.skills:make_skills_list",
     "skill_view": "tools.skills:make_skill_view",
     "skill_manage": "tools.skills:make_skill_manage",

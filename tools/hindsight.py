@@ -1,4 +1,5 @@
-"""The long-term archive: `hindsight_retain`, `hindsight_recall` and `hindsight_reflect`.
+"""The long-term archive: `hindsight_retain`, `hindsight_recall`, `hindsight_reflect` and
+`hindsight_forget`.
 
 No size limit and never injected whole: the model stores facts and queries them by meaning and
 keywords. The archive lives in the gateway's store, reached through the host's callables, and
@@ -10,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tools.errors import ToolError
-from tools.host import Memory
+from tools.host import ForgetRequest, Forgotten, Memory
 from tools.registry import ModelTool, ToolContext
 
 if TYPE_CHECKING:
@@ -62,6 +63,44 @@ class ReflectArgs(BaseModel):
         min_length=1,
         max_length=1000,
     )
+
+
+class ForgetArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[int] = Field(
+        default_factory=list,
+        max_length=100,
+        description="The memories to delete, by the ids recall shows as [m<id>] (12 or 'm12').",
+    )
+    query: str = Field(
+        "",
+        max_length=1000,
+        description="Instead of ids: what to forget, in words. The first call only lists the "
+        "matching memories and deletes nothing.",
+    )
+    confirm: bool = Field(
+        False,
+        description="With the same query, after it listed the memories: delete exactly those.",
+    )
+    limit: int = Field(10, ge=1, le=50, description="Most memories a query lists.")
+
+    @field_validator("ids", mode="before")
+    @classmethod
+    def _marks(cls, value: object) -> object:
+        """Recall shows ids as [m12]: the model may pass them so."""
+        if isinstance(value, list):
+            return [v[1:] if isinstance(v, str) and v[:1] in "mM" and v[1:] else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ForgetArgs:
+        self.query = self.query.strip()
+        if bool(self.ids) == bool(self.query):
+            raise ValueError("give either ids or a query (not both, not neither)")
+        if self.confirm and not self.query:
+            raise ValueError("confirm goes with a query; ids are deleted without it")
+        return self
 
 
 class RetainTool(ModelTool):
@@ -120,6 +159,48 @@ class ReflectTool(ModelTool):
         return reflect(ctx.session_key, args.query.strip(), ctx.should_stop)
 
 
+class ForgetTool(ModelTool):
+    name = "hindsight_forget"
+    description = (
+        "Delete memories from your long-term archive (only the user's own), when they ask you "
+        "to forget something or a memory is wrong. With a query, the first call lists what "
+        "matches and deletes nothing; then call with their ids (or the same query and "
+        "confirm: true) to delete. Deleted memories cannot be recovered."
+    )
+    parallel_safe = False  # a write: in the model's order
+    Args = ForgetArgs
+
+    def call(self, args: ForgetArgs, ctx: ToolContext) -> str:
+        forget = ctx.host.forget
+        if forget is None or not ctx.session_key:
+            raise ToolError(UNAVAILABLE)
+        ask = ForgetRequest(tuple(dict.fromkeys(args.ids)), args.query, args.confirm, args.limit)
+        done = forget(ctx.session_key, ask)
+        lines = _forget_lines(args, done)
+        if done.note:
+            lines.append(f"[{done.note}]")
+        return "\n".join(lines)
+
+
+def _forget_lines(args: ForgetArgs, done: Forgotten) -> list[str]:
+    if args.query and not args.confirm:
+        if not done.matched:
+            return [f"(no memory matches {args.query!r}; nothing deleted)"]
+        ids = ", ".join(str(m.id) for m in done.matched)
+        return [
+            f"Nothing deleted yet. {len(done.matched)} memories match {args.query!r}:",
+            *(render(m) for m in done.matched),
+            f"To delete them all: the same query with confirm: true. To delete some: their "
+            f"ids (of these: {ids}).",
+        ]
+    lines = []
+    if done.forgotten:
+        lines.append("Forgotten: " + ", ".join(f"m{i}" for i in done.forgotten) + ".")
+    if done.missing:
+        lines.append("Not in your archive: " + ", ".join(f"m{i}" for i in done.missing) + ".")
+    return lines or ["Nothing to delete: the memories it listed are already gone."]
+
+
 def render(memory: Memory) -> str:
     """``[m12] 2026-03-01 14:02 UTC (telegram:dm:42, message 7) text  {context} #tags``"""
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(memory.when))
@@ -144,3 +225,7 @@ def make_recall(settings: ToolSettings) -> RecallTool:
 
 def make_reflect(settings: ToolSettings) -> ReflectTool:
     return ReflectTool()
+
+
+def make_forget(settings: ToolSettings) -> ForgetTool:
+    return ForgetTool()

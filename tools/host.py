@@ -63,6 +63,28 @@ class Recalled:
     note: str = ""  # e.g. "keyword search only: the embeddings endpoint did not answer"
 
 
+@dataclass(frozen=True, slots=True)
+class ForgetRequest:
+    """`hindsight_forget`'s ask: memories by id, or a query (shown first; deleted only with
+    ``confirm`` once the same query was shown in the same conversation)."""
+
+    ids: tuple[int, ...] = ()
+    query: str = ""
+    confirm: bool = False
+    limit: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What `forget` did: the memories a query matched (nothing deleted), or the ids deleted
+    and those asked for that the asking user's bank does not hold."""
+
+    matched: tuple[Memory, ...] = ()
+    forgotten: tuple[int, ...] = ()
+    missing: tuple[int, ...] = ()
+    note: str = ""
+
+
 # ask(request, should_stop) -> approved?  False on deny, timeout, interrupt or no way to ask
 AskApproval = Callable[[ApprovalRequest, Callable[[], bool]], bool]
 # search(session_key, query, limit) -> hits, best first
@@ -81,6 +103,8 @@ Retain = Callable[[str, str, str, tuple[str, ...]], str]
 Recall = Callable[[str, str, int], Recalled]
 # reflect(session_key, query, should_stop) -> an answer from the memories, citing them
 Reflect = Callable[[str, str, Callable[[], bool]], str]
+# forget(session_key, request) -> what matched or was deleted, in the asking user's bank only
+Forget = Callable[[str, ForgetRequest], Forgotten]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +120,4 @@ class ToolHost:
     retain: Retain | None = None
     recall: Recall | None = None
     reflect: Reflect | None = None
+    forget: Forget | None = None

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     claim = _with_config(msub.add_parser("claim", help="give the old MEMORY.md to its owner"))
     claim.add_argument("platform", help="e.g. telegram")
     claim.add_argument("user_id", help="the owner's id on that platform")
+    from hermes_gateway.cli.forget import add_parser as forget_parser
+
+    forget_parser(msub, _with_config)
     db = _with_config(sub.add_parser("db", help="the store's schema revision"))
     dsub = db.add_subparsers(dest="action", required=True)
     dsub.add_parser("current", help="the database's schema revision and this release's")
@@ -188,6 +191,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_cron(args, url, token, config)
     if args.command == "doctor":
         return run_doctor(config)
+    if args.command == "memory" and args.action == "forget":
+        from hermes_gateway.cli.forget import run_forget
+
+        return run_forget(args, url, token, config.store_url, config.memory.scope)
     if args.command == "memory":
         from hermes_gateway.memory.claim import run_claim
 

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, or_, select, text, update
+from sqlalchemy import Table, bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hermes_gateway.memory.pgvector import PgVector
@@ -198,6 +198,14 @@ class Archive:
         found = {int(r[0]): _memory(r) for r in rows}
         return [found[i] for i in ids if i in found]
 
+    async def forget(self, bank: str, ids: list[int] | None) -> list[int]:
+        """Delete memories of ``bank`` (those with these ids, or all with None); the ids that
+        were deleted. Their keyword index entries and pgvector values go with the rows
+        (`forget_rows`); the bank's cached matrix is dropped so no search ranks them again."""
+        gone = await forget_rows(self.store, bank, ids)
+        self.cache.forget(bank)
+        return gone
+
     async def count(self, bank: str) -> int:
         stmt = text("SELECT count(*) FROM memories WHERE bank = :bank")
         rows = await self._rows(stmt, {"bank": bank})
@@ -208,6 +216,26 @@ class Archive:
             return list(await conn.execute(stmt, params or {}))
 
         return await self.store._query(run)
+
+
+async def forget_rows(store: Store, bank: str, ids: list[int] | None) -> list[int]:
+    """Delete rows of ``bank`` (these ids, or all), in one transaction; the ids deleted.
+    Never another bank's: the bank is in the delete's own condition, not only in the lookup.
+    The keyword index follows by itself (SQLite: the FTS5 delete trigger; PostgreSQL: a
+    generated column of the row), as does pgvector's `vector` column (also in the row)."""
+    where = [_MEM.c.bank == bank]
+    if ids is not None:
+        if not ids:
+            return []
+        where.append(_MEM.c.id.in_(ids))
+
+    async def run(conn: AsyncConnection) -> list[int]:
+        found = [int(r[0]) for r in await conn.execute(select(_MEM.c.id).where(*where))]
+        if found:  # all of them: by the same condition (a bank's ids may exceed a bind limit)
+            await conn.execute(delete(_MEM).where(*where))
+        return sorted(found)
+
+    return await store._tx(run)
 
 
 def _dims(vectors: Iterable[bytes | None]) -> int | None:

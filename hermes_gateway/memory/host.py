@@ -12,20 +12,30 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from agent_core import ModelError
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.scope import bank_of, sole_user, user_ref
 from hermes_gateway.thread_hop import hop
 from tools.errors import ToolError
-from tools.host import Recalled
+from tools.host import ForgetRequest, Forgotten, Recalled
 
 if TYPE_CHECKING:
     from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.memory.service import MemoryService
+    from hermes_gateway.store.store import Store
 
+log = structlog.get_logger("hermes.memory")
 NO_USER = "no user is known for this conversation right now"
 OWNERS_KEPT = 10_000
+PREVIEWS_KEPT = 1000  # queries shown by `hindsight_forget`, awaiting a confirm
+NOT_SHOWN = (
+    "confirm: true deletes only what this same query showed in this conversation, and it "
+    "was not shown (or was already confirmed): call hindsight_forget with the query and "
+    "without confirm first, check the memories it lists, then confirm or pass their ids"
+)
 
 
 class MemoryHost:
@@ -35,16 +45,20 @@ class MemoryHost:
         self,
         runner: GatewayRunner,
         service: MemoryService | None,
+        store: Store,
         *,
         scope: str,
         timeout_s: float,
     ) -> None:
         self.runner = runner
         self.service = service
+        self.store = store  # the operator's forget works with the archive service off too
         self.scope = scope
         self.timeout_s = timeout_s  # a hop: the store, plus embeddings (and extraction)
         self.legacy: str | None = None  # the notice about a MEMORY.md from before, if any
         self._owners: OrderedDict[str, str | None] = OrderedDict()  # loop thread only
+        # (session, bank, query) -> the ids that query showed: what its confirm may delete
+        self._shown: OrderedDict[tuple[str, str, str], tuple[int, ...]] = OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -55,6 +69,7 @@ class MemoryHost:
         found: dict[str, Any] = {"user_of": self.user_of}
         if self.service is not None:
             found.update(retain=self.retain, recall=self.recall, reflect=self.reflect)
+            found.update(forget=self.forget)
         return found
 
     def status(self) -> dict[str, Any]:
@@ -115,6 +130,40 @@ class MemoryHost:
         bank = bank_of(self._asker(session_key), self.scope)
         return await self.service.recall(bank, query, limit)
 
+    async def _forget(self, session_key: str, ask: ForgetRequest) -> Forgotten:
+        """Only ever in the bank of the user the run answers: ids of another bank are
+        reported missing, like ids that never existed (nothing says which)."""
+        assert self.service is not None
+        bank = bank_of(self._asker(session_key), self.scope)
+        if ask.ids:
+            return await self._delete(bank, ask.ids)
+        key = (session_key, bank, ask.query)
+        if ask.confirm:
+            shown = self._shown.pop(key, None)
+            if shown is None:
+                raise ToolError(NOT_SHOWN)
+            return await self._delete(bank, shown)
+        found = await self.service.matches(bank, ask.query, ask.limit)
+        self._shown[key] = tuple(m.id for m in found.memories)
+        self._shown.move_to_end(key)
+        if len(self._shown) > PREVIEWS_KEPT:
+            self._shown.popitem(last=False)
+        return Forgotten(matched=found.memories, note=found.note)
+
+    async def _delete(self, bank: str, ids: tuple[int, ...]) -> Forgotten:
+        gone = await self.forget_bank(bank, list(ids))
+        log.info("memory.forgotten", bank=bank, ids=gone, by="tool")
+        return Forgotten(forgotten=tuple(gone), missing=tuple(i for i in ids if i not in gone))
+
+    async def forget_bank(self, bank: str, ids: list[int] | None) -> list[int]:
+        """Delete memories of ``bank`` (these ids, or all); the ids deleted. Through the
+        service when the archive is on (its cached vectors go too), else the store alone."""
+        if self.service is not None:
+            return await self.service.archive.forget(bank, ids)
+        from hermes_gateway.memory.archive import forget_rows  # numpy: only when asked
+
+        return await forget_rows(self.store, bank, ids)
+
     # -- on a worker thread ---------------------------------------------------------------
 
     def user_of(self, session_key: str) -> str | None:
@@ -128,6 +177,10 @@ class MemoryHost:
     def recall(self, session_key: str, query: str, limit: int) -> Recalled:
         found: Recalled = self._hop(self._recall(session_key, query, limit))
         return found
+
+    def forget(self, session_key: str, ask: ForgetRequest) -> Forgotten:
+        done: Forgotten = self._hop(self._forget(session_key, ask))
+        return done
 
     def reflect(self, session_key: str, query: str, should_stop: Callable[[], bool]) -> str:
         assert self.service is not None

@@ -33,6 +33,17 @@ def bank_of(event: MessageEvent, scope: str) -> str:
     return user_ref(event) if scope == "user" else SHARED_BANK
 
 
+def user_bank(ref: str) -> str:
+    """The archive bank of ``PLATFORM:USER`` (or ``PLATFORM/USER``), as an operator names a
+    person; a `ValueError` saying the form for anything else. Split at the first separator:
+    platform names have neither, user ids may (Matrix's ``@a:server``)."""
+    cut = min((i for i in (ref.find(":"), ref.find("/")) if i > 0), default=-1)
+    platform, user = (ref[:cut].strip(), ref[cut + 1 :].strip()) if cut > 0 else ("", "")
+    if not platform or not user:
+        raise ValueError(f"a user is PLATFORM:USER, e.g. telegram:123456789 (not {ref!r})")
+    return f"{platform}/{user}"
+
+
 def legacy_notice(home: Path, scope: str) -> str | None:
     """With per-user memory, a `<home>/MEMORY.md` from before is no longer shown to anyone: it
     is left where it is (never moved: whose it is cannot be known), and the operator is told

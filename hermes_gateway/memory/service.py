@@ -29,6 +29,10 @@ from tools.host import Memory, Recalled
 log = structlog.get_logger("hermes.memory")
 DEGRADED = "keyword and recency search only: the embeddings endpoint did not answer"
 NOT_CONFIGURED = "keyword and recency search only: no embeddings endpoint is configured"
+MEANING_ONLY = (
+    "none of these holds the query's words: they are only the nearest by meaning, so check "
+    "each and pass the ids of those to forget rather than confirming them all"
+)
 CANDIDATES = 50  # per ranking, before fusion
 BACKFILL = 64  # vectors added to memories stored during an outage, per recall
 TURN_CHARS = 4000  # of a turn, when auto-retained
@@ -160,20 +164,36 @@ class MemoryService:
     # -- recall and reflect ---------------------------------------------------------------
 
     async def recall(self, bank: str, query: str, limit: int) -> Recalled:
-        qvec = await self._embed([query])
-        model = self.embedder.model if self.embedder is not None else ""
-        if qvec is not None:
-            await self._backfill(bank)
-        vec = qvec[0] if qvec is not None else None
-        keyword, vector, recent = await self.archive.rankings(bank, query, vec, model, CANDIDATES)
+        (keyword, vector, recent), note = await self._rankings(bank, query)
         # recency orders what matched; alone it would return anything at all
         relevant = set(keyword) | set(vector)
         fused = fuse([keyword, vector, recent], (1.0, 1.0, RECENCY_WEIGHT))
         order = [mid for mid in fused if mid in relevant][:limit]
         found = await self.archive.fetch(bank, order)
         keep = within_budget([m.content + m.context for m in found], self.token_budget)
-        note = self._why_no_vectors() if qvec is None else ""
         return Recalled(tuple(found[:keep]), note)
+
+    async def matches(self, bank: str, query: str, limit: int) -> Recalled:
+        """What a forget by ``query`` offers to delete: the memories holding its words, or
+        when none does, the nearest by meaning (said in the note: the vector ranking always
+        has nearest ones, relevant or not, so they are to be checked one by one)."""
+        (keyword, vector, _), note = await self._rankings(bank, query)
+        if not keyword and vector:
+            note = MEANING_ONLY
+        found = await self.archive.fetch(bank, (keyword or vector)[:limit])
+        return Recalled(tuple(found), note)
+
+    async def _rankings(
+        self, bank: str, query: str
+    ) -> tuple[tuple[list[int], list[int], list[int]], str]:
+        """The archive's three rankings for ``query``, and the note of a degraded search."""
+        qvec = await self._embed([query])
+        model = self.embedder.model if self.embedder is not None else ""
+        if qvec is not None:
+            await self._backfill(bank)
+        vec = qvec[0] if qvec is not None else None
+        ranked = await self.archive.rankings(bank, query, vec, model, CANDIDATES)
+        return ranked, self._why_no_vectors() if qvec is None else ""
 
     async def _backfill(self, bank: str) -> None:
         if self.embedder is None or bank in self._complete:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from hermes_gateway.core.runner import GatewayRunner
 
 log = structlog.get_logger("hermes.memory")
-ARCHIVE_TOOLS = ("hindsight_retain", "hindsight_recall", "hindsight_reflect")
+ARCHIVE_TOOLS = ("hindsight_retain", "hindsight_recall", "hindsight_reflect", "hindsight_forget")
 
 
 def archive_wanted(config: Config) -> bool:
@@ -70,7 +70,7 @@ def build_memory(config: Config, store: Store, llm: LLMClient, runner: GatewayRu
     timeout = config.memory.embeddings.timeout_s * (config.model.max_retries + 1) + 30
     if config.memory.extract:
         timeout += config.model.timeout_s * (config.model.max_retries + 1)
-    return MemoryHost(runner, service, scope=config.memory.scope, timeout_s=timeout)
+    return MemoryHost(runner, service, store, scope=config.memory.scope, timeout_s=timeout)
 
 
 async def announce_legacy(home: Path, scope: str) -> str | None:

@@ -95,7 +95,7 @@ def test_a_sessions_owner_outlives_its_run() -> None:
     """After /stop the session gets a fresh agent while no run is live: it keeps its owner's
     memory; a thread has no owner."""
     runner = FakeRunner()
-    host = MemoryHost(runner, None, scope="user", timeout_s=1)  # type: ignore[arg-type]
+    host = MemoryHost(runner, None, None, scope="user", timeout_s=1)  # type: ignore[arg-type]
     dm = MessageEvent.create(
         platform="telegram", chat_type="dm", chat_id="9", user_id="1", message_id="1", text="x"
     )

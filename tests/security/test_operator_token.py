@@ -29,6 +29,7 @@ OPERATOR = [
     ("GET", "/inbox"),
     ("POST", "/inbox/1/retry"),
     ("POST", "/inbox/1/drop"),
+    ("POST", "/memory/forget"),
     ("GET", "/v1/cron/jobs"),
     ("POST", "/v1/cron/jobs"),
     ("GET", "/v1/cron/jobs/j1"),
