@@ -69,6 +69,10 @@ class DashboardConfig(_Section):
     enabled: bool = True
     sample_interval_s: float = Field(5, ge=0.1, le=60)  # one hour of these is kept in memory
     push_interval_s: float = Field(2, ge=0.1, le=60)  # how often an open page is refreshed
+    # a reverse proxy in front terminates TLS and says so in X-Forwarded-Proto: believe it
+    trust_forwarded_proto: bool = False
+    # the session cookie without Secure, so plain HTTP on a LAN address works (sniffable)
+    insecure_cookie: bool = False
 
 
 class ModelConfig(_Section):

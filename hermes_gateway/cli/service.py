@@ -38,10 +38,23 @@ LockPersonality=yes
 SystemCallArchitectures=native
 """
 
-# What a user manager can enforce without privileges (seccomp filters under NoNewPrivileges);
-# the filesystem protections above need a system unit (or unprivileged user namespaces there).
+# What a user manager can enforce: the file-system and kernel protections need a user namespace
+# there (PrivateUsers=yes, which maps only the user's own ids; see systemd.exec(5)), and
+# ProtectControlGroups is for system units only. Nothing here, nor in _HARDENING, forbids what
+# the gateway does itself for its tools: it makes user, mount and network namespaces
+# (tools/sandbox.py) and per-call cgroups (tools/memory_group.py), so no RestrictNamespaces and
+# no SystemCallFilter that would block unshare, mount or setns.
 _USER_HARDENING = """\
 NoNewPrivileges=yes
+PrivateUsers=yes
+ProtectSystem=strict
+ProtectHome=read-only
+ReadWritePaths={rw_paths}
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
 RestrictSUIDSGID=yes
 RestrictRealtime=yes
 LockPersonality=yes
@@ -121,11 +134,11 @@ def render_service(p: UnitParams, *, user_unit: bool) -> str:
         "KillMode=mixed",
         "UMask=0077",
     ]
+    rw = " ".join(dict.fromkeys((p.home, p.workspace)))
     if user_unit:
-        lines.extend(_USER_HARDENING.splitlines())
+        lines.extend(_USER_HARDENING.format(rw_paths=rw).splitlines())
     else:
         lines.insert(lines.index("Restart=always"), f"User={p.user}")
-        rw = " ".join(dict.fromkeys((p.home, p.workspace)))
         lines.extend(_HARDENING.format(rw_paths=rw).splitlines())
     lines += ["", "[Install]", f"WantedBy={'default.target' if user_unit else 'multi-user.target'}"]
     return "\n".join(lines) + "\n"

@@ -46,7 +46,12 @@ class Dashboard:
         self.gateway = gateway
         self.config = config
         token = gateway.control_token
-        self.auth = Auth(lambda: token.value, loopback_only=token.configured is None)
+        self.auth = Auth(
+            lambda: token.value,
+            loopback_only=token.configured is None,
+            secure_cookie=not config.insecure_cookie,
+            trust_forwarded_proto=config.trust_forwarded_proto,
+        )
         self.series = TimeSeries(config.sample_interval_s)
         self.sampler = Sampler(gateway.metrics, self.series, self._gauges)
         self.streams = Streams()

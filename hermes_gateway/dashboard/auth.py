@@ -1,7 +1,8 @@
 """Who may see the dashboard: whoever proved the control token once (in the login form, or
 through a one-time link `hermes dashboard` prints) and holds the session cookie; without a
 configured `control.token` (the generated one) also only loopback clients addressing a loopback
-host. And the CSRF check every action (a POST) passes."""
+host. And the CSRF check every action (a POST) passes, and whether the browser will keep the
+Secure session cookie at all (`cookie_dropped`)."""
 
 from __future__ import annotations
 
@@ -47,17 +48,24 @@ class Auth:
 
     ``token`` gives the control token (read at start, so asked for at each use);
     ``loopback_only``: no `control.token` is configured, which is only allowed on a loopback
-    bind, so a client from elsewhere (a proxy) or naming another host is refused."""
+    bind, so a client from elsewhere (a proxy) or naming another host is refused;
+    ``secure_cookie``: the session cookie is Secure (unless `dashboard.insecure_cookie`);
+    ``trust_forwarded_proto``: a proxy's `X-Forwarded-Proto: https` says the browser is on
+    HTTPS (only when the operator says a proxy stands in front)."""
 
     def __init__(
         self,
         token: Callable[[], str],
         *,
         loopback_only: bool,
+        secure_cookie: bool = True,
+        trust_forwarded_proto: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._token = token
         self.loopback_only = loopback_only
+        self.secure_cookie = secure_cookie
+        self.trust_forwarded_proto = trust_forwarded_proto
         self._secret = secrets.token_bytes(32)
         self._clock = clock
         self._failures: list[float] = []
@@ -69,6 +77,17 @@ class Auth:
         if not self.loopback_only:
             return True
         return _is_loopback(request.remote) and _host_name(request) in _LOOPBACK_NAMES
+
+    def cookie_dropped(self, request: web.Request) -> bool:
+        """Will the browser drop the session cookie? It keeps a Secure cookie only over HTTPS
+        or from a loopback host name (browsers count http://localhost as secure), so a login
+        over plain HTTP to a LAN address would silently land on the form again."""
+        if not self.secure_cookie or request.secure:
+            return False
+        forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+        if self.trust_forwarded_proto and forwarded == "https":
+            return False
+        return _host_name(request) not in _LOOPBACK_NAMES
 
     def allowed(self, request: web.Request) -> bool:
         """May this request see the dashboard: a reachable client with a valid session?"""
@@ -127,7 +146,7 @@ class Auth:
             value,
             max_age=int(SESSION_S),
             path="/dashboard",
-            secure=True,
+            secure=self.secure_cookie,
             httponly=True,
             samesite="Strict",
         )

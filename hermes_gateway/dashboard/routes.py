@@ -79,28 +79,46 @@ class _Handlers:
         and the link spent."""
         once = request.query.get("once")
         if once is None:
-            return self.d.render(request, "login", error="")
+            return self._login_page(request, "", 200)
         cookie = self.d.auth.redeem(once[:200])
         if cookie is None:
-            response = self.d.render(
-                request, "login", error="That login link was used or has expired."
-            )
-            response.set_status(401)
-            return response
-        redirect = web.HTTPSeeOther("/dashboard/")  # the link leaves the address bar
-        self.d.auth.set_cookie(redirect, cookie)
-        raise redirect
+            return self._login_page(request, "That login link was used or has expired.", 401)
+        return self._logged_in(request, cookie)
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         form = await request.post()
         if not self.d.auth.csrf_ok(request, str(form.get("csrf", ""))):
-            return self.d.render(request, "login", error="The form was stale; try again.")
+            return self._login_page(request, "The form was stale; try again.", 200)
         cookie = self.d.auth.login(str(form.get("token", "")))
         if cookie is None:
-            response = self.d.render(request, "login", error="Wrong token.")
-            response.set_status(401)
+            return self._login_page(request, "Wrong token.", 401)
+        return self._logged_in(request, cookie)
+
+    def _login_page(
+        self, request: web.Request, error: str, status: int, *, logged_in: bool = False
+    ) -> web.Response:
+        """The form; over plain HTTP to a non-loopback host it says up front that the browser
+        will drop the Secure cookie, and what to do about it."""
+        response = self.d.render(
+            request,
+            "login",
+            error=error,
+            dropped=self.d.auth.cookie_dropped(request),
+            host=request.host,
+            logged_in=logged_in,
+        )
+        response.set_status(status)
+        return response
+
+    def _logged_in(self, request: web.Request, cookie: str) -> web.Response:
+        """Right token (or link): to the Overview. Where the browser will drop the cookie the
+        redirect would only lead back to the form, so the answer explains that instead (with
+        a link on, for a TLS proxy this gateway was not told about)."""
+        if self.d.auth.cookie_dropped(request):
+            response = self._login_page(request, "", 200, logged_in=True)
+            self.d.auth.set_cookie(response, cookie)
             return response
-        redirect = web.HTTPSeeOther("/dashboard/")
+        redirect = web.HTTPSeeOther("/dashboard/")  # a link's secret leaves the address bar
         self.d.auth.set_cookie(redirect, cookie)
         raise redirect
 

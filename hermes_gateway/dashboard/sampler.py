@@ -1,5 +1,6 @@
 """Feeds the dashboard's time series from the same metric objects `/metrics` renders: every
-interval it reads the counters and histograms, and stores what changed since the last read."""
+interval it reads the counters and histograms (their buckets and their sums), and stores what
+changed since the last read."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Histogram
 
-from hermes_gateway.dashboard.series import TimeSeries, quantile
+from hermes_gateway.dashboard.series import TimeSeries, observed_quantile
 from hermes_gateway.metrics import Metrics
 
 Buckets = dict[float, float]  # upper bound -> cumulative count, summed over the labels
+
+
+@dataclass(frozen=True, slots=True)
+class Hist:
+    """A histogram summed over its labels: cumulative bucket counts and the observations' sum."""
+
+    buckets: Buckets = field(default_factory=dict)
+    total: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,23 +32,26 @@ class Reading:
 
     received: float = 0.0
     model_errors: float = 0.0
-    runs: Buckets = field(default_factory=dict)
-    model: Buckets = field(default_factory=dict)
-    lag: Buckets = field(default_factory=dict)
+    runs: Hist = field(default_factory=Hist)
+    model: Hist = field(default_factory=Hist)
+    lag: Hist = field(default_factory=Hist)
 
 
 def counter_total(counter: Counter) -> float:
     return sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total"))
 
 
-def histogram_buckets(histogram: Histogram) -> Buckets:
+def histogram_buckets(histogram: Histogram) -> Hist:
     out: Buckets = {}
+    total = 0.0
     for metric in histogram.collect():
         for s in metric.samples:
             if s.name.endswith("_bucket"):
                 bound = float(s.labels["le"])
                 out[bound] = out.get(bound, 0.0) + s.value
-    return out
+            elif s.name.endswith("_sum"):
+                total += s.value
+    return Hist(out, total)
 
 
 def read(metrics: Metrics) -> Reading:
@@ -52,10 +64,12 @@ def read(metrics: Metrics) -> Reading:
     )
 
 
-def delta_quantile(q: float, before: Buckets, after: Buckets) -> float:
-    """The ``q`` quantile of what was observed between two readings."""
-    bounds = sorted(after)
-    return quantile(q, bounds, [after[b] - before.get(b, 0.0) for b in bounds])
+def delta_quantile(q: float, before: Hist, after: Hist) -> float:
+    """The ``q`` quantile of what was observed between two readings (see `observed_quantile`:
+    exact for one observation, never above what the largest one can have been)."""
+    bounds = sorted(after.buckets)
+    counts = [after.buckets[b] - before.buckets.get(b, 0.0) for b in bounds]
+    return observed_quantile(q, bounds, counts, after.total - before.total)
 
 
 def figures(before: Reading, after: Reading, seconds: float) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """The dashboard's time series: one hour of samples in fixed-size rings (memory allocated once,
-never grown), and the Prometheus-style quantile of a histogram's bucket counts."""
+never grown), and the Prometheus-style quantile of a histogram's bucket counts, kept within what
+the observations can have been."""
 
 from __future__ import annotations
 
@@ -113,3 +114,30 @@ def quantile(q: float, bounds: Sequence[float], counts: Sequence[float]) -> floa
             return lower_bound + (bound - lower_bound) * (rank - lower_count) / inside
         lower_bound, lower_count = bound, count
     return lower_bound
+
+
+def observed_quantile(
+    q: float, bounds: Sequence[float], counts: Sequence[float], total: float
+) -> float:
+    """`quantile`, held to what was observed: with one observation its value (the sum), and
+    otherwise never above the most the largest observation can have been. Interpolating in a
+    wide bucket draws one 15 s answer as p50 20 s / p99 29.8 s; the sum knows better."""
+    value = quantile(q, bounds, counts)
+    if math.isnan(value):
+        return value
+    if counts[-1] == 1:
+        return max(total, 0.0)
+    return min(value, largest_possible(bounds, counts, total))
+
+
+def largest_possible(bounds: Sequence[float], counts: Sequence[float], total: float) -> float:
+    """An upper bound on the largest observation: its bucket's upper bound, and the sum less
+    the least every other observation can be (the lower bounds of their buckets)."""
+    lower, below, floor_sum, top_lower, top = 0.0, 0.0, 0.0, 0.0, math.inf
+    for bound, count in zip(bounds, counts, strict=True):
+        inside = count - below
+        if inside > 0:
+            floor_sum += inside * lower
+            top_lower, top = lower, bound
+        lower, below = bound, count
+    return min(top, total - floor_sum + top_lower)

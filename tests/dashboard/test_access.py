@@ -158,3 +158,71 @@ def test_wrong_tokens_are_rate_limited() -> None:
     for _ in range(10):
         assert auth.login("wrong") is None
     assert auth.login(TOKEN) is None  # locked for the minute, even for the right one
+
+
+LAN = {"Host": "192.168.1.20:8642"}  # what a browser sends for http://192.168.1.20:8642/
+
+
+async def _lan_login(
+    http: aiohttp.ClientSession, base: str, extra: dict[str, str] | None = None
+) -> tuple[aiohttp.ClientResponse, str]:
+    headers = {**LAN, **(extra or {})}
+    async with http.get(f"{base}/login", headers=headers) as form:
+        page = await form.text()
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert csrf is not None
+    data = {"csrf": csrf.group(1), "token": TOKEN}
+    async with http.post(
+        f"{base}/login", data=data, headers=headers, allow_redirects=False
+    ) as resp:
+        return resp, page + await resp.text()
+
+
+async def test_a_login_over_plain_http_to_a_lan_address_says_the_cookie_will_be_dropped(
+    guarded: Any,
+) -> None:
+    gw, http, base = guarded
+    resp, pages = await _lan_login(http, base)
+    # the right token: no silent redirect back to the form, an answer that says why
+    assert resp.status == 200
+    assert 'id="insecure-cookie"' in pages and "The token was right" in pages
+    assert "dashboard.insecure_cookie: true" in pages and "X-Forwarded-Proto" in pages
+    assert resp.cookies[COOKIE]["secure"]
+    # a trusted proxy's word is not taken unless the config says so
+    resp, pages = await _lan_login(http, base, {"X-Forwarded-Proto": "https"})
+    assert 'id="insecure-cookie"' in pages and resp.status == 200
+    # on localhost the browser keeps it: straight in, no warning
+    resp = await _login(http, base, TOKEN)
+    assert resp.status == 303
+
+
+@pytest.mark.parametrize("dashboard", [{"insecure_cookie": True}, {"trust_forwarded_proto": True}])
+async def test_the_operator_can_make_a_lan_login_work(
+    tmp_path: Path, fake_llm: FakeOpenAI, dashboard: dict[str, bool]
+) -> None:
+    config = make_config(
+        tmp_path,
+        fake_llm.base_url,
+        control={"host": "0.0.0.0", "token": TOKEN},
+        dashboard=dashboard,
+    )
+    async with running_gateway(config) as (gw, client):
+        base = f"http://127.0.0.1:{gw.control.port}/dashboard"
+        resp, pages = await _lan_login(client.http, base, {"X-Forwarded-Proto": "https"})
+        assert resp.status == 303 and resp.headers["Location"] == "/dashboard/"
+        assert 'id="insecure-cookie"' not in pages
+        secure = bool(resp.cookies[COOKIE]["secure"])
+        assert secure is not dashboard.get("insecure_cookie", False)
+
+
+async def test_pages_name_an_inline_icon_so_the_browser_asks_for_no_favicon(
+    guarded: Any,
+) -> None:
+    gw, http, base = guarded
+    async with http.get(f"{base}/login") as resp:
+        assert '<link rel="icon" href="data:,">' in await resp.text()
+    resp = await _login(http, base, TOKEN)
+    cookie = {"Cookie": f"{COOKIE}={resp.cookies[COOKIE].value}"}
+    for path in PAGES:
+        async with http.get(base + path, headers=cookie) as page:
+            assert '<link rel="icon" href="data:,">' in await page.text(), path

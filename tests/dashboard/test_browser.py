@@ -360,3 +360,36 @@ def test_the_inbox_shows_an_answer_the_platform_refused(
         page.screenshot(path=shots / "inbox-undeliverable.png", full_page=True)
     finally:
         gw.kill()
+
+
+@pytest.mark.parametrize("insecure_cookie", [False, True])
+def test_a_login_over_plain_http_to_a_lan_name_explains_or_works(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, insecure_cookie: bool
+) -> None:
+    """Chromium reaches the gateway as http://gateway.lan (mapped to 127.0.0.1): not a secure
+    context, so it drops a Secure cookie. The answer says so; with the setting it just works."""
+    from playwright.sync_api import sync_playwright
+
+    control = {"host": "0.0.0.0", "token": CONTROL_TOKEN}
+    dashboard = {"insecure_cookie": insecure_cookie}
+    gw = _gateway(tmp_path, fake_llm, tg, control=control, dashboard=dashboard)
+    try:
+        with sync_playwright() as p:
+            args = ["--host-resolver-rules=MAP gateway.lan 127.0.0.1"]
+            args += ["--no-sandbox"] if os.geteuid() == 0 else []
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+            page = browser.new_page()
+            base = f"http://gateway.lan:{gw.port}/dashboard"
+            page.goto(f"{base}/login")
+            page.fill("input[name=token]", CONTROL_TOKEN)
+            page.click("button[type=submit]")
+            if insecure_cookie:
+                page.wait_for_url(f"{base}/", timeout=WAIT_MS)
+                assert page.locator("#charts").count() == 1
+            else:
+                assert "The token was right" in page.inner_text("#insecure-cookie")
+                page.click("#insecure-cookie a")  # the browser kept no cookie: the form again
+                page.wait_for_url(f"{base}/login", timeout=WAIT_MS)
+            browser.close()
+    finally:
+        gw.kill()

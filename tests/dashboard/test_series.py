@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hermes_gateway.dashboard.sampler import Sampler
-from hermes_gateway.dashboard.series import SERIES, Ring, TimeSeries, quantile
+from hermes_gateway.dashboard.series import SERIES, Ring, TimeSeries, observed_quantile, quantile
 from hermes_gateway.metrics import Metrics
 
 
@@ -103,12 +103,14 @@ def test_a_sample_agrees_with_metrics_over_the_same_interval() -> None:
     )
     assert received == 12
     assert values["messages_per_min"] == pytest.approx(received * 60 / 30)
-    for q, key in ((0.5, "answer_p50_s"), (0.99, "answer_p99_s")):
-        want = _histogram_quantile(q, before, after, "hermes_run_duration_seconds")
-        assert values[key] == pytest.approx(want)
-    for q, key in ((0.5, "model_p50_s"), (0.99, "model_p99_s")):
-        want = _histogram_quantile(q, before, after, "hermes_model_call_duration_seconds")
-        assert values[key] == pytest.approx(want)
+    # the p50s as Prometheus says; the p99s fall in the top answer's (40 s) and top model
+    # call's (3 s) wide buckets, where interpolating would go past what the sums allow
+    for name, prefix, largest in (("run", "answer", 40.0), ("model_call", "model", 3.0)):
+        family = f"hermes_{name}_duration_seconds"
+        want = _histogram_quantile(0.5, before, after, family)
+        assert values[f"{prefix}_p50_s"] == pytest.approx(want)
+        want = _histogram_quantile(0.99, before, after, family)
+        assert largest <= values[f"{prefix}_p99_s"] < want
     lag = _histogram_quantile(0.99, before, after, "hermes_loop_lag_seconds")
     assert values["loop_lag_p99_ms"] == pytest.approx(lag * 1000)
     assert values["model_errors"] == _total(after, "hermes_model_errors_total") == 1
@@ -120,3 +122,33 @@ def test_a_sample_agrees_with_metrics_over_the_same_interval() -> None:
     quiet = sampler.sample()
     assert quiet["messages_per_min"] == 0 and math.isnan(quiet["answer_p99_s"])
     assert series.window()["answer_p99_s"] == [pytest.approx(values["answer_p99_s"]), None]
+
+
+def test_with_few_samples_the_charts_show_what_was_observed_not_bucket_interpolation() -> None:
+    metrics = Metrics()
+    now = [1000.0]
+    sampler = Sampler(metrics, TimeSeries(interval_s=5), dict, clock=lambda: now[0])
+    metrics.run_duration.labels("done").observe(15.03)  # one answer: bucket (10, 30]
+    metrics.model_call({"outcome": "ok", "seconds": 2.5})
+    now[0] += 5.0
+    values = sampler.sample()
+    for key in ("answer_p50_s", "answer_p99_s"):
+        assert values[key] == pytest.approx(15.03)  # not 20.0 / 29.8
+    assert values["model_p50_s"] == values["model_p99_s"] == pytest.approx(2.5)
+    for seconds in (15.03, 16.0):  # two in one bucket: no quantile above the largest
+        metrics.run_duration.labels("done").observe(seconds)
+    now[0] += 5.0
+    values = sampler.sample()
+    assert 10.0 <= values["answer_p50_s"] <= values["answer_p99_s"] <= 16.0 + 5.03
+
+
+def test_a_quantile_never_exceeds_what_the_sum_allows() -> None:
+    bounds = [1.0, 10.0, 30.0, math.inf]
+    assert observed_quantile(0.99, bounds, [0, 0, 1, 1], 15.03) == pytest.approx(15.03)
+    # ten answers of 11 s: the largest is at most 110 - 9 * 10 = 20 s, not 29.8 s
+    assert observed_quantile(0.99, bounds, [0, 0, 10, 10], 110.0) == pytest.approx(20.0)
+    # many in the buckets, the sum allowing more: Prometheus' figure as it is
+    assert observed_quantile(0.5, bounds, [0, 10, 10, 10], 80.0) == quantile(
+        0.5, bounds, [0, 10, 10, 10]
+    )
+    assert math.isnan(observed_quantile(0.5, bounds, [0, 0, 0, 0], 0.0))

@@ -5,8 +5,9 @@
   const WINDOW_S = 3600;
   const CHARTS = [
     { title: "Messages per minute", series: [["messages_per_min", "msgs/min"]] },
-    { title: "Answer time (s)", series: [["answer_p50_s", "p50"], ["answer_p99_s", "p99"]] },
-    { title: "Model call latency (s)", series: [["model_p50_s", "p50"], ["model_p99_s", "p99"]] },
+    // latencies exist only in intervals that had an answer: dots, or a lone one draws nothing
+    { title: "Answer time (s)", dots: true, series: [["answer_p50_s", "p50"], ["answer_p99_s", "p99"]] },
+    { title: "Model call latency (s)", dots: true, series: [["model_p50_s", "p50"], ["model_p99_s", "p99"]] },
     { title: "Model errors", series: [["model_errors", "errors"]] },
     { title: "Loop lag p99 (ms)", series: [["loop_lag_p99_ms", "p99 ms"]] },
     { title: "Pool and sessions", series: [["pool_busy", "pool busy"], ["active_sessions", "active sessions"]] },
@@ -29,7 +30,10 @@
         legend: { show: true },
         cursor: { drag: { x: false, y: false } },
         scales: { x: { time: true } },
-        series: [{}, ...spec.series.map(([, label], i) => ({ label, stroke: COLORS[i], width: 1.5, spanGaps: false }))],
+        series: [{}, ...spec.series.map(([, label], i) => ({
+          label, stroke: COLORS[i], width: 1.5, spanGaps: false,
+          ...(spec.dots ? { points: { show: true, size: 5, fill: COLORS[i] } } : {}),
+        }))],
         axes: [{ space: 60 }, { size: 48 }],
       };
       charts.push({ spec, plot: new uPlot(opts, columns(spec), box) });
