@@ -70,6 +70,7 @@ class Vitals:
             },
             "model": {"name": g.config.model.name, "configured": g.llm.configured},
             "busy_policy": g.config.runner.busy_policy,
+            "busy_policies": {name: g.config.busy_policy_for(name) for name in g.adapters},
             "quarantined": g.inbox.summaries(),
             "scheduler": g.scheduler.status() if g.scheduler is not None else {"enabled": False},
             "memory": g.memory.status(),
