@@ -32,7 +32,8 @@ class Completion:
 
 
 class ModelError(Exception):
-    """The model call failed for good; `user_message` is what the user is told."""
+    """The model call failed for good; `user_message` is what the user is told, `kind` how
+    it failed in a word (``unreachable``, ``timeout``, ``http_<status>``, ``bad_response``)."""
 
     def __init__(
         self,
@@ -41,12 +42,14 @@ class ModelError(Exception):
         status: int | None = None,
         retryable: bool = False,
         retry_after: float | None = None,
+        kind: str = "",
     ) -> None:
         super().__init__(user_message)
         self.user_message = user_message
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.kind = kind or (f"http_{status}" if status is not None else "bad_response")
 
 
 class Accumulator:

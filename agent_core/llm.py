@@ -31,6 +31,7 @@ from agent_core.completion import (
     from_body,
     status_error,
 )
+from agent_core.endpoint import EndpointState
 from agent_core.history import encode
 
 Message = dict[str, Any]
@@ -84,6 +85,8 @@ class LLMClient:
         self._client: openai.OpenAI | None = None
         self._tools_cache: tuple[list[dict[str, Any]], bytes] | None = None
         self._lock = threading.Lock()
+        # the last real call's outcome, for the gateway's readiness and status
+        self.endpoint = EndpointState()
         # `wait(seconds)` sleeps between retries and returns True if the run was interrupted
         self._wait = wait
 
@@ -132,7 +135,7 @@ class LLMClient:
             if should_stop():  # checked before each request: none goes out once stopped
                 return Completion(interrupted=True)
             try:
-                return _with_usage(body, self._complete_once(body, should_stop, on_delta, on_stop))
+                done = self._complete_once(body, should_stop, on_delta, on_stop)
             except ModelError as exc:
                 if should_stop():  # the request was cut off by the interrupt: no failure
                     return _with_usage(body, Completion(interrupted=True))
@@ -140,6 +143,7 @@ class LLMClient:
                 if exc.status is None:  # a status says it all; a network failure needs its cause
                     where["cause"] = _cause(exc)
                 if not exc.retryable or attempt >= self.settings.max_retries:
+                    self.endpoint.failed(exc)
                     log.warning(
                         "model.failed",
                         status=exc.status,
@@ -160,6 +164,10 @@ class LLMClient:
                 sleeper = wait or self._wait or _sleep
                 if sleeper(delay) or should_stop():
                     return Completion(interrupted=True)
+                continue
+            if not done.interrupted:
+                self.endpoint.succeeded()
+            return _with_usage(body, done)
 
     def _body(
         self, prefix: Sequence[bytes], messages: list[Message], tools: list[dict[str, Any]] | None
@@ -219,7 +227,9 @@ class LLMClient:
             raise self._timed_out() from exc
         except (openai.APIConnectionError, httpx.TransportError) as exc:
             raise ModelError(
-                "The model endpoint could not be reached; try again shortly.", retryable=True
+                "The model endpoint could not be reached; try again shortly.",
+                retryable=True,
+                kind="unreachable",
             ) from exc
         # a body of the wrong shape ({"choices": 7}) fails wherever it is first read
         except (
@@ -236,6 +246,7 @@ class LLMClient:
         return ModelError(
             f"The model did not answer within {self.settings.timeout_s:g} s; try again shortly.",
             retryable=True,
+            kind="timeout",
         )
 
     def _post(self, body: bytes) -> httpx.Response:

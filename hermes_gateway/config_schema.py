@@ -363,6 +363,12 @@ class Config(_Section):
     def workspace_path(self) -> Path:
         return Path(self.tools.workspace) if self.tools.workspace else self.home_path / "workspace"
 
+    def busy_policy_for(self, platform: str) -> str:
+        """The busy policy of ``platform``'s sessions: its section's own `busy_policy` where it
+        has one (the local API's), else `runner.busy_policy`."""
+        own = getattr(getattr(self.platforms, platform, None), "busy_policy", "runner")
+        return self.runner.busy_policy if own in (None, "runner") else str(own)
+
     def secrets(self) -> list[str]:
         """Every secret value in the config, for the log redactor."""
         values = [

@@ -123,6 +123,7 @@ class Gateway(Lifecycle):
             metrics=self.metrics,
             stream_for=self._stream_for,
             probation=Probation(config.store.probation_calm_s),
+            busy_policy_for=config.busy_policy_for,
         )
         self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
         if config.cluster.redis_url:

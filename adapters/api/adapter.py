@@ -22,6 +22,7 @@ from adapters.api.wire import (
     client_history,
     completion,
     failure,
+    ignored_parts,
     last_user_message,
     save_data_url,
     session_name,
@@ -118,7 +119,7 @@ class ApiAdapter:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         if not self._open:
             raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
-        event, stream, include_usage = await self._event(request)
+        event, stream, include_usage, ignored = await self._event(request)
         key = _key(event.session_key, event.message_id)  # one client's key is not another's
         if (first := self._waiters.get(key)) is not None:
             return await self._same_as(first, event.message_id, stream)
@@ -132,6 +133,7 @@ class ApiAdapter:
             self.host.config.model.name,
             event.session_key,
             include_usage,
+            ignored,
         )
         try:
             await self._submit(event)
@@ -146,7 +148,9 @@ class ApiAdapter:
             if sink is not None and self._sinks.get(key) is sink:
                 del self._sinks[key]
 
-    async def _event(self, request: web.Request) -> tuple[MessageEvent, bool, bool]:
+    async def _event(
+        self, request: web.Request
+    ) -> tuple[MessageEvent, bool, bool, tuple[str, ...]]:
         body = await read_object(request)  # bounded; its bytes are let go once parsed
         text, attachments = last_user_message(body)
         limit = self.host.config.runner.max_input_chars
@@ -158,8 +162,12 @@ class ApiAdapter:
         idempotency_key = request.headers.get("Idempotency-Key")
         message_id = idempotency_key or uuid.uuid4().hex
         extra: dict[str, Any] = {}
+        ignored: tuple[str, ...] = ()
         if named is not None and named != "":
             chat_id = session_name(named)
+            # the session's own history and system prompt stand; the client is told so
+            if ignored := ignored_parts(body):
+                log.info("api.messages_ignored", user=chat_id, ignored=list(ignored))
         else:  # stateless: a session of its own ("~" is not allowed in a name); a retry
             # with the same Idempotency-Key lands in the same one, so it is recognized
             chat_id = f"~{_digest(idempotency_key) if idempotency_key else uuid.uuid4().hex}"
@@ -177,7 +185,7 @@ class ApiAdapter:
         )
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        return event, bool(body.get("stream")), include_usage
+        return event, bool(body.get("stream")), include_usage, ignored
 
     async def _submit(self, event: MessageEvent) -> None:
         outcome = await self.host.submit(event)
@@ -245,4 +253,4 @@ def _json_answer(answer: Answer, meta: StreamMeta) -> web.Response:
     error = failure(answer)
     if error is not None:
         raise error
-    return web.json_response(completion(answer, meta.model, meta.chat_id))
+    return web.json_response(completion(answer, meta.model, meta.chat_id, meta.ignored))

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from adapters.api.wire import Ended, chunk, error_body, failure, usage_of
+from adapters.api.wire import Ended, chunk, error_body, failure, hermes_field, usage_of
 from hermes_gateway.events import OutboundMessage
 
 log = structlog.get_logger("hermes.adapters.api")
@@ -48,6 +48,7 @@ class StreamMeta:
     model: str
     session_key: str
     include_usage: bool
+    ignored: tuple[str, ...] = ()  # what the request sent that the gateway did not use
 
 
 async def stream_response(
@@ -107,7 +108,7 @@ async def _finish(
         else:
             kind, run_id = item.why, item.run_id
         final = chunk(meta.chat_id, meta.model, {}, finish="stop")
-        final["hermes"] = {"kind": kind, "run_id": run_id}
+        final["hermes"] = hermes_field(kind, run_id, meta.ignored)
         await _sse(response, final)
         if meta.include_usage:
             usage = usage_of(item)

@@ -64,6 +64,33 @@ def last_user_message(body: dict[str, Any]) -> tuple[str, tuple[Attachment, ...]
     return without_surrogates(text), attachments
 
 
+IGNORED_NOTE = (
+    "with `user` set the gateway keeps this session's history and system prompt; "
+    "only the last message was used"
+)
+
+
+def ignored_parts(body: dict[str, Any]) -> tuple[str, ...]:
+    """What a request naming its session sent besides its new message, which the gateway does
+    not use: "system" when a system prompt was among it, and the range of those messages."""
+    messages = body.get("messages")
+    earlier = messages[:-1] if isinstance(messages, list) else []
+    if not earlier:
+        return ()
+    roles = {m.get("role") for m in earlier if isinstance(m, dict)}
+    system = ("system",) if roles & {"system", "developer"} else ()
+    return (*system, f"messages[0..{len(earlier) - 1}]")
+
+
+def hermes_field(kind: str, run_id: str, ignored: tuple[str, ...]) -> dict[str, Any]:
+    """The response's `hermes` object: how the turn ended, its run, and what was ignored."""
+    extra: dict[str, Any] = {"kind": kind, "run_id": run_id}
+    if ignored:
+        extra["ignored"] = list(ignored)
+        extra["note"] = IGNORED_NOTE
+    return extra
+
+
 def client_history(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
     """Every message before the last, as the history of a stateless request (the client's
     own system prompt included); images in earlier turns become a note."""
@@ -171,7 +198,9 @@ def failure(reply: OutboundMessage | Ended) -> RequestError | None:
     return None
 
 
-def completion(reply: OutboundMessage | Ended, model: str, chat_id: str) -> dict[str, Any]:
+def completion(
+    reply: OutboundMessage | Ended, model: str, chat_id: str, ignored: tuple[str, ...] = ()
+) -> dict[str, Any]:
     if isinstance(reply, Ended):
         text, kind, run_id, usage = "", reply.why, reply.run_id, usage_of(reply)
     else:
@@ -189,7 +218,7 @@ def completion(reply: OutboundMessage | Ended, model: str, chat_id: str) -> dict
             }
         ],
         "usage": usage,
-        "hermes": {"kind": kind, "run_id": run_id},
+        "hermes": hermes_field(kind, run_id, ignored),
     }
 
 

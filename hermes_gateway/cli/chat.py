@@ -2,9 +2,10 @@
 
 State lives in the gateway, so the client can drop and reconnect without losing the
 conversation: a message is sent with an idempotency key and, after a reconnect, its answer is
-picked up from the session history. Ctrl-C during a reply sends `/stop`; Ctrl-D quits (during
-a reply: once it is done). Tool activity shows as a dim `[tool: name]` line, and a call that
-failed as `[tool: name failed]`.
+picked up from the session history. Ctrl-C during a reply sends `/stop`, and so does typing
+`/stop` (any `/command` typed during a reply is sent at once, while the reply keeps printing);
+Ctrl-D quits (during a reply: once it is done). Tool activity shows as a dim `[tool: name]`
+line, and a call that failed as `[tool: name failed]`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import select
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +45,10 @@ class ChatClient:
         # and whether the last thing written ended a line
         self._prompted = False
         self._line_open = False
+        # a command typed during a reply is answered from another thread on a connection of
+        # its own, while the reply goes on printing: the lock keeps their writes whole
+        self._commands = httpx.Client(base_url=base_url, headers=headers, timeout=30)
+        self._write_lock = threading.Lock()
 
     def healthy(self) -> bool:
         try:
@@ -92,9 +98,31 @@ class ChatClient:
                 return r.status_code
             self._prompted = self._line_open = False
             for line in r.iter_lines():
-                self._write_chunk(line)
-            self._end_line()
+                with self._write_lock:
+                    self._write_chunk(line)
+            with self._write_lock:
+                self._end_line()
             return 200
+
+    def command_now(self, text: str) -> None:
+        """A command typed while a reply prints: sent at once, its answer shown among the
+        reply's lines (the terminal has already echoed what was typed)."""
+        body = {
+            "model": "hermes",
+            "user": self.session,
+            "messages": [{"role": "user", "content": text}],
+        }
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        try:
+            response = self._commands.post("/v1/chat/completions", json=body, headers=headers)
+            answer = _text_of(response)
+        except httpx.HTTPError as exc:
+            answer = f"[{text} not sent: {exc}]"
+        with self._write_lock:
+            self._end_line()
+            self.out.write(f"hermes> {answer}\n")
+            self.out.flush()
+            self._prompted = False
 
     def _write_chunk(self, line: str) -> None:
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -196,34 +224,64 @@ def run_chat(
             continue
         if not line.strip():
             continue
+        watcher = _TypedDuringReply(client.command_now)
         try:
             client.send(line)
         except KeyboardInterrupt:
             out.write("\n[stopping]\n")
             client.send("/stop")
-        quit_now, lines = _typed_during_reply()
-        typed.extend(lines)
-        if quit_now:
+        finally:
+            watcher.stop()
+        typed.extend(watcher.lines)
+        if watcher.quit:
             out.write("\n")
             return 0
 
 
-def _typed_during_reply() -> tuple[bool, list[str]]:
-    """Whether Ctrl-D was pressed while a reply printed, and the lines entered meanwhile.
+class _TypedDuringReply:
+    """Reads what is typed while a reply prints, on a thread of its own: a `/command` is sent
+    at once (so `/stop` stops the run now, not after it), other lines are kept to send next,
+    and Ctrl-D on an empty line asks to quit once the reply is done.
 
-    The terminal stays in line mode during a reply, so what was typed waits in it: a complete
-    line is readable, and Ctrl-D on an empty line is a read of zero bytes.
+    The terminal stays in line mode during a reply, so a read returns complete lines; a line
+    still being typed when the reply ends stays in the terminal for the next prompt. Only a
+    terminal is read: piped input is the next messages, in order.
     """
-    if not sys.stdin.isatty():
-        return False, []
-    fd = sys.stdin.fileno()
-    lines: list[str] = []
-    while select.select([fd], [], [], 0)[0]:
-        data = os.read(fd, 4096)
-        if not data:
-            return True, lines
-        lines.extend(data.decode(errors="replace").splitlines())
-    return False, lines
+
+    def __init__(self, on_command: Callable[[str], None]) -> None:
+        self.lines: list[str] = []
+        self.quit = False
+        self._on_command = on_command
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if sys.stdin.isatty():
+            self._thread = threading.Thread(
+                target=self._read, args=(sys.stdin.fileno(),), daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop reading (before the prompt's own read takes the terminal back)."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _read(self, fd: int) -> None:
+        while not self.quit:
+            # a short wait, so that stop() returns promptly once the reply is done
+            if not select.select([fd], [], [], 0.05)[0]:
+                if self._done.is_set():
+                    return
+                continue
+            data = os.read(fd, 4096)
+            if not data:
+                self.quit = True
+                return
+            for line in data.decode(errors="replace").splitlines():
+                if line.strip().startswith("/") and not self._done.is_set():
+                    self._on_command(line.strip())
+                elif line.strip():
+                    self.lines.append(line)
 
 
 def _enable_line_editing(history_file: Path | None) -> None:

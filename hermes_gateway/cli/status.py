@@ -1,5 +1,6 @@
 """`hermes gateway status`: the service, the process and the control API's `/status`, as a
-readable report. Exit 0 when ready, 1 when running but not ready, 3 when down."""
+readable report (the model line shows the model's last known state). Exit 0 when ready (a failing
+model leaves it ready: see docs/control-api.md), 1 when running but not ready, 3 when down."""
 
 from __future__ import annotations
 
@@ -45,8 +46,7 @@ def _render(s: dict[str, Any], out: TextIO) -> None:
     ready = "ready" if s.get("ready") else "NOT READY: " + "; ".join(s.get("reasons", []))
     out.write(f"gateway      {ready} (version {s.get('version')}, up {_duration(s['uptime_s'])})\n")
     model = s.get("model", {})
-    configured = "" if model.get("configured") else " (not configured)"
-    out.write(f"model        {model.get('name')}{configured}\n")
+    out.write(f"model        {model.get('name')}{_model_state(model)}\n")
     for name, p in s.get("platforms", {}).items():
         state = "connected" if p.get("ready") else f"DOWN {p.get('detail', '')}".rstrip()
         out.write(f"  {name:<10} {state}\n")
@@ -77,6 +77,22 @@ def _render(s: dict[str, Any], out: TextIO) -> None:
     if held:  # messages the gateway kept dying on: the operator decides (`hermes inbox`)
         out.write(f"quarantined  {len(held)} (hermes inbox retry ID | drop ID)\n")
         print_quarantined(held, out.write)
+
+
+def _model_state(model: dict[str, Any]) -> str:
+    """The model's last known state, from the gateway's own calls (`hermes doctor` probes)."""
+    if not model.get("configured"):
+        return " (not configured)"
+    state, ago = model.get("state"), model.get("last_call_s_ago")
+    if state == "failing":
+        error = model.get("error") or {}
+        return (
+            f", FAILING: the last call {_duration(ago or 0)} ago: {error.get('kind')}: "
+            f"{error.get('message')}"
+        )
+    if state == "ok":
+        return f", ok (the last call {_duration(ago or 0)} ago)"
+    return ", no call yet"
 
 
 def _duration(seconds: float) -> str:

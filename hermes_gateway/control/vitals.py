@@ -46,7 +46,34 @@ class Vitals:
             h = adapter.health()
             if not h.ready:
                 reasons.append(f"{name}: {h.detail or 'not connected'}")
-        return not reasons, reasons
+        # a failing model leaves the gateway ready (it still answers, with the model's error
+        # as the explanation: see docs/control-api.md), but the reasons say so
+        note = self._model_note()
+        return not reasons, reasons + ([note] if note else [])
+
+    def _model_note(self) -> str | None:
+        last = self.gateway.llm.endpoint.last
+        if last is None or last.ok:
+            return None
+        ago = round(time.time() - last.at)
+        return (
+            f"model: the last call failed {ago}s ago ({last.kind}: {last.error}); "
+            "messages are answered with that error until a call succeeds"
+        )
+
+    def model(self) -> dict[str, Any]:
+        """The model and what its endpoint did on the last real call."""
+        g = self.gateway
+        last = g.llm.endpoint.last
+        out: dict[str, Any] = {"name": g.config.model.name, "configured": g.llm.configured}
+        if last is None:
+            out["state"] = "unknown"  # no call yet
+            return out
+        out["state"] = "ok" if last.ok else "failing"
+        out["last_call_s_ago"] = round(time.time() - last.at, 1)
+        if not last.ok:
+            out["error"] = {"kind": last.kind, "message": last.error}
+        return out
 
     def status(self) -> dict[str, Any]:
         g = self.gateway
@@ -68,8 +95,9 @@ class Vitals:
                 "p99": round(wd.lag_percentile(0.99) * 1000, 2) if wd else None,
                 "max": round(wd.max_lag * 1000, 2) if wd else None,
             },
-            "model": {"name": g.config.model.name, "configured": g.llm.configured},
+            "model": self.model(),
             "busy_policy": g.config.runner.busy_policy,
+            "busy_policies": {name: g.config.busy_policy_for(name) for name in g.adapters},
             "quarantined": g.inbox.summaries(),
             "scheduler": g.scheduler.status() if g.scheduler is not None else {"enabled": False},
             "memory": g.memory.status(),

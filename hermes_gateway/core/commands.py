@@ -217,7 +217,7 @@ class Commands:
             f"State: {state}; {view.pending} message(s) waiting",
             f"History: {await self._history_size(key, ctx)} message(s)",
             f"Model: {self.config.model.name}",
-            f"Busy policy: {self.config.runner.busy_policy}",
+            f"Busy policy: {self.config.busy_policy_for(event.platform)}",
             f"Workers: {pool['busy']}/{pool['workers']} busy, {pool['waiting']} waiting",
         ]
         await self._answer(event, [inbox_id], "\n".join(lines))

@@ -64,8 +64,11 @@ class GatewayRunner(ClusterSide):
         metrics: Metrics,
         stream_for: Callable[[MessageEvent], StreamSink | None] | None = None,
         probation: Probation[Run] | None = None,
+        busy_policy_for: Callable[[str], str] | None = None,
     ) -> None:
         self.config = config
+        # a platform may have a policy of its own (the local API's is `queue`)
+        self._policy_for = busy_policy_for or (lambda platform: config.busy_policy)
         self.store = store
         self.bus = bus
         self.pool = pool
@@ -95,7 +98,7 @@ class GatewayRunner(ClusterSide):
         if run is None:
             self.start([item])
             return
-        policy = self.config.busy_policy
+        policy = self._policy_for(event.platform)
         if policy == "steer":
             run.control.steer(event.text)
             run.steered.append(item)
@@ -277,7 +280,7 @@ class GatewayRunner(ClusterSide):
         """Hand the guard to the next pending turn, or release it. No await: atomic."""
         if run.grace_timer is not None:
             run.grace_timer.cancel()
-        merge = self.config.busy_policy not in ("queue", "latest")
+        merge = self._policy_for(run.items[0].event.platform) not in ("queue", "latest")
         items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
         if items:
             nxt = Run(run.key, items, run.carry_forward, fence=self.fence_for(run.key))

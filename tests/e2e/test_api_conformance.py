@@ -33,7 +33,12 @@ def gateway(
 ) -> Iterator[GatewayProcess]:
     gw = GatewayProcess(
         tmp_path_factory.mktemp("api") / "home",
-        {"model": {"base_url": model.base_url, "api_key": "sk-fake", "max_retries": 0}},
+        {
+            "model": {"base_url": model.base_url, "api_key": "sk-fake", "max_retries": 0},
+            # the overtaking cases need `interrupt`; the API's own default (`queue`) is
+            # tests/integration/test_api_busy.py's
+            "platforms": {"api": {"busy_policy": "interrupt"}},
+        },
     )
     gw.start()
     yield gw

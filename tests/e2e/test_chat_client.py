@@ -164,3 +164,26 @@ def test_reconnects_across_a_gateway_restart(gateway: GatewayProcess, fake_llm: 
     history = wait_until(lambda: len(gateway.history("tty")) >= 4 and gateway.history("tty"))
     assert [m["content"] for m in history] == ["first", "echo: first", "second", "echo: second"]
     child.sendeof()
+
+
+def test_stop_typed_during_a_reply_stops_the_run_at_once(
+    gateway: GatewayProcess, fake_llm: FakeOpenAI
+) -> None:
+    # 20 s of stream: `/stop` is typed as soon as the first words show; sent only after the
+    # reply it would come 20 s late and find nothing running
+    fake_llm.push(text("slow " * 400, chunk_size=5, chunk_delay=0.05))
+    child = spawn_chat(gateway)
+    child.expect("you> ")
+    child.logfile_read = io.StringIO()
+    child.sendline("write a lot")
+    child.expect("slow slow")
+    child.sendline("/stop")
+    child.expect("Stopped.", timeout=8)
+    child.expect("you> ", timeout=8)
+    assert "Nothing is running" not in child.logfile_read.getvalue()
+    # the reply went on printing until the run stopped, and was cut well short of its end
+    assert child.logfile_read.getvalue().count("slow") < 300
+    child.sendline("still there?")
+    child.expect("echo: still there\\?")
+    child.sendeof()
+    child.expect(pexpect.EOF)

@@ -9,8 +9,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hermes_gateway.config import Config
 from tests.fakes.openai import FakeOpenAI, hang, text, tool_calls
-from tests.harness import eventually, make_config, running_gateway
+from tests.harness import eventually, running_gateway
+from tests.harness import make_config as harness_config
+
+
+def make_config(tmp_path: Path, llm_url: str | None, **sections: Any) -> Config:
+    """The harness's config, with the local API on `runner.busy_policy` (its own default is
+    `queue`): these tests drive the runner's policies through the API."""
+    return harness_config(
+        tmp_path, llm_url, platforms={"api": {"busy_policy": "runner"}}, **sections
+    )
 
 
 async def test_a_wedged_overtaken_request_is_told_it_was_interrupted(
