@@ -37,14 +37,21 @@ WAIT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def playwright() -> Iterator[Any]:
+    """One Playwright per module: a second one started while it runs finds its event loop and
+    refuses (the sync API drives a loop of its own on this thread)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # root in the test namespace
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        yield browser
-        browser.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Any) -> Iterator[Any]:
+    args = ["--no-sandbox"] if os.geteuid() == 0 else []  # root in the test namespace
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+    yield browser
+    browser.close()
 
 
 @pytest.fixture
@@ -364,20 +371,22 @@ def test_the_inbox_shows_an_answer_the_platform_refused(
 
 @pytest.mark.parametrize("insecure_cookie", [False, True])
 def test_a_login_over_plain_http_to_a_lan_name_explains_or_works(
-    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, insecure_cookie: bool
+    tmp_path: Path,
+    fake_llm: FakeOpenAI,
+    tg: FakeTelegram,
+    insecure_cookie: bool,
+    playwright: Any,
 ) -> None:
     """Chromium reaches the gateway as http://gateway.lan (mapped to 127.0.0.1): not a secure
     context, so it drops a Secure cookie. The answer says so; with the setting it just works."""
-    from playwright.sync_api import sync_playwright
-
     control = {"host": "0.0.0.0", "token": CONTROL_TOKEN}
     dashboard = {"insecure_cookie": insecure_cookie}
     gw = _gateway(tmp_path, fake_llm, tg, control=control, dashboard=dashboard)
     try:
-        with sync_playwright() as p:
-            args = ["--host-resolver-rules=MAP gateway.lan 127.0.0.1"]
-            args += ["--no-sandbox"] if os.geteuid() == 0 else []
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        args = ["--host-resolver-rules=MAP gateway.lan 127.0.0.1"]
+        args += ["--no-sandbox"] if os.geteuid() == 0 else []
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        try:
             page = browser.new_page()
             base = f"http://gateway.lan:{gw.port}/dashboard"
             page.goto(f"{base}/login")
@@ -390,6 +399,7 @@ def test_a_login_over_plain_http_to_a_lan_name_explains_or_works(
                 assert "The token was right" in page.inner_text("#insecure-cookie")
                 page.click("#insecure-cookie a")  # the browser kept no cookie: the form again
                 page.wait_for_url(f"{base}/login", timeout=WAIT_MS)
+        finally:
             browser.close()
     finally:
         gw.kill()
