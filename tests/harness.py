@@ -45,7 +45,9 @@ def make_config(tmp_path: Path, llm_url: str | None, **sections: Any) -> Config:
     """A config with its home in ``tmp_path``; ``sections`` deep-merge over the defaults."""
     data: dict[str, Any] = {
         "home": str(tmp_path / "home"),
-        "control": {"port": 0},
+        # no RSS ceiling: a gateway started here shares the test worker's process, whose
+        # resident memory is every test's so far, not the gateway's
+        "control": {"port": 0, "max_rss_bytes": 0},
         "model": {
             "base_url": llm_url or "https://api.openai.com/v1",
             "api_key": "sk-fake" if llm_url else "",
