@@ -16,7 +16,7 @@ import sys
 # Syscall numbers are the same on every architecture that has Landlock (asm-generic table).
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
-_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
+_RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 32, 4096, 16384
 # Per-mount flags a remount must repeat: in a user namespace the kernel refuses to clear them.
