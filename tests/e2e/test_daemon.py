@@ -51,7 +51,7 @@ def test_sigkill_during_a_run_is_answered_after_restart(
     gateway.kill()  # SIGKILL while the agent waits for the model
     fake_llm.reset()  # the model now answers at once (echo)
     gateway.start()
-    history = wait_until(lambda: len(gateway.history()) >= 2 and gateway.history(), timeout=20)
+    history = wait_until(lambda: len(gateway.history()) >= 2 and gateway.history(), timeout=60)
     assert [m["content"] for m in history] == ["survive the crash", "echo: survive the crash"]
     assert len(fake_llm.requests) == 1  # replayed exactly once
 
