@@ -1,7 +1,10 @@
-"""docs/architecture.md names only files and code that exist, and the README links to it.
+"""docs/architecture.md names only files and code that exist, and the README links to it; every
+other page under docs/ and the README name only files, code and config keys that exist.
 
-The doc's code references are backticked: a path ending in `.py` or `.md`, or a dotted name
+The docs' code references are backticked: a path ending in `.py` or `.md`, or a dotted name
 starting with one of the four packages (`hermes_gateway.core.runner.GatewayRunner.dispatch`).
+On the other pages a dotted name may also be a config key (`tools.terminal.tmp_mb`), and a bare
+file name one in the repository (`shell_code.py`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,71 @@ def test_the_doc_names_existing_files_and_code() -> None:
 )
 def test_the_checker_tells_real_names_from_stale_ones(dotted: str, exists: bool) -> None:
     assert resolves(dotted) is exists
+
+
+# files the pages name that are the user's or an example's, not the repository's
+NOT_OURS = frozenset({"MEMORY.md", "json.py"})
+# entry-point groups, named like modules
+GROUPS = frozenset({"hermes_gateway.platforms", "hermes_gateway.tools"})
+
+
+def is_config_key(dotted: str) -> bool:
+    """Whether ``dotted`` walks the config schema's fields (`tools.terminal.tmp_mb`)."""
+    from hermes_gateway.config import Config
+
+    model: Any = Config
+    for part in dotted.split("."):
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return False
+        annotation = fields[part].annotation
+        model = next(
+            (a for a in (annotation, *getattr(annotation, "__args__", ())) if _is_model(a)),
+            annotation,
+        )
+    return True
+
+
+def _is_model(obj: Any) -> bool:
+    from pydantic import BaseModel
+
+    return inspect.isclass(obj) and issubclass(obj, BaseModel)
+
+
+def _repo_names() -> set[str]:
+    """The names of the project's own .py and .md files (not the virtualenv's)."""
+    places = [*PACKAGES, "tests", "docs", "bench", "scripts", "deploy"]
+    found = {p.name for where in places for p in (ROOT / where).rglob("*.[pm][yd]")}
+    return found | {p.name for p in ROOT.glob("*.md")}
+
+
+PAGES = [*sorted(p for p in (ROOT / "docs").glob("*.md") if p != DOC), ROOT / "README.md"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_page_names_existing_files_code_and_keys(page: Path) -> None:
+    paths, names = references(page.read_text())
+    known = _repo_names()
+    missing_files = sorted(
+        {
+            p
+            for p in paths
+            if not (ROOT / p).is_file() and not ("/" not in p and p in known) and p not in NOT_OURS
+        }
+    )
+    assert not missing_files, f"{page.name} names files that do not exist: {missing_files}"
+    missing = sorted(
+        {n for n in set(names) if n not in GROUPS and not is_config_key(n) and not resolves(n)}
+    )
+    assert not missing, f"{page.name} names code or config keys that do not exist: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("dotted", "exists"),
+    [("tools.terminal.tmp_mb", True), ("tools.terminal.tmp_gb", False), ("store.url", True)],
+)
+def test_config_keys_are_told_from_stale_ones(dotted: str, exists: bool) -> None:
+    assert is_config_key(dotted) is exists
 
 
 def test_the_checker_finds_references() -> None:

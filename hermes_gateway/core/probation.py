@@ -22,8 +22,9 @@ class Probation(Generic[R]):
     that a process killed from outside at random moments dies in that window, where no crash is
     counted against anyone, far more often than in the one suspect's run after it."""
 
-    def __init__(self, calm_s: float = 0.0) -> None:
+    def __init__(self, calm_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.calm_s = calm_s
+        self._clock = clock
         self._suspects: dict[int, int] = {}  # inbox id -> crashes counted against it so far
         self._running: R | None = None
         self._waiting: dict[R, tuple[int, int]] = {}  # run -> (counted, arrival)
@@ -45,13 +46,22 @@ class Probation(Generic[R]):
         if not counted:
             return False
         if self._calm_until is None:
-            self._calm_until = time.monotonic() + self.calm_s
+            self._calm_until = self._clock() + self.calm_s
         self._waiting[run] = (max(counted), next(self._arrivals))
         return True
 
     def wait_s(self) -> float:
         """How long until a waiting suspect run may start (0: now)."""
-        return max(0.0, (self._calm_until or 0.0) - time.monotonic())
+        return max(0.0, (self._calm_until or 0.0) - self._clock())
+
+    def due_in(self) -> float | None:
+        """When to call `next` again: in this many seconds (0: now), or None when nothing
+        would start (a suspect run is in flight, whose end calls it, or none waits). Asked
+        afresh after a `next` that started nothing, it is never None while a run waits for the
+        calm alone: a timer that fired a moment early is followed by another, never by none."""
+        if self._running is not None or not self._waiting:
+            return None
+        return self.wait_s()
 
     def next(self, stopped: Callable[[R], bool]) -> R | None:
         """The waiting suspect run to start now, which is then on probation; None while one is
@@ -60,7 +70,7 @@ class Probation(Generic[R]):
         before a likelier poison takes the process down."""
         for waiting in [r for r in self._waiting if stopped(r)]:
             del self._waiting[waiting]
-        if self._running is not None or not self._waiting or self.wait_s() > 0:
+        if self.due_in() != 0.0:
             return None
         nxt = min(self._waiting, key=self._waiting.__getitem__)
         del self._waiting[nxt]

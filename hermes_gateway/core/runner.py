@@ -168,8 +168,10 @@ class GatewayRunner(ClusterSide):
         """Start the next waiting suspect run if none is in flight, once the calm is over."""
         if self._probation_timer is not None or self.draining:
             return
-        delay = self.probation.wait_s()
-        self._probation_timer = asyncio.get_running_loop().call_later(delay, self._on_probation)
+        delay = self.probation.due_in()
+        if delay is not None:
+            loop = asyncio.get_running_loop()
+            self._probation_timer = loop.call_later(delay, self._on_probation)
 
     def _on_probation(self) -> None:
         self._probation_timer = None
@@ -178,7 +180,7 @@ class GatewayRunner(ClusterSide):
         nxt = self.probation.next(lambda r: r.stopped or r.shutdown)
         if nxt is not None:
             self._launch(nxt)
-        elif self.probation.wait_s() > 0:  # the loop may run a timer a little early
+        else:  # the loop runs a timer up to a millisecond early: `due_in` says when to retry
             self._try_probation()
 
     def _probation_over(self, run: Run) -> None:

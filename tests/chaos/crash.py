@@ -59,6 +59,7 @@ class CrashReport:
     bot_messages: list[dict[str, Any]] = field(default_factory=list)
     sent: list[Any] = field(default_factory=list)
     updates_calls: list[Any] = field(default_factory=list)
+    story: str = ""  # the gateway's last log events, for a failure's message
 
 
 def gateway_config(
@@ -145,6 +146,7 @@ def run_crash_chaos(
         tool.stop()
         tg.stop()
         llm.responder = None
+        story = gw.story(150)
     result = tally(driver.sent, list(tg.sent))
     result.accepted = inbox_count(home)
     quarantined = inbox_count(home, "quarantined")
@@ -158,6 +160,7 @@ def run_crash_chaos(
         bot_messages=[{**m, "at": t} for m, t in zip(tg.sent, tg.sent_at, strict=False)],
         sent=list(driver.sent),
         updates_calls=[p for n, p in tg.calls if n == "getUpdates"],
+        story=story,
     )
     report.doubles_explained = _doubles_explained(result.doubled, tg, kills)
     report.figures["doubles_in_send_window"] = report.doubles_explained

@@ -150,6 +150,20 @@ class GatewayProcess:
         except OSError:
             return ""
 
+    def story(self, tail: int = 80) -> str:
+        """The last ``tail`` log events, one short line each: what a failed wait shows."""
+        try:
+            events = self.log_events()[-tail:]
+        except (OSError, ValueError):
+            return self.stderr()
+        skip = {"event", "timestamp", "logger", "level"}
+        lines = [
+            f"{e.get('timestamp', '')} {e.get('level', '')} {e.get('event')} "
+            + " ".join(f"{k}={str(v)[:120]}" for k, v in e.items() if k not in skip)
+            for e in events
+        ]
+        return f"--- {self.home.name} ---\n" + "\n".join(lines)
+
     def log_events(self) -> list[dict[str, Any]]:
         path = self.home / "logs" / "gateway.log"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

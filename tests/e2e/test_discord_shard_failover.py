@@ -180,7 +180,8 @@ def test_a_message_posted_while_nobody_holds_the_shard_is_answered_once_by_the_n
     try:
         a.start(wait=False).wait_healthy(60)
         b.start(wait=False).wait_healthy(60)
-        wait_until(lambda: split_in_two(a, b), timeout=40)
+        both = lambda: a.story(40) + "\n" + b.story(40)  # noqa: E731
+        wait_until(lambda: split_in_two(a, b), timeout=40, explain=both)
         wait_until(lambda: all(fake.sessions_by_shard().values()), timeout=10)
         say(fake, 1, "seen by the holder")
         wait_until(lambda: sum(replies(fake).values()) >= 1, timeout=30)
@@ -253,7 +254,8 @@ def test_an_instance_without_a_configured_count_follows_the_clusters(
         wait_until(lambda: sorted(serving(a)) == [0, 1], timeout=20)
         fake.shard_count = 4  # what Discord recommends to the instance that starts next
         b.start(wait=False).wait_healthy(60)
-        wait_until(lambda: split_in_two(a, b), timeout=40)
+        both = lambda: a.story(40) + "\n" + b.story(40)  # noqa: E731
+        wait_until(lambda: split_in_two(a, b), timeout=40, explain=both)
     finally:
         a.kill()
         b.kill()

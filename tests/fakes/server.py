@@ -103,15 +103,22 @@ class FakeServer:
         self.loop.call_soon_threadsafe(fn, *args)
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 10, interval: float = 0.01) -> Any:
-    """Poll ``predicate`` from a sync test until it returns something truthy; fail on timeout."""
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 10,
+    interval: float = 0.01,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``predicate`` from a sync test until it returns something truthy; fail on timeout
+    (with what ``explain`` says, e.g. a gateway's log tail, so a failure on CI can be read)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+            why = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}{why}")
         time.sleep(interval)
 
 

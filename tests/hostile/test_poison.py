@@ -91,7 +91,7 @@ def start_ready(gw: GatewayProcess) -> None:
 def run_until_in_flight(gw: GatewayProcess, llm: FakeOpenAI, nth: int) -> None:
     """Start the gateway and wait for the poison message's ``nth`` model request."""
     start_ready(gw)
-    wait_until(lambda: poison_requests(llm) >= nth, timeout=WAIT)
+    wait_until(lambda: poison_requests(llm) >= nth, timeout=WAIT, explain=gw.story)
     assert poison_requests(llm) == nth
 
 
