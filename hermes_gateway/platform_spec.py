@@ -55,6 +55,9 @@ class Capabilities:
     # speak in a chat unasked (a scheduled job's answer, a welcome); a platform that cannot
     # answers only the open request that asked, on the instance that took it (the local API)
     can_push: bool = True
+    # one that cannot push may still keep what is said unasked for its chat: in the chat's
+    # history, and on a feed its client listens to (the local API's `GET /v1/events`)
+    keeps_unasked: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 `SPEC` is what the gateway knows of it. It has no access rules of its own (its routes want
 `control.token` when one is set; open on a loopback bind otherwise) and no channel for a
-question back to the caller."""
+question back to the caller. What the gateway says unasked (a scheduled job's answer) is kept
+in the session's history and streamed to whoever listens (`GET /v1/events`)."""
 
 from adapters.api.settings import ApiPlatformConfig
 from hermes_gateway.platform_spec import Capabilities, PlatformSpec
@@ -11,6 +12,6 @@ SPEC = PlatformSpec(
     name="api",
     section=ApiPlatformConfig,
     adapter="adapters.api.adapter:ApiAdapter",
-    capabilities=Capabilities(can_ask_approval=False, can_push=False),
+    capabilities=Capabilities(can_ask_approval=False, can_push=False, keeps_unasked=True),
     order=0,
 )

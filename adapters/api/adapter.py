@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from adapters.api.feed import Feeds, unasked
 from adapters.api.stream import SseSink, StreamMeta, stream_response
 from adapters.api.wire import (
     Ended,
@@ -46,10 +47,12 @@ class ApiAdapter:
         self._waiters: dict[str, asyncio.Future[Answer]] = {}
         self._sinks: dict[str, SseSink] = {}
         self._cut_short: dict[str, str] = {}  # request -> the run that was cut short
+        self.feeds = Feeds()  # what the gateway says unasked, to whoever listens to a session
         # the chat API: open on a loopback bind with no control.token, like curl expects
         host.add_route("POST", "/v1/chat/completions", self.chat_completions, access="client")
         host.add_route("GET", "/v1/models", self.models, access="client")
         host.add_route("GET", "/v1/history", self.history, access="client")
+        host.add_route("GET", "/v1/events", self.events, access="client")
         host.add_route("*", "/v1/responses", self.responses, access="client")
         host.bus.subscribe(self._on_lifecycle, ["processing_complete"], name="api-adapter")
 
@@ -63,6 +66,7 @@ class ApiAdapter:
         """Whatever is still open gets its end now: `[DONE]` for a stream, 503 for a wait."""
         for key in [*self._waiters, *self._sinks]:
             self._end(key, Ended("shutting_down"))
+        self.feeds.close()
 
     def health(self) -> Health:
         return Health(self._open, "" if self._open else "stopped")
@@ -72,7 +76,14 @@ class ApiAdapter:
 
     async def send(self, message: OutboundMessage) -> None:
         """Every request a reply settles gets it (a merged or steered turn answers them all),
-        except one whose own run was cut short: it is told so, never given the next answer."""
+        except one whose own run was cut short: it is told so, never given the next answer.
+        A message that answers no request (a scheduled job's answer) goes to the session's
+        feeds; the history keeps it for a client that was not listening."""
+        if not message.answers:
+            item = unasked(message.chat_id, message.text, message.kind, message.run_id or None)
+            listening = self.feeds.publish(message.chat_id, item)
+            log.info("api.unasked", session=message.chat_id, kind=message.kind, feeds=listening)
+            return
         delivered = False
         for message_id in message.answers:
             key = _key(message.session_key, message_id)
@@ -232,6 +243,15 @@ class ApiAdapter:
         ).session_key
         messages = await self.host.history(key)
         return web.json_response({"session_key": key, "messages": messages})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """`GET /v1/events?user=NAME`: the session's feed (see `adapters.api.feed`)."""
+        name = request.query.get("user")
+        if not name:
+            raise RequestError(400, "which session: give ?user=NAME", "missing_user")
+        if not self._open:
+            raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
+        return await self.feeds.serve(request, session_name(name))
 
     async def responses(self, request: web.Request) -> web.Response:
         raise RequestError(

@@ -73,6 +73,13 @@ class AgentCache:
     def peek(self, key: str) -> SessionContext | None:
         return self._items.get(key)
 
+    def note(self, key: str, messages: list[Message]) -> None:
+        """Messages the store's history of ``key`` just got from outside a run (a scheduled
+        job's answer): a cached context takes them too, so it stays what a reload would be."""
+        ctx = self._items.get(key)
+        if ctx is not None:
+            ctx.history.extend(messages)
+
     def renew_agent(self, key: str) -> None:
         """Give the session a fresh agent (the old one is still busy on an abandoned thread)."""
         ctx = self._items.get(key)

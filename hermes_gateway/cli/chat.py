@@ -5,7 +5,8 @@ conversation: a message is sent with an idempotency key and, after a reconnect, 
 picked up from the session history. Ctrl-C during a reply sends `/stop`, and so does typing
 `/stop` (any `/command` typed during a reply is sent at once, while the reply keeps printing);
 Ctrl-D quits (during a reply: once it is done). Tool activity shows as a dim `[tool: name]`
-line, and a call that failed as `[tool: name failed]`.
+line, and a call that failed as `[tool: name failed]`. What the gateway says in the session
+unasked (a scheduled job's answer) shows when it comes, from the session's feed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class ChatClient:
         self, base_url: str, token: str | None, session: str, *, stream: bool, out: TextIO
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.headers = headers
         self.http = httpx.Client(base_url=base_url, headers=headers, timeout=None)
         self.base_url = base_url
         self.session = session
@@ -124,6 +126,15 @@ class ChatClient:
             self.out.flush()
             self._prompted = False
 
+    def unasked(self, text: str) -> None:
+        """Something the gateway said in the session unasked, shown on a line of its own
+        (between a reply's lines if one is printing)."""
+        with self._write_lock:
+            self._end_line()
+            self.out.write(f"hermes> {text}\n")
+            self.out.flush()
+            self._prompted = False
+
     def _write_chunk(self, line: str) -> None:
         if not line.startswith("data: ") or line == "data: [DONE]":
             return
@@ -193,6 +204,65 @@ class ChatClient:
             time.sleep(0.5)
 
 
+class SessionFeed:
+    """Listens to the session's feed (`GET /v1/events`) on a thread of its own and writes
+    what comes as `hermes> ...` lines; reconnects after the gateway restarts."""
+
+    def __init__(
+        self,
+        base_url: str,
+        headers: dict[str, str],
+        session: str,
+        write: Callable[[str], None],
+        retry_s: tuple[float, ...] = (1, 2, 4, 8, 15),
+    ) -> None:
+        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=None)
+        self.session = session
+        self.write = write
+        self.retry_s = retry_s
+        self.listening = threading.Event()  # connected now
+        self._stop = threading.Event()
+        self._response: httpx.Response | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="session-feed")
+
+    def start(self) -> SessionFeed:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            response.close()  # unblocks the read on the feed's thread
+        self.http.close()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self._listen()
+                failures = 0  # it ended (the gateway stopping): listen again at once
+            except (httpx.HTTPError, RuntimeError, ValueError):
+                failures += 1
+            self.listening.clear()
+            pause = self.retry_s[min(failures, len(self.retry_s) - 1)] if failures else 0.2
+            self._stop.wait(pause)
+
+    def _listen(self) -> None:
+        with self.http.stream("GET", "/v1/events", params={"user": self.session}) as response:
+            if response.status_code != 200:
+                raise ValueError(f"HTTP {response.status_code}")
+            self._response = response
+            self.listening.set()
+            for line in response.iter_lines():
+                if self._stop.is_set():
+                    return
+                if line.startswith("data: "):
+                    item = json.loads(line[6:])
+                    if item.get("type") == "message" and item.get("content"):
+                        self.write(str(item["content"]))
+
+
 def run_chat(
     base_url: str,
     token: str | None,
@@ -212,6 +282,14 @@ def run_chat(
         return 1
     _enable_line_editing(history_file)
     out.write(f"Connected to {base_url} (session {session}). /help for commands, Ctrl-D quits.\n")
+    feed = SessionFeed(base_url, client.headers, session, client.unasked).start()
+    try:
+        return _chat_loop(client, read, out)
+    finally:
+        feed.stop()
+
+
+def _chat_loop(client: ChatClient, read: Callable[[str], str], out: TextIO) -> int:
     typed: list[str] = []  # lines entered while a reply was printing, sent next
     while True:
         try:

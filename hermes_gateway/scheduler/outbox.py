@@ -2,12 +2,13 @@
 adapter's retries), recorded on the run: how many parts went out and whether it arrived. It
 goes straight to the platform, so it neither waits for nor interrupts a chat turn running in
 that chat; what the platform refused is offered again, with pauses, and recorded `failed` only
-once those are spent."""
+once those are spent. An answer delivered to the chat the job was made in joins that chat's
+history, so the chat's next turn knows what was said (and a local API client finds it there)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,7 @@ import structlog
 
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.errors import FencedOut, StoreError
-from hermes_gateway.events import Chat, OutboundKind, OutboundMessage
+from hermes_gateway.events import Chat, OutboundKind, OutboundMessage, build_session_key
 from hermes_gateway.platform_spec import capabilities
 from hermes_gateway.scheduler.jobs import Job, target
 from hermes_gateway.scheduler.ledger import Ledger
@@ -29,10 +30,22 @@ class JobOutbox:
 
     retry_delays: tuple[float, ...] = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 
-    def __init__(self, delivery: Delivery, adapters: Mapping[str, Adapter], ledger: Ledger) -> None:
+    def __init__(
+        self,
+        delivery: Delivery,
+        adapters: Mapping[str, Adapter],
+        ledger: Ledger,
+        join_chat: Callable[[str, str, int], Awaitable[None]] | None = None,
+        per_user: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """``join_chat(session_key, text, run_id)`` adds a delivered answer to that chat's
+        history; ``per_user``: whether a group chat has a session per user
+        (`runner.group_sessions_per_user`), to name the chat's session."""
         self.delivery = delivery
         self.adapters = adapters
         self.ledger = ledger
+        self.join_chat = join_chat
+        self.per_user = per_user
         self.outcomes: dict[str, int] = {}
 
     async def deliver(
@@ -53,12 +66,12 @@ class JobOutbox:
         sending it again, as the chat replay does."""
         where = target(job.deliver, job.origin)
         platform = where.platform
-        pushable = platform is not None and capabilities(platform).can_push
-        if platform is None or not pushable or platform not in self.adapters:
-            # nowhere to send it (or a platform such as the local API, which has no chat to
-            # speak in unasked): the answer is in the job's runs
+        caps = capabilities(platform) if platform is not None else None
+        reachable = caps is not None and (caps.can_push or caps.keeps_unasked)
+        if platform is None or not reachable or platform not in self.adapters:
+            # nowhere to send it: the answer is in the job's runs
             final = "skipped"
-            if pushable:
+            if reachable:
                 log.error("job.no_adapter", job_id=job.id, platform=where.platform)
                 final = "failed"
             await self._record(run_id, final)
@@ -82,6 +95,7 @@ class JobOutbox:
             out = replace(out, on_sending=track.sending, doubt=checked)
             if await self.delivery.send(out, outcome="scheduled"):
                 await self._record(run_id, "delivered")
+                await self._join(job, run_id, text)
                 return "delivered"
             if track.taken:  # not ours to record either
                 log.warning("job.delivery_taken_over", job_id=job.id, run_id=run_id)
@@ -89,6 +103,17 @@ class JobOutbox:
             log.warning("job.delivery_failed", job_id=job.id, run_id=run_id, attempt=attempt + 1)
         await self._record(run_id, "failed")
         return "failed"
+
+    async def _join(self, job: Job, run_id: int, text: str) -> None:
+        """After the delivery is recorded: a crash in between costs the history its copy,
+        rather than giving it two."""
+        if self.join_chat is None or job.deliver != "origin":
+            return
+        o = job.origin
+        key = build_session_key(
+            o.platform, o.chat_type, o.chat_id, o.thread_id, o.user_id, per_user=self.per_user()
+        )
+        await self.join_chat(key, text, run_id)
 
     async def _record(self, run_id: int, final: str) -> None:
         self.outcomes[final] = self.outcomes.get(final, 0) + 1

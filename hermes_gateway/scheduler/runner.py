@@ -101,6 +101,18 @@ class JobRunner:
         log.warning("job.thread_abandoned", session_key=key)
         return None
 
+    async def join_chat(self, session_key: str, text: str, run_id: int) -> None:
+        """A run's answer delivered to the chat the job was made in joins that chat's
+        history: in the store, and in its cached context if it has one (a run in it now
+        appends its own turn after it, as the store has it)."""
+        message = {"role": "assistant", "content": text}
+        try:
+            await self.store.complete_turn(session_key, [message], [], text, f"cron-{run_id}")
+        except StoreError as exc:  # it was delivered; only the chat's memory of it is lost
+            log.error("job.join_chat_failed", error=str(exc), session_key=session_key)
+            return
+        self.agents.note(session_key, [message])
+
     async def _persist(self, key: str, result: RunResult, run_id: str) -> None:
         messages = result.new_messages
         if result.compaction is not None:

@@ -53,7 +53,13 @@ class SchedulerService:
         owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.ledger = Ledger(gateway.store, owner, config.scheduler.lease_s)
         runner = JobRunner(gateway.store, gateway.agents, gateway.pool, config.runner.stop_grace_s)
-        self.outbox = JobOutbox(gateway.delivery, gateway.adapters, self.ledger)
+        self.outbox = JobOutbox(
+            gateway.delivery,
+            gateway.adapters,
+            self.ledger,
+            join_chat=runner.join_chat,
+            per_user=lambda: gateway.config.runner.group_sessions_per_user,
+        )
         self.scheduler = Scheduler(
             section, self.ledger, runner, self.outbox, workers=config.runner.workers
         )
