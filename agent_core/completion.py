@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_core.backoff import retry_after_s
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -187,8 +189,6 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:
-    value = exc.response.headers.get("retry-after") if exc.response is not None else None
-    try:
-        return min(max(float(value), 0.0), 60.0) if value is not None else None
-    except ValueError:
-        return None
+    headers = exc.response.headers if exc.response is not None else None
+    value = headers.get("retry-after") if headers else None
+    return None if value is None else retry_after_s(value, cap=60.0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
 import structlog
 
 from agent_core import cutoff
+from agent_core.backoff import Backoff
 from agent_core.completion import (
     Accumulator,
     Completion,
@@ -131,6 +131,7 @@ class LLMClient:
         """
         body = self._body(prefix, messages, tools)
         attempt = 0
+        backoff = Backoff(0.5, 8.0, factor=2.0, jitter=0.5)
         while True:
             if should_stop():  # checked before each request: none goes out once stopped
                 return Completion(interrupted=True)
@@ -152,7 +153,7 @@ class LLMClient:
                         **where,
                     )
                     raise
-                delay = exc.retry_after if exc.retry_after is not None else _backoff(attempt)
+                delay = exc.retry_after if exc.retry_after is not None else backoff.next()
                 attempt += 1
                 log.warning(
                     "model.retry",
@@ -319,10 +320,6 @@ def _with_usage(body: bytes, out: Completion) -> Completion:
         written = len(out.content.encode()) // _BYTES_PER_TOKEN
         out.usage = {"prompt_tokens": prompt, "completion_tokens": written}
     return out
-
-
-def _backoff(attempt: int) -> float:
-    return float(min(8.0, 0.5 * 2**attempt) * (0.5 + random.random()))
 
 
 def _sleep(seconds: float) -> bool:

@@ -26,7 +26,7 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.seam.preview import LivePreview, PreviewBook, PreviewWire, Remember
-from hermes_gateway.seam.retry import with_retry
+from hermes_gateway.seam.retry import header, retry_after_s, with_retry
 from hermes_gateway.text.markup import split_rendered_discord
 
 log = structlog.get_logger("hermes.adapters.discord")
@@ -57,20 +57,13 @@ def translate(exc: BaseException, what: str) -> AdapterError | None:
         if exc.status == 401:
             return AdapterAuthError(detail)
         if exc.status == 429:  # only when discord.py gave up waiting itself
-            return RateLimitedError(detail, _retry_after(exc))
+            return RateLimitedError(detail, _retry_after_of(exc))
         if exc.status >= 500:
             return TransientAdapterError(detail)
         return PermanentAdapterError(detail)
     if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError | discord.ConnectionClosed):
         return TransientAdapterError(f"discord {what}: {exc!r}")
     return None
-
-
-def _retry_after(exc: discord.HTTPException) -> float:
-    try:
-        return float(exc.response.headers.get("Retry-After", "1"))
-    except (AttributeError, ValueError):
-        return 1.0
 
 
 async def guarded(call: Callable[[], Awaitable[T]], what: str) -> T:
@@ -347,3 +340,8 @@ async def _interrupt(previews: list[LivePreview[int]]) -> None:
     """Finish previews no answer will replace, marked as interrupted."""
     for preview in previews:
         await preview.finish(INTERRUPTED)
+
+
+def _retry_after_of(exc: discord.HTTPException) -> float:
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    return retry_after_s(header(headers))

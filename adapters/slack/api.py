@@ -22,7 +22,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.seam.downloader import Downloader, origins
-from hermes_gateway.seam.retry import with_retry
+from hermes_gateway.seam.retry import header, retry_after_s, with_retry
 
 T = TypeVar("T")
 
@@ -56,7 +56,9 @@ def translate(exc: BaseException, what: str) -> AdapterError:
         status = int(getattr(response, "status_code", 200) or 200)
         code = error_code(response.data)
         if status == 429 or code == "ratelimited":
-            return RateLimitedError(f"{what}: rate limited", _retry_after(response.headers))
+            return RateLimitedError(
+                f"{what}: rate limited", retry_after_s(header(response.headers))
+            )
         if code in AUTH_ERRORS:
             return AdapterAuthError(f"{what}: Slack rejected the token ({code})")
         if status >= 500 or code in TRANSIENT_ERRORS:
@@ -71,16 +73,6 @@ def error_code(data: Any) -> str:
     if isinstance(data, Mapping):
         return str(data.get("error") or "")
     return ""
-
-
-def _retry_after(headers: Any) -> float:
-    for key, value in dict(headers or {}).items():
-        if str(key).lower() == "retry-after":
-            try:
-                return max(0.0, float(value if not isinstance(value, list) else value[0]))
-            except (TypeError, ValueError):
-                break
-    return 1.0
 
 
 def file_downloader(config: SlackConfig, folder: Path) -> Downloader:

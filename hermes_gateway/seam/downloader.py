@@ -24,7 +24,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment
-from hermes_gateway.seam.retry import with_retry
+from hermes_gateway.seam.retry import retry_after_s, with_retry
 
 log = structlog.get_logger("hermes.adapters.media")
 T = TypeVar("T")
@@ -231,7 +231,7 @@ class Downloader:
                 raise PermanentAdapterError(f"{where} with a sign-in page{self.denied_hint}")
             return
         if status == 429:
-            raise RateLimitedError(where, _retry_after(resp.headers.get("Retry-After")))
+            raise RateLimitedError(where, retry_after_s(resp.headers.get("Retry-After")))
         if status >= 500:
             raise TransientAdapterError(where)
         if 300 <= status < 400:
@@ -273,13 +273,6 @@ def _without_path(reason: str, url: yarl.URL) -> str:
         if len(secret) > 1:
             reason = reason.replace(secret, "/...")
     return reason
-
-
-def _retry_after(value: str | None) -> float:
-    try:
-        return max(0.0, float(value or 1))
-    except ValueError:
-        return 1.0
 
 
 class _Spool:

@@ -1,6 +1,7 @@
 """The one retry helper for platform calls: honour `retry_after`, back off x1.5 (with jitter)
 up to a cap on transient failures, give up at once on permanent ones, race a stop event (the
-sleep that does is shared with the live preview and the connection supervisor)."""
+sleep that does is shared with the live preview and the connection supervisor). The one
+`Retry-After` reader and `Backoff` are `agent_core.backoff`'s, offered to the platforms here."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TypeVar
 
 import structlog
 
+from agent_core.backoff import Backoff, header, retry_after_s
 from hermes_gateway.errors import RateLimitedError, TransientAdapterError
 
 log = structlog.get_logger("hermes.retry")
@@ -34,7 +36,7 @@ async def with_retry(
     `TransientAdapterError` backs off; any other exception propagates at once. A set ``stop``
     event ends the waiting early and re-raises the last error.
     """
-    delay = base_delay
+    backoff = Backoff(base_delay, max_delay, factor=1.5, jitter=0.2)
     for attempt in range(1, attempts + 1):
         try:
             return await call()
@@ -48,8 +50,7 @@ async def with_retry(
         except TransientAdapterError as exc:
             if attempt == attempts:
                 raise
-            wait = min(max_delay, delay) * random.uniform(0.8, 1.2)
-            delay *= 1.5
+            wait = backoff.next()
             log.warning("retry.transient", what=what, attempt=attempt, error=str(exc))
             if await sleep_unless(stop, wait):
                 raise
@@ -72,3 +73,6 @@ async def sleep_unless(
         sleeper.cancel()
         stopper.cancel()
     return stop.is_set()
+
+
+__all__ = ["Sleep", "header", "retry_after_s", "sleep_unless", "with_retry"]

@@ -5,13 +5,13 @@ again with a growing, jittered, capped backoff (reset once a connection was heal
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
+from agent_core.backoff import Backoff
 from hermes_gateway.seam.platform import Health
 from hermes_gateway.seam.retry import Sleep, sleep_unless
 
@@ -37,31 +37,6 @@ class RetryLater(Exception):
         super().__init__(detail)
         self.after = after
         self.detail = detail
-
-
-@dataclass(slots=True)
-class Backoff:
-    """Waits between attempts: ``first``, then times ``factor`` up to ``cap``, each spread by
-    +-``jitter`` (so gateways that lost a platform together do not come back in step)."""
-
-    first: float = 1.0
-    cap: float = 60.0
-    factor: float = 2.0
-    jitter: float = 0.1
-    rng: Callable[[float, float], float] = random.uniform
-    _base: float = field(init=False, default=0.0)
-
-    def __post_init__(self) -> None:
-        self._base = self.first
-
-    def next(self) -> float:
-        wait, self._base = self._base, min(self.cap, self._base * self.factor)
-        if self.jitter:
-            wait *= self.rng(1 - self.jitter, 1 + self.jitter)
-        return min(self.cap, wait)
-
-    def reset(self) -> None:
-        self._base = self.first
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,3 +232,6 @@ class Supervisor:
     def _restart(self) -> None:
         if not self._stopping.is_set():
             self.start()
+
+
+__all__ = ["Backoff", "GiveUp", "RetryLater", "StallWatch", "Supervisor", "hold"]
