@@ -326,9 +326,8 @@ class Config(_Section):
             section = getattr(self.platforms, spec.name)
             values += [str(getattr(section, key)) for key in spec.secrets]
         for tool in tool_specs():
-            if tool.secrets and tool.section:
-                own = getattr(self.tools, tool.section)
-                values += [str(getattr(own, key)) for key in tool.secrets]
+            own = getattr(self.tools, tool.section or "", None)
+            values += [str(getattr(own, key)) for key in tool.secrets if own is not None]
         return [v for v in values if v and len(v) >= 4]
 
 

@@ -2,7 +2,8 @@
 
 Tools never import the gateway or the agent. The gateway fills a `ToolHost` (each callable hops
 to its event loop and blocks this worker thread, never the loop); the agent fills
-`ToolContext.delegate`. A missing callable means "not available here" and the tool says so.
+`ToolContext.delegate`. A missing callable means "not available here" and the tool says so;
+a call sees only the callables its tool's spec needs (`HOST_NEEDS`, `narrowed`).
 """
 
 from __future__ import annotations
