@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -147,9 +147,9 @@ def build_registry(enabled: Iterable[str], settings: ToolSettings) -> ToolRegist
     """The registry of the named tools, in the given order. A tool that needs "tools" is built
     after the others and given them (a script of `execute_code` calls the session's tools)."""
     specs = {name: tool_spec(name) for name in dict.fromkeys(enabled)}
-    needs = {name: frozenset[str](spec.needs) for name, spec in specs.items()}
+    needs = {name: spec.needs for name, spec in specs.items()}
     later = {name for name, spec in specs.items() if "tools" in spec.needs}
-    made: dict[str, Any] = {name: factory(name)(settings) for name in specs if name not in later}
+    made: dict[str, Tool] = {name: factory(name)(settings) for name in specs if name not in later}
     for name in specs:
         if name in later:
             made[name] = factory(name)(settings, ToolRegistry(made.values(), needs))

@@ -6,6 +6,7 @@ where it sees only the host services its spec needs."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import tomllib
@@ -95,6 +96,16 @@ def test_a_bad_setting_of_an_installed_tool_names_its_key(
     with pytest.raises(ConfigError) as caught:
         load_config_text(tmp_path, f"tools:\n  toy_echo: {section}\n")
     assert caught.value.key == key and needle in str(caught.value)
+
+
+def test_config_check_exits_78_naming_an_installed_tool_s_bad_key(tmp_path: Path) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_text("tools:\n  enabled: [toy_echo]\n  toy_echo: {times: 0}\n")
+    path = os.pathsep.join(p for p in (str(TOY_SITE), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": path}
+    command = [sys.executable, "-m", "hermes_gateway", "config", "check", "--config", str(bad)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 78 and "tools.toy_echo.times" in result.stderr, result.stderr
 
 
 def test_without_the_tool_its_name_and_section_are_unknown(tmp_path: Path) -> None:
