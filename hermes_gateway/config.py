@@ -19,17 +19,20 @@ from hermes_gateway.config_schema import (
     BusyPolicy,
     Config,
     ControlConfig,
-    DelegateToolConfig,
     LoggingConfig,
     ModelConfig,
     Platforms,
     PlatformsConfig,
     RunnerConfig,
     StoreConfig,
-    TerminalToolConfig,
     ToolsConfig,
-    VisionToolConfig,
     WatchdogConfig,
+    config_model,
+)
+from tools.builtin import (
+    DelegateToolConfig,
+    TerminalToolConfig,
+    VisionToolConfig,
     WebToolConfig,
 )
 
@@ -91,7 +94,7 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     if env.get("HERMES_HOME"):
         data["home"] = env["HERMES_HOME"]
     try:
-        config = Config.model_validate(data)
+        config = config_model().model_validate(data)
     except ValidationError as exc:
         raise config_error(exc) from None
     config = _expand_paths(config, env)

@@ -5,20 +5,24 @@ Pure data and validation; reading the file and the environment is `config.py`'s 
 
 from __future__ import annotations
 
-import ipaddress
-import re
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from hermes_gateway.platform_spec import platform_specs
+from tools.builtin import (
+    DelegateToolConfig,
+    ExecuteCodeToolConfig,
+    TerminalToolConfig,
+    VisionToolConfig,
+    WebToolConfig,
+)
+from tools.catalog import tool_names, tool_sections, tool_specs
 
 BusyPolicy = Literal["interrupt", "queue", "latest", "collect", "steer"]
 _S = TypeVar("_S", bound=BaseModel)
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Section(BaseModel):
@@ -119,88 +123,18 @@ else:
     PlatformsConfig = _platforms_model()
 
 
-class TerminalToolConfig(_Section):
-    timeout_s: float = Field(60, gt=0)
-    max_timeout_s: float = Field(600, gt=0)
-    approval: Literal["off", "dangerous", "always"] = "dangerous"
-    approval_timeout_s: float = Field(120, gt=0)
-    # gateway environment variables handed to tool processes besides the built-in allow-list
-    env_passthrough: tuple[str, ...] = ()
-    # absolute paths hidden from tool processes besides the home, config file and database
-    hide_paths: tuple[str, ...] = ()
-    # absolute paths tool processes may write besides their workspace and private /tmp
-    writable_paths: tuple[str, ...] = ()
-    # none: a network namespace of their own (no way to the gateway's ports or any local
-    # service); host: the gateway's network, for tools that must download (opt-in)
-    network: Literal["none", "host"] = "none"
-    tmp_mb: int = Field(1024, ge=16)  # the size of each tool call's private /tmp
+class Tools(_Section):
+    """``tools:``: the keys of the toolset itself, and one section per installed tool that
+    has settings (`tools.catalog.tool_sections`), typed by its spec's model; `ToolsConfig` is
+    this with those fields."""
 
-    @field_validator("hide_paths", "writable_paths")
-    @classmethod
-    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [path for path in value if not path.startswith(("/", "~"))]
-        if bad:
-            raise ValueError(f"not absolute paths: {', '.join(map(repr, bad))}")
-        return value
+    if TYPE_CHECKING:  # the built-in sections the gateway itself reads (made from the specs)
+        terminal: TerminalToolConfig = Field(default_factory=TerminalToolConfig)
+        web: WebToolConfig = Field(default_factory=WebToolConfig)
+        vision: VisionToolConfig = Field(default_factory=VisionToolConfig)
+        delegate: DelegateToolConfig = Field(default_factory=DelegateToolConfig)
+        execute_code: ExecuteCodeToolConfig = Field(default_factory=ExecuteCodeToolConfig)
 
-    @field_validator("env_passthrough")
-    @classmethod
-    def _env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [name for name in value if not _ENV_NAME.fullmatch(name)]
-        if bad:
-            raise ValueError(f"not environment variable names: {', '.join(map(repr, bad))}")
-        return value
-
-
-class WebToolConfig(_Section):
-    search_url: str = ""  # SearXNG-compatible; empty = web_search unavailable
-    timeout_s: float = Field(20, gt=0)
-    max_bytes: int = Field(2_000_000, ge=1024)
-    max_redirects: int = Field(5, ge=0, le=20)
-    allow_private: bool = False
-    allowed_networks: tuple[str, ...] = ()
-
-    @field_validator("search_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if value and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL")
-        return value
-
-    @field_validator("allowed_networks")
-    @classmethod
-    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for item in value:
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
-        return value
-
-
-class VisionToolConfig(_Section):
-    model: str = ""  # empty = model.name
-    base_url: str = ""  # empty = model.base_url
-    api_key: str = ""  # empty = model.api_key when base_url is empty too
-    max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-
-
-class DelegateToolConfig(_Section):
-    max_depth: int = Field(1, ge=1, le=5)
-    max_iterations: int = Field(10, ge=1)
-
-
-class ExecuteCodeToolConfig(_Section):
-    timeout_s: float = Field(300, gt=0)
-    max_calls: int = Field(50, ge=1)
-    max_stdout_chars: int = Field(50_000, ge=100)
-    spill_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-    memory_mb: int = Field(1024, ge=64)
-    max_processes: int = Field(64, ge=1)
-    open_files: int = Field(256, ge=16)
-
-
-class ToolsConfig(_Section):
     workspace: str | None = None  # default: <home>/workspace
     # local and confined to the workspace and home by default; terminal, web, vision and
     # delegation reach further and are switched on by the operator
@@ -221,11 +155,6 @@ class ToolsConfig(_Section):
     memory_max_chars: int = Field(50_000, ge=1000)
     search_timeout_s: float = Field(20, gt=0)  # a regex search's child is killed after it
     max_write_bytes: int = Field(1024 * 1024, ge=1024)  # write_file content, patch edit text
-    terminal: TerminalToolConfig = TerminalToolConfig()
-    web: WebToolConfig = WebToolConfig()
-    vision: VisionToolConfig = VisionToolConfig()
-    delegate: DelegateToolConfig = DelegateToolConfig()
-    execute_code: ExecuteCodeToolConfig = ExecuteCodeToolConfig()
 
     @field_validator("enabled")
     @classmethod
@@ -246,6 +175,25 @@ class ToolsConfig(_Section):
         """The tools a session on ``platform`` may use."""
         return self.platforms.get(platform, self.enabled)
 
+    def sections(self) -> dict[str, BaseModel]:
+        """Every tool's section, by key (what `tools.catalog.ToolSettings.sections` holds)."""
+        return {key: value for key, value in self if isinstance(value, BaseModel)}
+
+
+def _tools_model(sections: tuple[tuple[str, type[BaseModel]], ...]) -> type[Tools]:
+    clash = [key for key, _ in sections if key in Tools.model_fields]
+    if clash:
+        raise RuntimeError(f"a tool's section is named like a key of tools: {clash[0]!r}")
+    fields: dict[str, Any] = {key: (kind, Field(default_factory=kind)) for key, kind in sections}
+    return create_model("ToolsConfig", __base__=Tools, **fields)
+
+
+_SECTIONS_AT_IMPORT = tuple(tool_sections().items())
+if TYPE_CHECKING:
+    ToolsConfig = Tools
+else:
+    ToolsConfig = _tools_model(_SECTIONS_AT_IMPORT)
+
 
 def _url_password(url: str | None) -> str:
     """The password in ``scheme://user:password@host``, or ""."""
@@ -256,13 +204,10 @@ def _url_password(url: str | None) -> str:
 
 
 def _check_tool_names(names: tuple[str, ...]) -> None:
-    from tools.catalog import BUILTIN_NAMES
-
-    unknown = [n for n in names if n not in BUILTIN_NAMES]
+    known = tool_names()
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(
-            f"unknown tool {unknown[0]!r} (built-in tools: {', '.join(BUILTIN_NAMES)})"
-        )
+        raise ValueError(f"unknown tool {unknown[0]!r} (installed tools: {', '.join(known)})")
 
 
 class SchedulerConfig(_Section):
@@ -374,11 +319,27 @@ class Config(_Section):
         values = [
             self.model.api_key,
             self.control.token or "",
-            self.tools.vision.api_key,
             self.memory.embeddings.api_key,
             _url_password(self.cluster.redis_url),
         ]
         for spec in platform_specs():
             section = getattr(self.platforms, spec.name)
             values += [str(getattr(section, key)) for key in spec.secrets]
+        for tool in tool_specs():
+            own = getattr(self.tools, tool.section or "", None)
+            values += [str(getattr(own, key)) for key in tool.secrets if own is not None]
         return [v for v in values if v and len(v) >= 4]
+
+
+@functools.cache
+def _config_with(sections: tuple[tuple[str, type[BaseModel]], ...]) -> type[Config]:
+    tools = _tools_model(sections)
+    return create_model("Config", __base__=Config, tools=(tools, Field(default_factory=tools)))
+
+
+def config_model() -> type[Config]:
+    """The model a config file is validated with: `Config`, or, when a tool was installed
+    since this module was imported (a test putting one on the path), `Config` with its
+    section."""
+    sections = tuple(tool_sections().items())
+    return Config if sections == _SECTIONS_AT_IMPORT else _config_with(sections)

@@ -1,4 +1,5 @@
-"""The built-in tools by name, their settings, and `build_registry`.
+"""The installed tools, found through their specs (`tools.spec.ToolSpec`) in the
+``hermes_gateway.tools`` entry point group, the settings they are built with, and `build_registry`.
 
 Tool modules are imported only when a tool is enabled (the web tools pull in an HTML library),
 and this module imports none of them, so the config can validate names cheaply.
@@ -6,43 +7,21 @@ and this module imports none of them, so the config can validate names cheaply.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel
 
 from tools.registry import Tool, ToolRegistry
+from tools.spec import ENTRY_POINT_GROUP, ToolSpec
 
 Approval = Literal["off", "dangerous", "always"]
-
-# name -> "module:factory"; a factory takes `ToolSettings` and returns the tool
-BUILTINS: dict[str, str] = {
-    "terminal": "tools.terminal:make_terminal",
-    "read_file": "tools.files:make_read_file",
-    "write_file": "tools.files:make_write_file",
-    "patch": "tools.patch:make_patch",
-    "search_files": "tools.search:make_search_files",
-    "web_search": "tools.web:make_web_search",
-    "web_extract": "tools.web:make_web_extract",
-    "vision_analyze": "tools.vision:make_vision",
-    "memory": "tools.memory:make_memory",
-    "session_search": "tools.recall:make_session_search",
-    "hindsight_retain": "tools.hindsight:make_retain",
-    "hindsight_recall": "tools.hindsight:make_recall",
-    "hindsight_reflect": "tools.hindsight:make_reflect",
-    "hindsight_forget": "tools.hindsight:make_forget",
-    "skills_list": "tools.skills:make_skills_list",
-    "skill_view": "tools.skills:make_skill_view",
-    "skill_manage": "tools.skills:make_skill_manage",
-    "delegate_task": "tools.delegate:make_delegate",
-    "execute_code": "tools.execute_code:make_execute_code",
-    "cronjob": "tools.cronjob:make_cronjob",
-    "cronjob_manage": "tools.cronjob:make_cronjob_manage",  # the reference's name for it
-}
-# built after the others and given them: a script calls the session's own tools
-_TAKES_TOOLS = frozenset({"execute_code"})
-BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTINS)
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +60,9 @@ class CodeSettings:
 
 @dataclass(frozen=True, slots=True)
 class ToolSettings:
-    """Everything the built-in tools are configured with (mapped from the gateway config)."""
+    """Everything the tools are configured with (mapped from the gateway config): the typed
+    fields are the built-in tools' (some mix several keys, or the environment), `sections`
+    holds every tool's own section as its spec's model validated it."""
 
     home: Path | None = None  # MEMORY.md and skills/ live here
     terminal: TerminalSettings = TerminalSettings()
@@ -92,25 +73,87 @@ class ToolSettings:
     search_timeout_s: float = 20.0  # wall clock of one regex search (a child process)
     max_write_bytes: int = 1024 * 1024  # content of one write_file, edit text of one patch
     code: CodeSettings = CodeSettings()
+    # every installed tool's section under `tools:` (by key), as its spec's model validated it
+    sections: Mapping[str, BaseModel] = field(default_factory=dict)
+
+    def section(self, key: str, kind: type[_M]) -> _M:
+        """``tools.<key>`` typed as ``kind`` (a tool reading its own settings); the model's
+        defaults when the settings came from no config (a test's `ToolSettings()`)."""
+        found = self.sections.get(key)
+        if found is None:
+            return kind()
+        if not isinstance(found, kind):
+            raise TypeError(f"tools.{key} is a {type(found).__name__}, not {kind.__name__}")
+        return found
 
 
-def factory(name: str) -> Callable[[ToolSettings], Tool]:
-    """The factory of a built-in tool (`KeyError` for an unknown name)."""
-    module, _, attr = BUILTINS[name].partition(":")
-    made: Callable[[ToolSettings], Tool] = getattr(importlib.import_module(module), attr)
+@functools.cache
+def tool_specs() -> tuple[ToolSpec, ...]:
+    """Every installed tool's spec, by name; loaded once (spec modules import no tool)."""
+    specs: dict[str, ToolSpec] = {}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            spec = point.load()
+        except Exception as exc:  # an installed tool that cannot load is a broken install
+            raise RuntimeError(
+                f"tool {point.name} ({point.value}) cannot be loaded: {exc}"
+            ) from exc
+        if not isinstance(spec, ToolSpec) or spec.name != point.name:
+            raise RuntimeError(
+                f"entry point {point.name} = {point.value} is not the ToolSpec named {point.name!r}"
+            )
+        specs.setdefault(spec.name, spec)  # the same distribution seen twice on the path
+    if not specs:
+        raise RuntimeError(
+            f"no tool is installed (entry point group {ENTRY_POINT_GROUP}): "
+            "reinstall the package, e.g. pip install -e ."
+        )
+    return tuple(sorted(specs.values(), key=lambda s: s.name))
+
+
+def tool_names() -> tuple[str, ...]:
+    """The names `tools.enabled` may hold: every installed tool's."""
+    return tuple(spec.name for spec in tool_specs())
+
+
+def tool_spec(name: str) -> ToolSpec:
+    """The installed tool called ``name`` (`KeyError` for an unknown name)."""
+    for spec in tool_specs():
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def tool_sections() -> dict[str, type[BaseModel]]:
+    """Section key under `tools:` -> its model, from every installed tool's spec; two tools
+    sharing a key must share its model."""
+    sections: dict[str, type[BaseModel]] = {}
+    for spec in tool_specs():
+        if spec.section is None or spec.settings is None:
+            continue
+        if sections.setdefault(spec.section, spec.settings) is not spec.settings:
+            raise RuntimeError(f"tools.{spec.section} is given two models (tool {spec.name})")
+    return sections
+
+
+def factory(name: str) -> Callable[..., Tool]:
+    """The factory of an installed tool, imported now (`KeyError` for an unknown name)."""
+    module, _, attr = tool_spec(name).factory.partition(":")
+    made: Callable[..., Tool] = getattr(importlib.import_module(module), attr)
     return made
 
 
 def build_registry(enabled: Iterable[str], settings: ToolSettings) -> ToolRegistry:
-    """The registry of the named built-in tools, in the given order."""
-    names = list(dict.fromkeys(enabled))
-    made = {name: factory(name)(settings) for name in names if name not in _TAKES_TOOLS}
-    for name in names:
-        if name in _TAKES_TOOLS:
-            module, _, attr = BUILTINS[name].partition(":")
-            make = getattr(importlib.import_module(module), attr)
-            made[name] = make(settings, ToolRegistry(made.values()))
-    return ToolRegistry(made[name] for name in names)
+    """The registry of the named tools, in the given order. A tool that needs "tools" is built
+    after the others and given them (a script of `execute_code` calls the session's tools)."""
+    specs = {name: tool_spec(name) for name in dict.fromkeys(enabled)}
+    needs = {name: spec.needs for name, spec in specs.items()}
+    later = {name for name, spec in specs.items() if "tools" in spec.needs}
+    made: dict[str, Tool] = {name: factory(name)(settings) for name in specs if name not in later}
+    for name in specs:
+        if name in later:
+            made[name] = factory(name)(settings, ToolRegistry(made.values(), needs))
+    return ToolRegistry((made[name] for name in specs), needs)
 
 
 def require_home(settings: ToolSettings, tool: str) -> Path:

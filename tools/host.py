@@ -2,13 +2,14 @@
 
 Tools never import the gateway or the agent. The gateway fills a `ToolHost` (each callable hops
 to its event loop and blocks this worker thread, never the loop); the agent fills
-`ToolContext.delegate`. A missing callable means "not available here" and the tool says so.
+`ToolContext.delegate`. A missing callable means "not available here" and the tool says so;
+a call sees only the callables its tool's spec needs (`HOST_NEEDS`, `narrowed`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,28 @@ class ToolHost:
     recall: Recall | None = None
     reflect: Reflect | None = None
     forget: Forget | None = None
+
+
+# what a tool may use (`tools.spec.ToolSpec.needs`) -> the `ToolHost` fields it opens;
+# "delegation" opens `ToolContext.delegate`, and "tools" (a tool that calls the session's other
+# tools) keeps the whole host, since each call it makes is narrowed again to the called tool's
+# own needs
+HOST_NEEDS: dict[str, tuple[str, ...]] = {
+    "approvals": ("ask_approval",),
+    "history": ("search_history",),
+    "attachments": ("fetch_attachment",),
+    "vision": ("describe_image",),
+    "jobs": ("manage_jobs",),
+    "memory": ("user_of", "retain", "recall", "reflect", "forget"),
+    "delegation": (),
+    "tools": (),
+}
+_ALL_SERVICES = tuple(f.name for f in fields(ToolHost))
+
+
+def narrowed(host: ToolHost, needs: frozenset[str]) -> ToolHost:
+    """``host`` with only the services ``needs`` opens (the others are "not available")."""
+    if "tools" in needs:
+        return host
+    kept = {name for need in needs for name in HOST_NEEDS.get(need, ())}
+    return replace(host, **{name: None for name in _ALL_SERVICES if name not in kept})

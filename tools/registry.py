@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
 from tools.errors import ToolError
-from tools.host import DelegateRequest, ToolHost
+from tools.host import DelegateRequest, ToolHost, narrowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +108,18 @@ def _without_titles(node: Any) -> Any:
 
 
 class ToolRegistry:
-    """Holds the enabled tools and turns a model's tool call into an observation."""
+    """Holds the enabled tools and turns a model's tool call into an observation.
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    ``needs``: tool name -> the host services it declared (`tools.spec.ToolSpec.needs`); such
+    a tool's calls see only those. A tool not named there (one built by hand) sees them all.
+    """
+
+    def __init__(
+        self, tools: Iterable[Tool] = (), needs: Mapping[str, frozenset[str]] | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self._specs: list[dict[str, Any]] = []
+        self._needs = dict(needs or {})
         for tool in tools:
             self.register(tool)
 
@@ -146,7 +153,7 @@ class ToolRegistry:
         """A registry of the named tools that this one holds (others are left out). A tool
         that reaches other tools (`execute_code`) is narrowed to the subset too."""
         kept = [n for n in dict.fromkeys(names) if n in self._tools]
-        return ToolRegistry(_narrowed(self._tools[n], kept) for n in kept)
+        return ToolRegistry((_narrowed(self._tools[n], kept) for n in kept), self._needs)
 
     def is_parallel_safe(self, name: str) -> bool:
         tool = self._tools.get(name)
@@ -172,6 +179,9 @@ class ToolRegistry:
             return f"Error: arguments for {name} are not valid JSON ({exc.msg}).", False
         if not isinstance(arguments, dict):
             return f"Error: arguments for {name} must be a JSON object.", False
+        needs = self._needs.get(name)
+        if needs is not None:
+            ctx = _within(ctx, needs)
         try:
             return tool.run(arguments, ctx), True
         except ValidationError as exc:
@@ -180,6 +190,12 @@ class ToolRegistry:
             return f"Error: {exc}", False
         except Exception as exc:  # a tool bug must not end the conversation
             return f"Error: {name} failed: {type(exc).__name__}: {exc}", False
+
+
+def _within(ctx: ToolContext, needs: frozenset[str]) -> ToolContext:
+    """The context a tool that declared ``needs`` runs with: no service it did not ask for."""
+    delegate = ctx.delegate if "delegation" in needs or "tools" in needs else None
+    return replace(ctx, host=narrowed(ctx.host, needs), delegate=delegate)
 
 
 def _narrowed(tool: Tool, names: list[str]) -> Tool:

@@ -145,6 +145,7 @@ def _tool_settings(config: Config) -> ToolSettings:
         search_timeout_s=t.search_timeout_s,
         max_write_bytes=t.max_write_bytes,
         code=CodeSettings(**t.execute_code.model_dump()),
+        sections=t.sections(),  # what any other tool reads of its own (`ToolSettings.section`)
     )
 
 

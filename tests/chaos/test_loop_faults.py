@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -23,7 +24,7 @@ from tests.fakes.openai import FakeOpenAI, tool_calls
 from tests.fakes.server import wait_until
 from tests.harness import eventually, running_gateway
 from tests.security import keys
-from tools.catalog import BUILTINS
+from tools import catalog
 from tools.files import ReadFileArgs
 from tools.registry import ModelTool, ToolContext
 
@@ -52,7 +53,11 @@ def make_stuck_tool(settings: object) -> StuckTool:
 @pytest.fixture
 def stuck_tool(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[StuckTool]]:
     StuckTool.released.clear()
-    monkeypatch.setitem(BUILTINS, "read_file", f"{__name__}:make_stuck_tool")
+    stuck = f"{__name__}:make_stuck_tool"
+    specs = tuple(
+        replace(s, factory=stuck) if s.name == "read_file" else s for s in catalog.tool_specs()
+    )
+    monkeypatch.setattr(catalog, "tool_specs", lambda: specs)
     yield StuckTool
     StuckTool.released.set()  # the thread still in it goes home
 

@@ -10,7 +10,7 @@ import pytest
 
 from hermes_gateway.config import load_config
 from hermes_gateway.errors import ConfigError
-from tools.catalog import BUILTIN_NAMES, ToolSettings, build_registry
+from tools.catalog import ToolSettings, build_registry, tool_names
 
 
 def _nodes(node: Any) -> list[dict[str, Any]]:
@@ -22,8 +22,8 @@ def _nodes(node: Any) -> list[dict[str, Any]]:
 
 
 def test_every_builtin_builds_with_a_precise_schema(tmp_path: Path) -> None:
-    registry = build_registry(BUILTIN_NAMES, ToolSettings(home=tmp_path))
-    assert registry.names == list(BUILTIN_NAMES)
+    registry = build_registry(tool_names(), ToolSettings(home=tmp_path))
+    assert registry.names == list(tool_names())
     for spec in registry.specs():
         function = spec["function"]
         params = function["parameters"]
@@ -33,7 +33,7 @@ def test_every_builtin_builds_with_a_precise_schema(tmp_path: Path) -> None:
             assert prop.get("description"), f"{function['name']}.{name} has no description"
         assert not [n for n in _nodes(params) if isinstance(n.get("title"), str)]
     json.dumps(registry.specs())
-    safe = {n for n in BUILTIN_NAMES if registry.is_parallel_safe(n)}
+    safe = {n for n in tool_names() if registry.is_parallel_safe(n)}
     assert safe == {
         "read_file",
         "search_files",
