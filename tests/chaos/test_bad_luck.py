@@ -74,6 +74,7 @@ def test_random_kills_set_no_message_aside(tmp_path: Path, llm: FakeOpenAI) -> N
         model_delay=SLOW_MODEL,
         patience=PATIENCE,
         settle_s=90,
+        min_sent=12,
     )
     check_nothing_set_aside(report, kills=6)
     assert report.figures["sent"] >= 12
