@@ -255,7 +255,16 @@ class Gateway(Lifecycle):
         self.metrics.received.labels(event.platform).inc()
         self.bus.emit("message_received", event)
         await self.route(event, inbox_id)
+        if self.peers is not None and inbox_id is not None:
+            self._carry_back(event, inbox_id)
         return "accepted"
+
+    def _carry_back(self, event: MessageEvent, inbox_id: int) -> None:
+        """Cluster mode: a request waiting on its own connection (the local API) is followed to
+        wherever its session runs, now or after its lease moves, for its answer to come back."""
+        adapter = self.adapters.get(event.platform)
+        if isinstance(adapter, Follower):
+            adapter.follow(event, inbox_id)
 
     async def _store(
         self, event: MessageEvent, durable: bool
@@ -316,11 +325,9 @@ class Gateway(Lifecycle):
         self, event: MessageEvent, inbox_id: int | None, text: str, outcome: str
     ) -> None:
         """Cluster mode: a message this instance cannot run and whose reply cannot go
-        elsewhere (the local API's open request) is carried to the session's owner, its
-        answer brought back to the request; else answered with why, and settled."""
-        adapter = self.adapters.get(event.platform)
-        if outcome == "owned_elsewhere" and inbox_id is not None and isinstance(adapter, Follower):
-            adapter.follow(event, inbox_id)
+        elsewhere (the local API's open request) is answered with why, and settled; unless
+        its adapter follows it to the session's owner (`_carry_back`)."""
+        if outcome == "owned_elsewhere" and isinstance(self.adapters.get(event.platform), Follower):
             return
         out = OutboundMessage.to(event, text, "error", outcome=outcome)
         await self.delivery.send(out, [inbox_id], outcome=outcome, status="dropped", event=event)

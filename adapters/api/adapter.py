@@ -53,6 +53,7 @@ class ApiAdapter:
         self._sinks: dict[str, SseSink] = {}
         self._cut_short: dict[str, str] = {}  # request -> the run that was cut short
         self._following: dict[str, asyncio.Task[None]] = {}  # request -> its answer elsewhere
+        self._lost: set[str] = set()  # requests whose run here lost its lease: run again
         # the chat API: open on a loopback bind with no control.token, like curl expects
         host.add_route("POST", "/v1/chat/completions", self.chat_completions, access="client")
         host.add_route("GET", "/v1/models", self.models, access="client")
@@ -89,7 +90,8 @@ class ApiAdapter:
         delivered = False
         for message_id in message.answers:
             key = _key(message.session_key, message_id)
-            cut = key in self._cut_short and message.kind == "reply"
+            # a run dropped with its lease was not cut short: its message is run again
+            cut = key in self._cut_short and key not in self._lost and message.kind == "reply"
             answer: Answer = Ended("interrupted", self._cut_short[key]) if cut else message
             delivered = self._end(key, answer) or delivered
         if not delivered:
@@ -169,21 +171,22 @@ class ApiAdapter:
             del self._waiters[key]
         fut.cancel()  # a retry waiting on it learns there is no answer coming
         self._cut_short.pop(key, None)
+        self._lost.discard(key)
         if sink is not None and self._sinks.get(key) is sink:
             del self._sinks[key]
 
     # -- in a cluster ---------------------------------------------------------------------
 
     def follow(self, event: MessageEvent, inbox_id: int) -> None:
-        """The request's session runs on another instance: its answer is fetched from there
-        (docs/cluster.md); whatever comes is put where the request waits."""
+        """Cluster mode: the request's answer is fetched from wherever its session runs, now
+        or after its lease moves (docs/cluster.md); whatever comes is put where it waits."""
         key = _key(event.session_key, event.message_id)
-        peers = self.host.peers
-        if peers is None or key not in self._waiters or key in self._following:
-            return  # nobody waits here: the instance that runs it answers into the history
+        peers, waiter = self.host.peers, self._waiters.get(key)
+        if peers is None or waiter is None or waiter.done() or key in self._following:
+            return  # nobody waits here (any more): its answer goes into the history
         beat_s = beat_for(peers.lease_s)
         hop = Hop(event.session_key, inbox_id, event.message_id, key in self._sinks, beat_s)
-        work = follow(peers, hop, event, partial(self._feed, key))
+        work = follow(peers, hop, event, partial(self._feed, key), partial(self._lost.add, key))
         self._following[key] = asyncio.create_task(work, name=f"api-follow:{key}")
 
     def _feed(self, key: str, item: Item) -> None:

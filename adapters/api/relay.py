@@ -157,11 +157,18 @@ def decode(line: dict[str, Any], event: MessageEvent) -> Item | None:
     return None
 
 
-async def follow(peers: Peers, hop: Hop, event: MessageEvent, feed: Callable[[Item], None]) -> None:
+async def follow(
+    peers: Peers,
+    hop: Hop,
+    event: MessageEvent,
+    feed: Callable[[Item], None],
+    lost: Callable[[], None],
+) -> None:
     """Bring the request its answer from wherever its session runs (``feed`` takes each item;
-    the last is the answer), however owners change meanwhile; never leaves it unanswered."""
+    the last is the answer), however owners change meanwhile; never leaves it unanswered.
+    ``lost``: its run here was dropped with the session's lease (it is run again)."""
     try:
-        feed(await _answer(peers, hop, event, feed))
+        feed(await _answer(peers, hop, event, feed, lost))
     except Exception:
         log.exception("api.follow_failed", session_key=hop.session_key, inbox_id=hop.inbox_id)
         text = "internal error while fetching the answer from another instance; see the log"
@@ -169,7 +176,11 @@ async def follow(peers: Peers, hop: Hop, event: MessageEvent, feed: Callable[[It
 
 
 async def _answer(
-    peers: Peers, hop: Hop, event: MessageEvent, feed: Callable[[Item], None]
+    peers: Peers,
+    hop: Hop,
+    event: MessageEvent,
+    feed: Callable[[Item], None],
+    lost: Callable[[], None],
 ) -> Answer:
     pause = min(1.0, max(0.1, peers.lease_s / 10))
     give_up_s = 2 * peers.lease_s + 5  # a dead owner's lease has run out well before
@@ -179,6 +190,7 @@ async def _answer(
         if where.where == "here":  # its answer comes to the request as a local one does
             while peers.holds(hop.session_key):  # noqa: ASYNC110  # a lease has no event
                 await asyncio.sleep(pause)
+            lost()
             continue  # the lease was lost before the answer: wherever the entry goes next
         if where.where == "answered":
             return _final(stored(where), event)
