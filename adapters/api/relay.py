@@ -85,6 +85,8 @@ def encode(item: Item) -> dict[str, Any]:
 
 def stored(where: Whereabouts) -> dict[str, Any]:
     """The line for an entry answered already: its stored reply, or why there is none."""
+    if where.status == "answered" and not where.reply:  # its run was interrupted
+        return {"ended": {"why": "interrupted", "run_id": where.run_id}}
     if where.status in ("answered", "done"):
         return {"reply": {"text": where.reply, "kind": "reply", "run_id": where.run_id}}
     text = f"Your message was not answered: it was {where.status or 'lost'}."
