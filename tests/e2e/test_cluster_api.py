@@ -91,8 +91,15 @@ async def ask(
     return {"status": 200, "text": "".join(pieces), "body": None, "pieces": pieces}
 
 
-def carried(gateway: GatewayProcess) -> int:
-    return sum(1 for e in gateway.log_events() if e["event"] == "api.carried")
+def carried(gateway: GatewayProcess, user: str = "") -> int:
+    """Requests this instance carried to their session's owner (for ``user``'s session)."""
+    events = gateway.log_events()
+    return sum(1 for e in events if e["event"] == "api.carried" and user in e["session_key"])
+
+
+async def owned(http: httpx.AsyncClient, gateway: GatewayProcess) -> dict[str, float]:
+    response = await http.get(f"{gateway.url}/status", headers=gateway.operator)
+    return dict(response.json()["cluster"]["owned"])
 
 
 def test_any_instance_answers_any_request_through_the_owner(
@@ -120,6 +127,7 @@ def test_any_instance_answers_any_request_through_the_owner(
     said, got = streamed
     assert got["status"] == 200 and got["text"] == f"answer to {said}", got
     assert len(got["pieces"]) > 1  # streamed from the owner, piece by piece
+    assert carried(b, f"s9-{tag}") == 1  # b carried it to a
 
 
 async def _traffic(
@@ -137,7 +145,8 @@ async def _traffic(
         answers = [(said, answer) for (said, _), answer in zip(jobs, got, strict=True)]
         user = f"s9-{tag}"
         first = asyncio.create_task(ask(http, a, user, f"{user} first, on a"))
-        await asyncio.sleep(0.1)  # a takes the session
+        while f"api:dm:{user}" not in await owned(http, a):  # a takes the session
+            await asyncio.sleep(0.02)
         said = f"{user} streamed through b"
         streamed = await ask(http, b, user, said, stream=True)
         await first
