@@ -53,7 +53,8 @@ class ApiAdapter:
         self._sinks: dict[str, SseSink] = {}
         self._cut_short: dict[str, str] = {}  # request -> the run that was cut short
         self._following: dict[str, asyncio.Task[None]] = {}  # request -> its answer elsewhere
-        self._lost: set[str] = set()  # requests whose run here lost its lease: run again
+        # requests whose run was cut off unanswered (its lease lost, its owner gone): run again
+        self._lost: set[str] = set()
         # the chat API: open on a loopback bind with no control.token, like curl expects
         host.add_route("POST", "/v1/chat/completions", self.chat_completions, access="client")
         host.add_route("GET", "/v1/models", self.models, access="client")
@@ -82,7 +83,9 @@ class ApiAdapter:
         return Health(self._open, "" if self._open else "stopped")
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
-        return self._sinks.get(_key(event.session_key, event.message_id))
+        key = _key(event.session_key, event.message_id)
+        # the run after one cut off mid-way streams nothing: its answer follows whole
+        return None if key in self._lost else self._sinks.get(key)
 
     async def send(self, message: OutboundMessage) -> None:
         """Every request a reply settles gets it (a merged or steered turn answers them all),
@@ -90,7 +93,7 @@ class ApiAdapter:
         delivered = False
         for message_id in message.answers:
             key = _key(message.session_key, message_id)
-            # a run dropped with its lease was not cut short: its message is run again
+            # a run cut off with its lease was not cut short: its message is run again
             cut = key in self._cut_short and key not in self._lost and message.kind == "reply"
             answer: Answer = Ended("interrupted", self._cut_short[key]) if cut else message
             delivered = self._end(key, answer) or delivered
@@ -192,7 +195,7 @@ class ApiAdapter:
     def _feed(self, key: str, item: Item) -> None:
         if isinstance(item, OutboundMessage | Ended):
             self._end(key, item)
-        elif (sink := self._sinks.get(key)) is not None:
+        elif key not in self._lost and (sink := self._sinks.get(key)) is not None:
             sink.queue.put_nowait(item)
 
     async def carried(self, request: web.Request) -> web.StreamResponse:

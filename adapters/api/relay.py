@@ -168,7 +168,8 @@ async def follow(
 ) -> None:
     """Bring the request its answer from wherever its session runs (``feed`` takes each item;
     the last is the answer), however owners change meanwhile; never leaves it unanswered.
-    ``lost``: its run here was dropped with the session's lease (it is run again)."""
+    ``lost``: a run of it was cut off unanswered (its lease lost here, its owner gone after
+    streaming some of it): it is run again, and what was streamed cannot be taken back."""
     try:
         feed(await _answer(peers, hop, event, feed, lost))
     except Exception:
@@ -186,6 +187,7 @@ async def _answer(
 ) -> Answer:
     pause = min(1.0, max(0.1, peers.lease_s / 10))
     give_up_s = 2 * peers.lease_s + 5  # a dead owner's lease has run out well before
+    passed = _Passed(feed)
     stuck: tuple[str, float] | None = None  # the owner that cannot be reached, and since when
     while True:
         where = await peers.take(hop.session_key, hop.inbox_id)
@@ -204,8 +206,10 @@ async def _answer(
         owner = where.owner
         if owner is not None and owner != peers.instance:
             try:
-                answer = await _relay(peers, owner, hop, event, feed)
+                answer = await _relay(peers, owner, hop, event, passed)
             except PeerUnreachable as exc:
+                if passed.count:
+                    lost()
                 if stuck is None or stuck[0] != owner:
                     stuck = (owner, time.monotonic())
                     log.warning("api.owner_unreachable", owner=owner, error=str(exc))
@@ -215,8 +219,22 @@ async def _answer(
             else:
                 if answer is not None:
                     return answer
+                if passed.count:
+                    lost()
                 stuck = None
         await asyncio.sleep(pause)  # between owners, or the owner moved on: ask again
+
+
+class _Passed:
+    """``feed``, counting the pieces passed on (a stream that an owner's end cuts short)."""
+
+    def __init__(self, feed: Callable[[Item], None]) -> None:
+        self.feed = feed
+        self.count = 0
+
+    def __call__(self, item: Item) -> None:
+        self.count += 1
+        self.feed(item)
 
 
 async def _relay(

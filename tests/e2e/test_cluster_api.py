@@ -6,6 +6,8 @@ instance runs is carried there and answered on its own connection, streamed too,
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import random
 import re
 import signal
@@ -153,37 +155,55 @@ async def _traffic(
     return answers, (said, streamed)
 
 
-def test_a_request_carried_to_an_owner_that_dies_is_answered_by_the_next(
+def test_a_request_carried_to_an_owner_that_dies_mid_stream_is_answered_by_the_next(
     tmp_path: Path, model: FakeOpenAI, store_url: str, redis: RedisProcess
 ) -> None:
-    """The owner is SIGKILLed while the request carried to it waits its turn there: the
-    instance that took the request takes the session over once the lease runs out and
-    answers it on the request's connection."""
+    """A streaming request carried to a waits its turn there, and a is SIGKILLed while it
+    streams the answer: b, which took the request, takes the session over once the lease runs
+    out, runs the message again and sends its answer whole after what was streamed (which
+    cannot be taken back), on the same connection, with no second stream mixed in."""
     tag = uuid.uuid4().hex[:6]
     a = instance(f"a-{tag}", tmp_path, model, store_url, redis.url)
     b = instance(f"b-{tag}", tmp_path, model, store_url, redis.url)
     user = f"s0-{tag}"
-    model.push(text("never sent", delay=60))  # a's run, in flight when a dies
+    slow = "a slow answer streamed from the owner until it dies, " * 4
+    model.push(text("first", delay=1.5), text(slow, chunk_size=4, chunk_delay=0.3))
     try:
         a.start()
         b.start()
-        got = asyncio.run(_killed(a, b, user))
+        said, pieces = asyncio.run(_killed(a, b, user))
     finally:
         a.kill()
         b.kill()
-    assert got["status"] == 200, (got, b.stderr())
-    assert f"{user} carried, then its owner died" in got["text"]
+    streamed, _, answer = "".join(pieces).partition("\n\n")
+    assert streamed and slow.startswith(streamed), (pieces, b.stderr())
+    assert answer == f"answer to {said}", pieces
     assert model.overlaps == []
 
 
-async def _killed(a: GatewayProcess, b: GatewayProcess, user: str) -> dict[str, Any]:
+async def _killed(a: GatewayProcess, b: GatewayProcess, user: str) -> tuple[str, list[str]]:
+    said, pieces = f"{user} carried, then its owner died", []
+    body = {"user": user, "stream": True, "messages": [{"role": "user", "content": said}]}
+
+    async def read(http: httpx.AsyncClient) -> int:
+        async with http.stream("POST", f"{b.url}/v1/chat/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    for choice in json.loads(line[6:])["choices"]:
+                        if piece := choice["delta"].get("content"):
+                            pieces.append(piece)
+        return response.status_code
+
     async with httpx.AsyncClient(timeout=60) as http:
-        first = asyncio.create_task(ask(http, a, user, f"{user} the long one"))
-        await asyncio.sleep(1.0)  # running on a
-        waiting = asyncio.create_task(ask(http, b, user, f"{user} carried, then its owner died"))
-        await asyncio.sleep(1.0)  # carried to a, queued behind the long one
+        first = asyncio.create_task(ask(http, a, user, f"{user} first, on a"))
+        while f"api:dm:{user}" not in await owned(http, a):
+            await asyncio.sleep(0.02)
+        reading = asyncio.create_task(read(http))
+        while len(pieces) < 2 and not reading.done():  # a streams it: b passes it on
+            await asyncio.sleep(0.02)
         assert a.proc is not None
         a.proc.send_signal(signal.SIGKILL)
-        got = await waiting
-        first.cancel()
-    return got
+        assert await reading == 200
+        with contextlib.suppress(httpx.HTTPError):
+            await first
+    return said, pieces
