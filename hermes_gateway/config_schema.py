@@ -269,6 +269,9 @@ class ClusterConfig(_Section):
     instance_id: str = Field("", max_length=128)  # empty = host name + pid
     lease_s: float = Field(10, ge=1, le=300)
     waiting_notice_s: float = Field(30, ge=1, le=3600)  # a message waiting for Redis: told
+    # where the other instances reach this one's control server (a local API request for a
+    # session this instance runs is carried here); empty = http://<control.host>:<port>
+    peer_url: str = Field("", max_length=512)
 
 
 class LoggingConfig(_Section):

@@ -11,6 +11,7 @@
     ├── StoreError             the database failed (locked, read-only, full, unreachable)
     ├── FencedOut              a session write under a lease another instance has since taken
     ├── CoordinationUnavailable  the cluster's coordination store (Redis) cannot be reached
+    ├── PeerUnreachable        another instance of the cluster does not answer over HTTP
     ├── RequestError           a control-API request is invalid (carries an HTTP status)
     └── JobRequestError        a scheduled-job request that cannot be done (text says why)
 
@@ -80,6 +81,11 @@ class FencedOut(HermesError):
 
 class CoordinationUnavailable(HermesError):
     """The coordination store cannot be reached: no lease can be taken or kept for now."""
+
+
+class PeerUnreachable(HermesError):
+    """Another instance of the cluster cannot be reached over HTTP (no address published,
+    connection refused or cut, no answer in time, our signature refused); the text says which."""
 
 
 class RequestError(HermesError):

@@ -18,11 +18,13 @@ from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.agents.factory import AgentFactory
 from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.cluster.build import coordinator
+from hermes_gateway.cluster.peers import PeerLink, peer_address
 from hermes_gateway.config import Config, systemd_notify_socket
 from hermes_gateway.control.admin import AdminRoutes
 from hermes_gateway.control.app import ControlServer, ControlToken, Handler
 from hermes_gateway.control.vitals import Vitals
 from hermes_gateway.core.bus import EventBus
+from hermes_gateway.core.carry import Carry
 from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
@@ -46,6 +48,7 @@ from hermes_gateway.metrics import Metrics
 from hermes_gateway.platform_spec import capabilities
 from hermes_gateway.seam.access import Gatekeeper
 from hermes_gateway.seam.pairing import PairingBook
+from hermes_gateway.seam.peers import Follower, Peers
 from hermes_gateway.seam.platform import (
     Adapter,
     Admitted,
@@ -139,6 +142,11 @@ class Gateway(Lifecycle):
                 notify=self._notify,
                 tell_waiting_after_s=config.cluster.waiting_notice_s,
             )
+        self.peers: Peers | None = None  # cluster mode: API requests carried to their owner
+        if self.ownership is not None:
+            link = PeerLink(self.ownership.coordinator, self._peer_url)
+            route = self._route_here
+            self.peers = Carry(link, self.ownership, self.store, self.runner.knows, route)
         self.leaders: dict[str, ClusterLeader] = {}  # singleton work led through the cluster
         self.shared: dict[str, ClusterShares] = {}  # intake split over the cluster (shards)
 
@@ -247,7 +255,16 @@ class Gateway(Lifecycle):
         self.metrics.received.labels(event.platform).inc()
         self.bus.emit("message_received", event)
         await self.route(event, inbox_id)
+        if self.peers is not None and inbox_id is not None:
+            self._carry_back(event, inbox_id)
         return "accepted"
+
+    def _carry_back(self, event: MessageEvent, inbox_id: int) -> None:
+        """Cluster mode: a request waiting on its own connection (the local API) is followed to
+        wherever its session runs, now or after its lease moves, for its answer to come back."""
+        adapter = self.adapters.get(event.platform)
+        if isinstance(adapter, Follower):
+            adapter.follow(event, inbox_id)
 
     async def _store(
         self, event: MessageEvent, durable: bool
@@ -308,13 +325,21 @@ class Gateway(Lifecycle):
         self, event: MessageEvent, inbox_id: int | None, text: str, outcome: str
     ) -> None:
         """Cluster mode: a message this instance cannot run and whose reply cannot go
-        elsewhere (the local API's open request) is answered with why, and settled."""
+        elsewhere (the local API's open request) is answered with why, and settled; unless
+        its adapter follows it to the session's owner (`_carry_back`)."""
+        if outcome == "owned_elsewhere" and isinstance(self.adapters.get(event.platform), Follower):
+            return
         out = OutboundMessage.to(event, text, "error", outcome=outcome)
         await self.delivery.send(out, [inbox_id], outcome=outcome, status="dropped", event=event)
 
     async def _notify(self, event: MessageEvent, text: str) -> None:
         """A notice about ``event`` that settles nothing (it is still to be answered)."""
         await self.delivery.send(OutboundMessage.to(event, text, "notice"), event=event)
+
+    def _peer_url(self) -> str:
+        """Where the other instances reach this one (read once the control port listens)."""
+        control = self.config.control
+        return self.config.cluster.peer_url or peer_address(control.host, self.control.port)
 
     async def writable(self) -> None:
         await self.store.circuit.wait_writable()

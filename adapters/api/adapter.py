@@ -3,13 +3,17 @@
 With `user` (or an `X-Hermes-Session` header) the gateway keeps the session's history and a
 client sends only its new message; without one the request is stateless: the client's messages
 are the history, in a session of its own. Streaming uses SSE. `hermes chat` is built on this.
+In a cluster a request whose session another instance runs is answered there and its answer
+brought back here (`adapters/api/relay.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +21,8 @@ import structlog
 from aiohttp import web
 
 from adapters.api.feed import Feeds, unasked
-from adapters.api.stream import SseSink, StreamMeta, stream_response
+from adapters.api.relay import CARRY_PATH, Hop, beat_for, follow, pump, stored
+from adapters.api.stream import Item, SseSink, StreamMeta, stream_response
 from adapters.api.wire import (
     Ended,
     client_history,
@@ -31,8 +36,9 @@ from adapters.api.wire import (
 from hermes_gateway.core.bus import LifecycleEvent
 from hermes_gateway.errors import PermanentAdapterError, RequestError
 from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
+from hermes_gateway.seam.peers import Peers
 from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
-from hermes_gateway.text.jsonbody import read_object
+from hermes_gateway.text.jsonbody import body_done, loads, read_object
 
 log = structlog.get_logger("hermes.adapters.api")
 Answer = OutboundMessage | Ended
@@ -48,6 +54,9 @@ class ApiAdapter:
         self._sinks: dict[str, SseSink] = {}
         self._cut_short: dict[str, str] = {}  # request -> the run that was cut short
         self.feeds = Feeds()  # what the gateway says unasked, to whoever listens to a session
+        self._following: dict[str, asyncio.Task[None]] = {}  # request -> its answer elsewhere
+        # requests whose run was cut off unanswered (its lease lost, its owner gone): run again
+        self._lost: set[str] = set()
         # the chat API: open on a loopback bind with no control.token, like curl expects
         host.add_route("POST", "/v1/chat/completions", self.chat_completions, access="client")
         host.add_route("GET", "/v1/models", self.models, access="client")
@@ -55,8 +64,12 @@ class ApiAdapter:
         host.add_route("GET", "/v1/events", self.events, access="client")
         host.add_route("*", "/v1/responses", self.responses, access="client")
         host.bus.subscribe(self._on_lifecycle, ["processing_complete"], name="api-adapter")
+        if host.peers is not None:  # cluster: requests other instances took, signed by them
+            host.add_route("POST", CARRY_PATH, self.carried, access="public")
 
     async def start(self) -> None:
+        if self.host.peers is not None:  # while it serves the API, its peers can reach it
+            await self.host.peers.start()
         self._open = True
 
     async def stop(self) -> None:
@@ -67,12 +80,16 @@ class ApiAdapter:
         for key in [*self._waiters, *self._sinks]:
             self._end(key, Ended("shutting_down"))
         self.feeds.close()
+        if self.host.peers is not None:
+            await self.host.peers.close()
 
     def health(self) -> Health:
         return Health(self._open, "" if self._open else "stopped")
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
-        return self._sinks.get(_key(event.session_key, event.message_id))
+        key = _key(event.session_key, event.message_id)
+        # the run after one cut off mid-way streams nothing: its answer follows whole
+        return None if key in self._lost else self._sinks.get(key)
 
     async def send(self, message: OutboundMessage) -> None:
         """Every request a reply settles gets it (a merged or steered turn answers them all),
@@ -87,7 +104,8 @@ class ApiAdapter:
         delivered = False
         for message_id in message.answers:
             key = _key(message.session_key, message_id)
-            cut = key in self._cut_short and message.kind == "reply"
+            # a run cut off with its lease was not cut short: its message is run again
+            cut = key in self._cut_short and key not in self._lost and message.kind == "reply"
             answer: Answer = Ended("interrupted", self._cut_short[key]) if cut else message
             delivered = self._end(key, answer) or delivered
         if not delivered:
@@ -134,11 +152,7 @@ class ApiAdapter:
         key = _key(event.session_key, event.message_id)  # one client's key is not another's
         if (first := self._waiters.get(key)) is not None:
             return await self._same_as(first, event.message_id, stream)
-        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._waiters[key] = fut
-        sink = SseSink() if stream else None
-        if sink is not None:
-            self._sinks[key] = sink
+        fut, sink = self._listen(key, stream)
         meta = StreamMeta(
             f"chatcmpl-{uuid.uuid4().hex[:24]}",
             self.host.config.model.name,
@@ -151,13 +165,103 @@ class ApiAdapter:
             if sink is not None:
                 return await stream_response(request, sink, meta)
             return _json_answer(await fut, meta)
-        finally:  # only this request's own: a duplicate must not unhook the first
-            if self._waiters.get(key) is fut:
-                del self._waiters[key]
-            fut.cancel()  # a retry waiting on it learns there is no answer coming
-            self._cut_short.pop(key, None)
-            if sink is not None and self._sinks.get(key) is sink:
-                del self._sinks[key]
+        finally:
+            self._unlisten(key, fut, sink)
+            if (following := self._following.pop(key, None)) is not None:
+                following.cancel()
+
+    def _listen(self, key: str, stream: bool) -> tuple[asyncio.Future[Answer], SseSink | None]:
+        """A request's answer (and its stream's items) will be put where this returns."""
+        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._waiters[key] = fut
+        sink = SseSink() if stream else None
+        if sink is not None:
+            self._sinks[key] = sink
+        return fut, sink
+
+    def _unlisten(self, key: str, fut: asyncio.Future[Answer], sink: SseSink | None) -> None:
+        """Only this request's own: a duplicate must not unhook the first."""
+        if self._waiters.get(key) is fut:
+            del self._waiters[key]
+        fut.cancel()  # a retry waiting on it learns there is no answer coming
+        self._cut_short.pop(key, None)
+        self._lost.discard(key)
+        if sink is not None and self._sinks.get(key) is sink:
+            del self._sinks[key]
+
+    # -- in a cluster ---------------------------------------------------------------------
+
+    def follow(self, event: MessageEvent, inbox_id: int) -> None:
+        """Cluster mode: the request's answer is fetched from wherever its session runs, now
+        or after its lease moves (docs/cluster.md); whatever comes is put where it waits."""
+        key = _key(event.session_key, event.message_id)
+        peers, waiter = self.host.peers, self._waiters.get(key)
+        if peers is None or waiter is None or waiter.done() or key in self._following:
+            return  # nobody waits here (any more): its answer goes into the history
+        beat_s = beat_for(peers.lease_s)
+        hop = Hop(event.session_key, inbox_id, event.message_id, key in self._sinks, beat_s)
+        work = follow(peers, hop, event, partial(self._feed, key), partial(self._lost.add, key))
+        self._following[key] = asyncio.create_task(work, name=f"api-follow:{key}")
+
+    def _feed(self, key: str, item: Item) -> None:
+        if isinstance(item, OutboundMessage | Ended):
+            self._end(key, item)
+        elif key not in self._lost and (sink := self._sinks.get(key)) is not None:
+            sink.queue.put_nowait(item)
+
+    async def carried(self, request: web.Request) -> web.StreamResponse:
+        """A request another instance took for a session this one runs: its inbox entry is
+        answered here, and what the answer is made of goes back as JSON lines (`pump`)."""
+        peers = self._peers()
+        raw = await request.read()
+        if (done := body_done.get()) is not None:
+            done()  # a few hundred bytes: not held for the whole run
+        sender = peers.verify(request.headers, request.path, raw)
+        hop = Hop.parse(loads(raw))
+        log.debug("api.carried_here", sender=sender, session_key=hop.session_key)
+        response = web.StreamResponse(
+            headers={"Content-Type": "application/x-ndjson", "Cache-Control": "no-cache"}
+        )
+        write = partial(_line, response)
+        key = _key(hop.session_key, hop.message_id)
+        holds = partial(peers.holds, hop.session_key)
+        try:
+            if not self._open:
+                await response.prepare(request)
+                await write({"moved": "this instance is stopping"})
+            elif (first := self._waiters.get(key)) is not None:  # carried again: join it
+                await response.prepare(request)
+                await pump(write, partial(asyncio.shield, first), hop.beat_s, holds)
+            else:
+                await self._answer_here(request, response, hop, peers)
+            await response.write_eof()
+        except ConnectionError:  # the instance that took it is gone: the answer is stored
+            log.info("api.peer_gone", sender=sender, session_key=hop.session_key)
+        return response
+
+    async def _answer_here(
+        self, request: web.Request, response: web.StreamResponse, hop: Hop, peers: Peers
+    ) -> None:
+        key = _key(hop.session_key, hop.message_id)
+        fut, sink = self._listen(key, hop.stream)
+        write = partial(_line, response)
+        try:
+            where = await peers.take(hop.session_key, hop.inbox_id)
+            await response.prepare(request)
+            if where.where == "here":
+                source = sink.queue.get if sink is not None else partial(asyncio.shield, fut)
+                await pump(write, source, hop.beat_s, partial(peers.holds, hop.session_key))
+            elif where.where == "answered":
+                await write(stored(where))
+            else:
+                await write({"moved": where.why or f"the session runs on {where.owner}"})
+        finally:
+            self._unlisten(key, fut, sink)
+
+    def _peers(self) -> Peers:
+        if self.host.peers is None:
+            raise RequestError(404, "not in a cluster", "unknown_url")
+        return self.host.peers
 
     async def _event(
         self, request: web.Request
@@ -259,6 +363,10 @@ class ApiAdapter:
             "the Responses API is not served here; use POST /v1/chat/completions",
             "unknown_url",
         )
+
+
+async def _line(response: web.StreamResponse, payload: dict[str, Any]) -> None:
+    await response.write(json.dumps(payload).encode() + b"\n")
 
 
 def _key(session_key: str, message_id: str) -> str:

@@ -174,8 +174,8 @@ def failure(reply: OutboundMessage | Ended) -> RequestError | None:
 
     Chat platforms show these as one line of text; an API client gets a status its SDK
     raises on: 503 no model or the gateway stopping, 502 the model failed, 504 it timed out,
-    500 a crash, 429 the session's queue is full, 409 (cluster mode) the session runs on
-    another instance.
+    500 a crash, 429 the session's queue is full; in a cluster 502 when the instance running
+    the session cannot be reached, 409 when it runs elsewhere and cannot be carried there.
     """
     if isinstance(reply, Ended):
         if reply.why == "shutting_down":
@@ -191,6 +191,8 @@ def failure(reply: OutboundMessage | Ended) -> RequestError | None:
         return RequestError(429, reply.text, "queue_full")
     if reply.outcome == "owned_elsewhere":  # cluster mode: its session runs elsewhere
         return RequestError(409, reply.text, "session_busy_elsewhere")
+    if reply.outcome == "owner_unreachable":  # cluster mode: carried, but not answered
+        return RequestError(502, reply.text, "owner_unreachable")
     if reply.kind == "error":
         unavailable = ("store_unavailable", "coordination_unavailable")
         status = 503 if reply.outcome in unavailable else 500

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
 from hermes_gateway.platform_spec import load_ref, platform_spec
+from hermes_gateway.seam.peers import Peers
 
 if TYPE_CHECKING:
     from hermes_gateway.config import Config
@@ -131,6 +132,7 @@ class AdapterHost(Protocol):
 
     bus: EventBus
     metrics: Metrics
+    peers: Peers | None  # the other instances of a cluster; None on one process
 
     @property
     def config(self) -> Config:

@@ -192,6 +192,21 @@ class Store(InboxGuard):
 
         return await self._query(run)
 
+    async def settled(self, inbox_id: int) -> tuple[str, str, str, str] | None:
+        """The entry's session key, status, stored reply ("" if none) and run id; None if there
+        is no such entry (a cluster instance asking where another's request ended up)."""
+        columns = (_INBOX.c.session_key, _INBOX.c.status, _INBOX.c.reply, _INBOX.c.run_id)
+        stmt = select(*columns).where(_INBOX.c.id == inbox_id)
+
+        async def run(conn: AsyncConnection) -> tuple[str, str, str, str] | None:
+            row = (await conn.execute(stmt)).first()
+            if row is None:
+                return None
+            key, status, reply, run_id = row
+            return str(key), str(status), str(reply or ""), str(run_id or "")
+
+        return await self._query(run)
+
     async def unanswered(
         self, *, older_than_s: float, max_age_s: float, session_key: str | None = None
     ) -> list[tuple[int, MessageEvent]]:

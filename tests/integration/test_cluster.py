@@ -22,7 +22,7 @@ from hermes_gateway.core import ownership
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway
-from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.openai import FakeOpenAI, last_user_text, text
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Client, dm, eventually, make_config
 from tests.redis_server import SERVER, RedisProcess, needs_redis
@@ -241,31 +241,59 @@ async def test_a_message_waiting_behind_one_answered_meanwhile_is_told_too(
     assert notice["text"] == ownership.WAITING
 
 
-async def test_an_api_request_for_a_session_running_elsewhere_is_refused_not_lost(
+async def test_an_api_request_for_a_session_running_elsewhere_is_carried_there_and_back(
     tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, redis: RedisProcess
 ) -> None:
     """The local API's reply can only go back on the request's own connection: a request for
-    a session another instance runs gets 409 at once (and 503 with coordination down), never
-    a request left hanging for an answer delivered elsewhere."""
-    fake_llm.push(text("the long answer", delay=3))
+    a session another instance runs is carried to that instance, waits its turn there (the
+    API's `queue` policy) and its answer, streamed too, comes back through the instance that
+    took it; with coordination down it is refused at once with 503, never left hanging."""
+    fake_llm.push(text("the long answer", delay=2))
+    fake_llm.push(text("after you", chunk_size=3, chunk_delay=0.05))
+    fake_llm.overlaps.clear()
+    fake_llm.session_of = lambda body: "ann" if "take your time" in str(body) else None
     async with (
         cluster(tmp_path, fake_llm, tg, redis.url) as (a, b),
         aiohttp.ClientSession() as http,
     ):
+        ran_a, ran_b = runs_of(a), runs_of(b)
         on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
         on_b = Client(http, f"http://127.0.0.1:{b.control.port}")
         first = asyncio.create_task(on_a.chat("take your time", user="ann"))
         await eventually(lambda: len(fake_llm.requests) == 1)
-        started = time.monotonic()
-        elsewhere = await on_b.chat("me again", user="ann")
-        refused_after = time.monotonic() - started
+        carried = await on_b.chat("me again", user="ann", stream=True)
         answered = await first
         redis.stop()
         down = await on_b.chat("anyone?", user="bob")
-    assert elsewhere["status"] == 409 and refused_after < 2.5  # not after a's 3 s answer
-    assert elsewhere["body"]["error"]["code"] == "session_busy_elsewhere"
+    fake_llm.session_of = None
     assert answered["text"] == "the long answer"
+    assert carried["status"] == 200 and carried["text"] == "after you", carried
+    assert len(carried["shown"]) > 1  # it came in pieces, as the owner streamed it
+    assert ran_a == ["take your time"] and ran_b == []  # "me again" was a's next turn
+    assert [last_user_text(r) for r in fake_llm.requests] == ["take your time", "me again"]
+    assert fake_llm.overlaps == []  # one after the other
     assert down["status"] == 503 and "coordinate" in down["body"]["error"]["message"]
+
+
+async def test_an_api_request_whose_run_lost_its_lease_is_answered_by_the_next_run(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """a runs ann's request and loses the session's lease mid-run (a renewal refused): the
+    run is dropped unwritten, as always, and the request still open on a is answered by the
+    session's next run (wherever the lease went), never left waiting."""
+    fake_llm.push(text("cut off", delay=3))
+    async with (
+        cluster(tmp_path, fake_llm, tg) as (a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
+        asked = asyncio.create_task(on_a.chat("are you there", user="ann"))
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        assert a.ownership is not None
+        a.ownership._lose("api:dm:ann", "refused")
+        got = await asyncio.wait_for(asked, 20)
+    assert got["status"] == 200 and got["text"] == "echo: are you there", got
+    assert len(fake_llm.requests) == 2  # the dropped run, then the one that answered
 
 
 async def test_a_reply_computed_by_an_owner_that_died_is_sent_by_the_next_without_a_new_run(
