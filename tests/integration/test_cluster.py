@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
-from hermes_gateway.core import ownership
+from hermes_gateway.cluster import ownership
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway

@@ -1,6 +1,7 @@
 """Keeping session leases in cluster mode: renewed every third of the lease (a failed renewal
 tried again soon), given up a margin before their deadline, so a run stops calling the model
-before any other instance can take its session. A base class of `Ownership`."""
+before any other instance can take its session. A base class of `Ownership`, which serves the
+runner as its `SessionLeases`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import structlog
 
 from hermes_gateway.cluster.lease import Coordinator, Lease
-from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.session_leases import LeaseHolder
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import CoordinationUnavailable
 
@@ -25,7 +26,6 @@ class Keeping:
     `Ownership` routes through them and runs `_keep` as one of its loops."""
 
     coordinator: Coordinator
-    runner: GatewayRunner
     leases: dict[str, Lease]
     owes: Callable[[str], bool]  # a reply of the session is still being delivered
     _taking: set[str]
@@ -38,14 +38,29 @@ class Keeping:
         self.retry_s = min(0.5, lease_s / 10)  # a renewal that could not reach the store
         self._pause = lease_s / 3
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self.runner.lease_until = self.until
-        self.runner.lease_lost = lambda key: self._lose(key, "run_expired")
+        self._runner: LeaseHolder | None = None  # the runner, once it bound itself
+
+    def bind(self, holder: LeaseHolder) -> None:
+        """The runner, as it is built: it runs the sessions these leases are of."""
+        if self._runner is not None:
+            raise RuntimeError("the session leases are bound to a runner already")
+        self._runner = holder
+
+    @property
+    def runner(self) -> LeaseHolder:
+        if self._runner is None:
+            raise RuntimeError("no runner was built with these session leases")
+        return self._runner
 
     def until(self, key: str) -> float:
         """Until when (monotonic) a run of the session may begin a model or tool call: 0
         without a lease, so a run never calls the model unleased."""
         lease = self.leases.get(key)
         return 0.0 if lease is None else lease.deadline - self.margin_s
+
+    def lost(self, key: str) -> None:
+        """A run of the session found its lease past `until`: the session is given up."""
+        self._lose(key, "run_expired")
 
     def held(self, key: str) -> bool:
         """This instance holds the session's lease with time to use it."""

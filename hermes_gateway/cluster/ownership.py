@@ -14,10 +14,9 @@ from typing import Any
 
 import structlog
 
+from hermes_gateway.cluster.keeping import Keeping
 from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen, Survey
-from hermes_gateway.core.keeping import Keeping
 from hermes_gateway.core.replay import Replayer
-from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
 from hermes_gateway.events import MessageEvent
@@ -47,13 +46,13 @@ CLOSE_WAIT_S = 2.0  # for the loops to end at a stop, before and after their con
 
 class Ownership(Keeping):
     """Routes each message through the session's lease; runs the renew (`Keeping`), receive
-    and takeover loops. ``route_here`` is the one-process route (commands, else the runner)."""
+    and takeover loops. ``route_here`` is the one-process route (commands, else the runner).
+    The runner takes it as its `SessionLeases` and binds itself to it when built."""
 
     def __init__(
         self,
         coordinator: Coordinator,
         store: Store,
-        runner: GatewayRunner,
         route_here: Route,
         new_replayer: Callable[[], Replayer],
         owes: Callable[[str], bool],
@@ -64,7 +63,6 @@ class Ownership(Keeping):
     ) -> None:
         self.coordinator = coordinator
         self.store = store
-        self.runner = runner
         self.route_here = route_here
         self.new_replayer = new_replayer
         self.owes = owes  # a reply of the session is still being delivered in the background
@@ -82,14 +80,13 @@ class Ownership(Keeping):
         self._swept = False
         self.survey: Survey | None = None  # the whole cluster, refreshed now and then
         self.surveyed = 0.0  # monotonic time of that survey
-        runner.fence_for = self.fence
         self._init_keeping()
 
     @property
     def me(self) -> str:
         return self.coordinator.instance_id
 
-    def fence(self, key: str) -> Fence:
+    def fence_for(self, key: str) -> Fence:
         """The token a run of the session writes under. With no lease held (it was lost while
         a takeover replay went on) token 0, which the store refuses once the session was
         claimed: a run in cluster mode never writes unfenced."""
