@@ -137,7 +137,7 @@ class Gateway(Lifecycle):
             stream_for=self._stream_for,
             probation=Probation(config.store.probation_calm_s),
             busy_policy_for=config.busy_policy_for,
-            leases=self.ownership,  # one process: None, every session its own
+            leases=None if self.ownership is None else self.ownership.keeping,
         )
         self.leaders: dict[str, ClusterLeader] = {}  # singleton work led through the cluster
         self.shared: dict[str, ClusterShares] = {}  # intake split over the cluster (shards)

@@ -1,7 +1,7 @@
 """The cluster is a port of the runner, not a graft on it: the runner inherits nothing, no
 module sets its attributes from outside, and `hermes_gateway/core/` imports nothing of
 `hermes_gateway/cluster/` (the dependency points from the cluster to the core, whose
-`SessionLeases` the cluster's `Ownership` implements)."""
+`SessionLeases` the cluster's `Keeping` implements)."""
 
 from __future__ import annotations
 
@@ -93,15 +93,15 @@ def _parameters(method: object) -> list[str]:
 
 
 def test_each_side_implements_the_port_it_is_passed_as() -> None:
-    """The cluster's `Ownership` and one process's `SoleLeases` are the runner's leases; the
+    """The cluster's `Keeping` and one process's `SoleLeases` are the runner's leases; the
     runner is their `LeaseHolder`: each has every member, with the port's parameters."""
-    from hermes_gateway.cluster.ownership import Ownership
+    from hermes_gateway.cluster.keeping import Keeping
     from hermes_gateway.core.session_leases import LeaseHolder, SessionLeases, SoleLeases
 
     assert _members(SessionLeases) == ["bind", "fence_for", "until", "lost"]
     assert _members(LeaseHolder) == ["knows", "idle", "extend", "relinquish"]
     for side, port in (
-        (Ownership, SessionLeases),
+        (Keeping, SessionLeases),
         (SoleLeases, SessionLeases),
         (GatewayRunner, LeaseHolder),
     ):
@@ -110,20 +110,11 @@ def test_each_side_implements_the_port_it_is_passed_as() -> None:
 
 
 async def test_the_cluster_leases_are_bound_to_one_runner_for_good() -> None:
+    from hermes_gateway.cluster.keeping import Keeping
     from hermes_gateway.cluster.local import LocalCoordinator
-    from hermes_gateway.cluster.ownership import Ownership
 
-    async def nowhere(*_: object) -> None:
-        return None
-
-    leases = Ownership(
-        LocalCoordinator("a", 5.0),
-        None,
-        nowhere,
-        list,
-        lambda key: False,
-        60.0,  # type: ignore[arg-type]
-    )
+    never = lambda key: False  # noqa: E731
+    leases = Keeping(LocalCoordinator("a", 5.0), never, never, lambda dropped: None)
     with pytest.raises(RuntimeError, match="no runner"):
         leases.runner.idle("k")
     runner, other = object(), object()
