@@ -82,11 +82,11 @@ class GatewayRunner:
         self.draining = False
         # a run's fencing token and lease deadline (it calls nothing past it); a renewal
         # extends it, a loss relinquishes its session
-        self.leases: SessionLeases = leases or SoleLeases()
-        self.leases.bind(self)
+        self.leases: SessionLeases = SoleLeases() if leases is None else leases
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
         self.probation: Probation[Run] = probation or Probation()
         self._probation_timer: asyncio.TimerHandle | None = None
+        self.leases.bind(self)  # last: what the leases call on is all there now
 
     # -- intake -------------------------------------------------------------------------
 
