@@ -56,6 +56,7 @@ class Keeping:
 
     @property
     def runner(self) -> LeaseHolder:
+        """The runner the leases were given to (an error before it was built)."""
         if self._runner is None:
             raise RuntimeError("no runner was built with these session leases")
         return self._runner
@@ -92,7 +93,7 @@ class Keeping:
         )
         self.runner.extend(key, until)
 
-    def drop(self, key: str) -> Lease | None:
+    def _drop(self, key: str) -> Lease | None:
         if (timer := self._timers.pop(key, None)) is not None:
             timer.cancel()
         return self.leases.pop(key, None)
@@ -101,7 +102,7 @@ class Keeping:
         if self.leases.get(key) is not lease:
             return  # renewed, released or lost meanwhile
         if self._idle(key):  # nothing to stop: let it go as the next round would have
-            self.drop(key)
+            self._drop(key)
             return
         late = time.monotonic() - (lease.deadline - self.margin_s)
         self._lose(key, "deadline", late_s=round(late, 3))
@@ -112,7 +113,7 @@ class Keeping:
     def _lose(self, key: str, reason: str, **why: Any) -> None:
         """The lease is lost (or soon may be): the run stops now and nothing of it is written;
         the session's next owner answers its messages from the inbox."""
-        lease = self.drop(key)
+        lease = self._drop(key)
         token = None if lease is None else lease.token
         log.warning("cluster.lease_lost", session_key=key, reason=reason, token=token, **why)
         self.dropped(self.runner.relinquish(key))
@@ -127,7 +128,7 @@ class Keeping:
         late = round(time.monotonic() - due, 3)  # the loop's lag
         self._pause = self.coordinator.lease_s / 3
         idle = [key for key in self.leases if self._idle(key)]
-        released = [lease for key in idle if (lease := self.drop(key)) is not None]
+        released = [lease for key in idle if (lease := self._drop(key)) is not None]
         if released:
             with contextlib.suppress(CoordinationUnavailable):
                 await self.coordinator.release_all(released)
