@@ -36,11 +36,11 @@ if TYPE_CHECKING:
     from hermes_gateway.agents.cache import AgentCache
     from hermes_gateway.agents.factory import AgentFactory
     from hermes_gateway.agents.tool_host import GatewayToolHost
+    from hermes_gateway.cluster.ownership import Ownership
     from hermes_gateway.config import Config
     from hermes_gateway.control.app import ControlServer
     from hermes_gateway.core.bus import EventBus
     from hermes_gateway.core.delivery import Delivery
-    from hermes_gateway.core.ownership import Ownership
     from hermes_gateway.core.pool import AgentPool
     from hermes_gateway.core.quarantine import InboxRoutes
     from hermes_gateway.core.runner import GatewayRunner

@@ -18,23 +18,23 @@ from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.agents.factory import AgentFactory
 from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.cluster.build import coordinator
+from hermes_gateway.cluster.carry import Carry
+from hermes_gateway.cluster.leadership import ClusterLeader, SoleLeader
+from hermes_gateway.cluster.ownership import Ownership
 from hermes_gateway.cluster.peers import PeerLink, peer_address
+from hermes_gateway.cluster.shares import ClusterShares, SoleShares
 from hermes_gateway.config import Config, systemd_notify_socket
 from hermes_gateway.control.admin import AdminRoutes
 from hermes_gateway.control.app import ControlServer, ControlToken, Handler
 from hermes_gateway.control.vitals import Vitals
 from hermes_gateway.core.bus import EventBus
-from hermes_gateway.core.carry import Carry
 from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
-from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
-from hermes_gateway.core.ownership import Ownership
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.probation import Probation
 from hermes_gateway.core.quarantine import InboxRoutes
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.runner import GatewayRunner
-from hermes_gateway.core.shares import ClusterShares, SoleShares
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.guard.sdnotify import SystemdNotifier
@@ -116,6 +116,19 @@ class Gateway(Lifecycle):
             idle_ttl_s=config.runner.agent_idle_ttl_s,
         )
         self.delivery = Delivery(self.adapters, self.store, self.bus, self.metrics)
+        self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
+        if config.cluster.redis_url:
+            self.ownership = Ownership(
+                coordinator(config.cluster),
+                self.store,
+                self._route_here,
+                lambda: Replayer(self.store, self.runner, self.delivery, self.adapters, self.live),
+                self.delivery.owes,
+                config.store.replay_max_age_s,
+                refuse=self._refuse,
+                notify=self._notify,
+                tell_waiting_after_s=config.cluster.waiting_notice_s,
+            )
         self.runner = GatewayRunner(
             config.runner,  # a restart's to change, like every section but access and log level
             store=self.store,
@@ -127,21 +140,8 @@ class Gateway(Lifecycle):
             stream_for=self._stream_for,
             probation=Probation(config.store.probation_calm_s),
             busy_policy_for=config.busy_policy_for,
+            leases=None if self.ownership is None else self.ownership.keeping,
         )
-        self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
-        if config.cluster.redis_url:
-            self.ownership = Ownership(
-                coordinator(config.cluster),
-                self.store,
-                self.runner,
-                self._route_here,
-                lambda: Replayer(self.store, self.runner, self.delivery, self.adapters, self.live),
-                self.delivery.owes,
-                config.store.replay_max_age_s,
-                refuse=self._refuse,
-                notify=self._notify,
-                tell_waiting_after_s=config.cluster.waiting_notice_s,
-            )
         self.peers: Peers | None = None  # cluster mode: API requests carried to their owner
         if self.ownership is not None:
             link = PeerLink(self.ownership.coordinator, self._peer_url)

@@ -45,8 +45,9 @@ RANKS = [
     ["dashboard"],
     ["control"],
     ["scheduler"],
+    ["cluster"],
     ["core"],
-    ["agents", "seam", "cluster"],
+    ["agents", "seam"],
     ["memory"],
     ["store", "text", "guard"],
 ]

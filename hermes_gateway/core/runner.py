@@ -8,7 +8,6 @@ a message can never arrive between a run's end and the drain of its pending slot
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,6 @@ from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.config import RunnerConfig
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
-from hermes_gateway.core.handoff import ClusterSide
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.probation import Probation
 from hermes_gateway.core.progress import Progress
@@ -38,6 +36,7 @@ from hermes_gateway.core.run import (
     merge_text,
     with_text,
 )
+from hermes_gateway.core.session_leases import SessionLeases, SoleLeases
 from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.core.settle import Settler
 from hermes_gateway.errors import StoreError
@@ -49,8 +48,9 @@ from hermes_gateway.store.store import Fence, Store
 log = structlog.get_logger("hermes.runner")
 
 
-class GatewayRunner(ClusterSide):
-    """Routes accepted messages to runs according to `runner.busy_policy`."""
+class GatewayRunner:
+    """Routes accepted messages to runs according to `runner.busy_policy`; each session runs
+    under its lease from ``leases`` (one process: `SoleLeases`, held for ever)."""
 
     def __init__(
         self,
@@ -65,6 +65,7 @@ class GatewayRunner(ClusterSide):
         stream_for: Callable[[MessageEvent], StreamSink | None] | None = None,
         probation: Probation[Run] | None = None,
         busy_policy_for: Callable[[str], str] | None = None,
+        leases: SessionLeases | None = None,
     ) -> None:
         self.config = config
         # a platform may have a policy of its own (the local API's is `queue`)
@@ -79,13 +80,13 @@ class GatewayRunner(ClusterSide):
         self._stream_for = stream_for or (lambda event: None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
-        self.fence_for: Callable[[str], Fence | None] = lambda key: None  # cluster: lease token
-        # cluster: a run's lease deadline (it calls nothing past it), and giving the session up
-        self.lease_until: Callable[[str], float] = lambda key: math.inf
-        self.lease_lost: Callable[[str], None] = lambda key: None
+        # a run's fencing token and lease deadline (it calls nothing past it); a renewal
+        # extends it, a loss relinquishes its session
+        self.leases: SessionLeases = SoleLeases() if leases is None else leases
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
         self.probation: Probation[Run] = probation or Probation()
         self._probation_timer: asyncio.TimerHandle | None = None
+        self.leases.bind(self)  # last: what the leases call on is all there now
 
     # -- intake -------------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ class GatewayRunner(ClusterSide):
     def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
         run = Run(items[0].event.session_key, items, carried or [])
         run.fence = self.fence_for(run.key)
-        run.control.expire_at(self.lease_until(run.key))
+        run.control.expire_at(self.leases.until(run.key))
         if not self._table.acquire(run.key, run):
             raise RuntimeError(f"session {run.key} already has an active run")
         self._spawn(run)
@@ -218,7 +219,7 @@ class GatewayRunner(ClusterSide):
                 # its lease ran out while it ran: nothing of it is written or sent
                 log.warning("run.lease_expired", result=result.status)
                 status = "lease_lost"
-                self.lease_lost(run.key)
+                self.leases.lost(run.key)
             elif result is not None:
                 # also after a /stop that raced with the answer: it was ready, so it goes out
                 status, error, usage = result.status, result.error, result.usage
@@ -286,7 +287,7 @@ class GatewayRunner(ClusterSide):
         items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
         if items:
             nxt = Run(run.key, items, run.carry_forward, fence=self.fence_for(run.key))
-            nxt.control.expire_at(self.lease_until(run.key))
+            nxt.control.expire_at(self.leases.until(run.key))
             self._table.hand_over(run.key, run, nxt)
             self._spawn(nxt)
             return
@@ -370,6 +371,57 @@ class GatewayRunner(ClusterSide):
         dropped = self._table.pop_all(key)
         self._table.release(key, run)
         return Stopped(run.items + run.carried + run.steered, dropped, run.persist_task)
+
+    # -- the session leases: what they ask of the runner (`LeaseHolder`) -------------------
+
+    def fence_for(self, key: str) -> Fence | None:
+        """The token a run of the session writes under (a takeover's replay reads it too)."""
+        return self.leases.fence_for(key)
+
+    def relinquish(self, key: str) -> list[Pending]:
+        """The session's lease was lost. Its run and what waits are dropped here, silently and
+        with nothing written: the session's next owner answers them from the inbox. Returns
+        what was dropped (the run's messages, then those waiting)."""
+        run = self._table.active(key)
+        dropped = [*(run.items if run is not None else []), *self._table.pop_all(key)]
+        if run is not None:
+            self.abandon(run, record=False)
+            self._table.release(key, run)
+            # given up, not crashed: its attempt must not count toward quarantine
+            self._background(self.store.undo_attempt(inbox_ids(run.items)))
+        self.agents.evict(key)  # its history may hold a turn the store refused
+        return dropped
+
+    def extend(self, key: str, until: float) -> None:
+        """The session's lease was renewed: its run may go on calling the model until then."""
+        run = self._table.active(key)
+        if run is not None:
+            run.control.expire_at(until)
+
+    def knows(self, key: str, inbox_id: int) -> bool:
+        """Whether the entry is in the session's active run or waits in its pending slot."""
+        run = self._table.active(key)
+        ran = [] if run is None else run.items + run.carried + run.steered
+        return any(p.inbox_id == inbox_id for p in ran + self._table.pending(key))
+
+    def new_here(self, items: list[Pending]) -> list[Pending]:
+        """``items`` less the entries already here: one entry can arrive twice (a takeover's
+        replay and a "queued" notice each check `knows`, then await the store), and a second
+        copy would run it twice. No await between this and the hand-over: atomic."""
+        return [
+            p
+            for p in items
+            if p.inbox_id is None or not self.knows(p.event.session_key, p.inbox_id)
+        ]
+
+    def idle(self, key: str) -> bool:
+        """Nothing runs, waits or is still being written for the session."""
+        table = self._table
+        return (
+            table.active(key) is None
+            and not table.pending_count(key)
+            and key not in self._persisting
+        )
 
     # -- what other modules may know of a session -----------------------------------------
 

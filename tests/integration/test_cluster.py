@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
-from hermes_gateway.core import ownership
+from hermes_gateway.cluster import ownership
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.server import Gateway
@@ -290,7 +290,7 @@ async def test_an_api_request_whose_run_lost_its_lease_is_answered_by_the_next_r
         asked = asyncio.create_task(on_a.chat("are you there", user="ann"))
         await eventually(lambda: len(fake_llm.requests) == 1)
         assert a.ownership is not None
-        a.ownership._lose("api:dm:ann", "refused")
+        a.ownership.keeping._lose("api:dm:ann", "refused")
         got = await asyncio.wait_for(asked, 20)
     assert got["status"] == 200 and got["text"] == "echo: are you there", got
     assert len(fake_llm.requests) == 2  # the dropped run, then the one that answered

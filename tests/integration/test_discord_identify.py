@@ -21,10 +21,10 @@ import pytest
 from adapters.discord.client import HermesClient
 from adapters.discord.identify import Pacer
 from adapters.discord.settings import DiscordConfig
+from hermes_gateway.cluster.leadership import ClusterLeader
 from hermes_gateway.cluster.lease import Coordinator
 from hermes_gateway.cluster.local import LocalCoordinator, LocalHub
-from hermes_gateway.core.leadership import ClusterLeader
-from hermes_gateway.core.shares import ClusterShares, SoleShares
+from hermes_gateway.cluster.shares import ClusterShares, SoleShares
 from hermes_gateway.seam.platform import Shares
 from tests.fakes.discord import FakeDiscord
 from tests.harness import eventually

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import math
 
+from hermes_gateway.cluster.leadership import ClusterLeader, SoleLeader
 from hermes_gateway.cluster.lease import Lease
-from hermes_gateway.core.leadership import ClusterLeader, SoleLeader
 from hermes_gateway.errors import CoordinationUnavailable
 from tests.hermes_gateway.cluster.conftest import Make
 

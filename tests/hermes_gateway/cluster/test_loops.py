@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hermes_gateway.core import ownership
+from hermes_gateway.cluster import ownership
 from hermes_gateway.errors import CoordinationUnavailable
 
 

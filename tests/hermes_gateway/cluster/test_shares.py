@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from hermes_gateway.cluster.leadership import ClusterLeader
 from hermes_gateway.cluster.lease import Coordinator
-from hermes_gateway.core.leadership import ClusterLeader
-from hermes_gateway.core.shares import MEMBER, ClusterShares, SoleShares, fair_share, plan
+from hermes_gateway.cluster.shares import MEMBER, ClusterShares, SoleShares, fair_share, plan
 from tests.hermes_gateway.cluster.conftest import Make
 
 ROLE = "discord:1000:shard"

@@ -16,7 +16,7 @@ from tests.fakes.openai import FakeOpenAI, hang
 from tests.harness import eventually, make_config, running_gateway
 
 ROOT = Path(__file__).resolve().parents[3]
-OWNERS = {"runner.py", "handoff.py", "run.py", "sessions.py", "settle.py"}  # in hermes_gateway/
+OWNERS = {"runner.py", "run.py", "sessions.py", "settle.py"}  # in hermes_gateway/
 RUN_MEMBERS = {f.name for f in dataclasses.fields(Run)} | {
     name for name, v in vars(Run).items() if isinstance(v, property) or callable(v)
 }

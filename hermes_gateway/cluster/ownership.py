@@ -14,16 +14,15 @@ from typing import Any
 
 import structlog
 
+from hermes_gateway.cluster.keeping import Keeping
 from hermes_gateway.cluster.lease import Control, Coordinator, Lease, Seen, Survey
-from hermes_gateway.core.keeping import Keeping
 from hermes_gateway.core.replay import Replayer
-from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import CoordinationUnavailable, FencedOut, StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.platform_spec import capabilities
 from hermes_gateway.store.inbox import event_from_json
-from hermes_gateway.store.store import Fence, Store
+from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.cluster")
 Route = Callable[[MessageEvent, int | None], Awaitable[None]]
@@ -45,15 +44,15 @@ SWEEP_TAKES = 8  # sessions a sweep takes over at the same time
 CLOSE_WAIT_S = 2.0  # for the loops to end at a stop, before and after their connections close
 
 
-class Ownership(Keeping):
+class Ownership:
     """Routes each message through the session's lease; runs the renew (`Keeping`), receive
-    and takeover loops. ``route_here`` is the one-process route (commands, else the runner)."""
+    and takeover loops. ``route_here`` is the one-process route (commands, else the runner).
+    Its `keeping` is the runner's `SessionLeases`: the runner is built with it."""
 
     def __init__(
         self,
         coordinator: Coordinator,
         store: Store,
-        runner: GatewayRunner,
         route_here: Route,
         new_replayer: Callable[[], Replayer],
         owes: Callable[[str], bool],
@@ -64,17 +63,14 @@ class Ownership(Keeping):
     ) -> None:
         self.coordinator = coordinator
         self.store = store
-        self.runner = runner
         self.route_here = route_here
         self.new_replayer = new_replayer
-        self.owes = owes  # a reply of the session is still being delivered in the background
         self.refuse = refuse
         self.notify = notify
         # per session, its entries waiting for coordination while a notice's timer runs
         self._waiting: dict[str, list[int]] = {}
         self.tell_waiting_after_s = tell_waiting_after_s  # waiting this long: the user is told
         self.max_age_s = max_age_s
-        self.leases: dict[str, Lease] = {}
         self._seen = Seen()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False  # set by `close`: the loops end at their next turn
@@ -82,19 +78,17 @@ class Ownership(Keeping):
         self._swept = False
         self.survey: Survey | None = None  # the whole cluster, refreshed now and then
         self.surveyed = 0.0  # monotonic time of that survey
-        runner.fence_for = self.fence
-        self._init_keeping()
+        # owes: a reply of the session is still being delivered in the background
+        self.keeping = Keeping(coordinator, owes, lambda key: key in self._taking, self._dropped)
 
     @property
     def me(self) -> str:
         return self.coordinator.instance_id
 
-    def fence(self, key: str) -> Fence:
-        """The token a run of the session writes under. With no lease held (it was lost while
-        a takeover replay went on) token 0, which the store refuses once the session was
-        claimed: a run in cluster mode never writes unfenced."""
-        lease = self.leases.get(key)
-        return Fence(key, 0) if lease is None else lease.fence
+    @property
+    def leases(self) -> dict[str, Lease]:
+        """The session leases this instance holds."""
+        return self.keeping.leases
 
     async def start(self) -> None:
         with contextlib.suppress(CoordinationUnavailable):  # the loops keep trying
@@ -103,7 +97,7 @@ class Ownership(Keeping):
         beat = self.coordinator.lease_s / 3
         for loop, name in (
             (self._receive, "receive"),
-            (self._keep, "keep"),
+            (self.keeping.keep, "keep"),
             (self._sweep, "sweep"),
             (self._look, "survey"),
         ):
@@ -120,11 +114,7 @@ class Ownership(Keeping):
         stuck = set(self._tasks)
         if stuck:
             _, stuck = await asyncio.wait(stuck, timeout=CLOSE_WAIT_S)
-        self._stop_keeping()
-        for lease in list(self.leases.values()):
-            with contextlib.suppress(CoordinationUnavailable):
-                await self.coordinator.release(lease)
-        self.leases.clear()
+        await self.keeping.close()
         await self.coordinator.close()
         if stuck:
             log.warning("cluster.loops_stuck_at_close", loops=sorted(t.get_name() for t in stuck))
@@ -216,10 +206,14 @@ class Ownership(Keeping):
         self._tasks.append(task)
         task.add_done_callback(self._tasks.remove)
 
+    def held(self, key: str) -> bool:
+        """Whether this instance holds the session's lease now."""
+        return self.keeping.held(key)
+
     async def own(self, key: str) -> bool:
         """This instance holds the session's lease, taking it if it is free; a new lease's
         token is recorded in the store before anything of the session is read."""
-        if self.held(key):
+        if self.keeping.held(key):
             return True
         held = self.leases.get(key)
         lease = await self.coordinator.acquire(key)
@@ -234,14 +228,14 @@ class Ownership(Keeping):
                     await self.coordinator.release(lease)
                 raise CoordinationUnavailable(f"cannot record the lease: {exc}") from exc
             lease = await self._fresh(lease)
-        self._hold(key, lease)
+        self.keeping.hold(key, lease)
         return True
 
     async def _fresh(self, lease: Lease) -> Lease:
         """``lease``, renewed if recording its token took so long (a loaded database: seconds
         under a burst of new sessions) that it would run out before the next renewal round;
         `CoordinationUnavailable` if it ran out already (the sweep answers the message)."""
-        if lease.deadline - self.margin_s - time.monotonic() > self.coordinator.lease_s / 2:
+        if lease.deadline - self.keeping.margin_s - time.monotonic() > self.coordinator.lease_s / 2:
             return lease
         renewed = await self.coordinator.renew(lease)
         if renewed is None:
@@ -261,7 +255,7 @@ class Ownership(Keeping):
         inbox_id = message.inbox_id
         if inbox_id is None:
             event: MessageEvent | None = event_from_json(message.text)
-        elif self.runner.knows(message.session_key, inbox_id):
+        elif self.keeping.runner.knows(message.session_key, inbox_id):
             return  # already here (the sweep or a replay took it first)
         else:
             event = await self.store.accepted(inbox_id)  # None: answered meanwhile
@@ -310,7 +304,7 @@ class Ownership(Keeping):
         try:
             replayer = self.new_replayer()
             await replayer.load(key)
-            replayer.skip(self.runner.knows)
+            replayer.skip(self.keeping.runner.knows)
             await replayer.run()
         finally:
             self._taking.discard(key)

@@ -1,6 +1,6 @@
 """Keeping session leases in cluster mode: renewed every third of the lease (a failed renewal
 tried again soon), given up a margin before their deadline, so a run stops calling the model
-before any other instance can take its session. A base class of `Ownership`."""
+before any other instance can take its session. The runner's `SessionLeases` in a cluster."""
 
 from __future__ import annotations
 
@@ -13,33 +13,60 @@ from typing import Any
 import structlog
 
 from hermes_gateway.cluster.lease import Coordinator, Lease
-from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.session_leases import LeaseHolder
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import CoordinationUnavailable
+from hermes_gateway.store.store import Fence
 
 log = structlog.get_logger("hermes.cluster")
 
 
 class Keeping:
-    """The leases this instance holds, each with a timer at its deadline less `margin_s`;
-    `Ownership` routes through them and runs `_keep` as one of its loops."""
+    """The leases this instance holds, each with a timer at its deadline less `margin_s`.
+    `Ownership` builds it, takes leases into it (`hold`) and runs `keep` as one of its loops;
+    ``taking``: a takeover of the session is under way here (its lease is kept meanwhile);
+    ``dropped``: what a lost lease dropped here, to wait for the session's next owner."""
 
-    coordinator: Coordinator
-    runner: GatewayRunner
-    leases: dict[str, Lease]
-    owes: Callable[[str], bool]  # a reply of the session is still being delivered
-    _taking: set[str]
-
-    def _init_keeping(self) -> None:
-        lease_s = self.coordinator.lease_s
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        owes: Callable[[str], bool],
+        taking: Callable[[str], bool],
+        dropped: Callable[[list[Pending]], None],
+    ) -> None:
+        self.coordinator = coordinator
+        self.owes = owes  # a reply of the session is still being delivered
+        self.taking = taking
+        self.dropped = dropped
+        self.leases: dict[str, Lease] = {}
+        lease_s = coordinator.lease_s
         # a request sent just before a run stops must reach the model before the lease can
         # expire in the store, so runs stop this long before the holder's own deadline
         self.margin_s = min(1.0, lease_s / 4)
         self.retry_s = min(0.5, lease_s / 10)  # a renewal that could not reach the store
         self._pause = lease_s / 3
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self.runner.lease_until = self.until
-        self.runner.lease_lost = lambda key: self._lose(key, "run_expired")
+        self._runner: LeaseHolder | None = None  # the runner, once it bound itself
+
+    def bind(self, holder: LeaseHolder) -> None:
+        """The runner, as it is built: it runs the sessions these leases are of."""
+        if self._runner is not None:
+            raise RuntimeError("the session leases are bound to a runner already")
+        self._runner = holder
+
+    @property
+    def runner(self) -> LeaseHolder:
+        """The runner the leases were given to (an error before it was built)."""
+        if self._runner is None:
+            raise RuntimeError("no runner was built with these session leases")
+        return self._runner
+
+    def fence_for(self, key: str) -> Fence:
+        """The token a run of the session writes under. With no lease held (it was lost while
+        a takeover replay went on) token 0, which the store refuses once the session was
+        claimed: a run in cluster mode never writes unfenced."""
+        lease = self.leases.get(key)
+        return Fence(key, 0) if lease is None else lease.fence
 
     def until(self, key: str) -> float:
         """Until when (monotonic) a run of the session may begin a model or tool call: 0
@@ -47,11 +74,15 @@ class Keeping:
         lease = self.leases.get(key)
         return 0.0 if lease is None else lease.deadline - self.margin_s
 
+    def lost(self, key: str) -> None:
+        """A run of the session found its lease past `until`: the session is given up."""
+        self._lose(key, "run_expired")
+
     def held(self, key: str) -> bool:
         """This instance holds the session's lease with time to use it."""
         return time.monotonic() < self.until(key)
 
-    def _hold(self, key: str, lease: Lease) -> None:
+    def hold(self, key: str, lease: Lease) -> None:
         """Keep ``lease`` (new or renewed); its timer gives it up at `until` unless renewed."""
         self.leases[key] = lease
         if (old := self._timers.pop(key, None)) is not None:
@@ -77,7 +108,7 @@ class Keeping:
         self._lose(key, "deadline", late_s=round(late, 3))
 
     def _idle(self, key: str) -> bool:
-        return self.runner.idle(key) and not self.owes(key) and key not in self._taking
+        return self.runner.idle(key) and not self.owes(key) and not self.taking(key)
 
     def _lose(self, key: str, reason: str, **why: Any) -> None:
         """The lease is lost (or soon may be): the run stops now and nothing of it is written;
@@ -85,12 +116,9 @@ class Keeping:
         lease = self._drop(key)
         token = None if lease is None else lease.token
         log.warning("cluster.lease_lost", session_key=key, reason=reason, token=token, **why)
-        self._dropped(self.runner.relinquish(key))
+        self.dropped(self.runner.relinquish(key))
 
-    def _dropped(self, items: list[Pending]) -> None:
-        """What a lost lease dropped here, to wait in the inbox for the session's next owner."""
-
-    async def _keep(self) -> None:
+    async def keep(self) -> None:
         """Release the leases of idle sessions, then renew those of busy ones, each all in one
         round trip (one call per lease took longer than a lease with a few hundred sessions
         waiting for the pool). Renewals that cannot reach the store are tried again after `retry_s`
@@ -129,10 +157,15 @@ class Keeping:
                 left = round(lease.deadline - started, 3)
                 self._lose(key, "refused", late_s=late, left_s=left)
             else:
-                self._hold(key, renewed)
+                self.hold(key, renewed)
         return True
 
-    def _stop_keeping(self) -> None:
+    async def close(self) -> None:
+        """Stop the timers and release every lease: another instance takes the sessions."""
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for lease in list(self.leases.values()):
+            with contextlib.suppress(CoordinationUnavailable):
+                await self.coordinator.release(lease)
+        self.leases.clear()

@@ -13,8 +13,8 @@ from typing import Any
 
 import structlog
 
+from hermes_gateway.cluster.leadership import ClusterLeader
 from hermes_gateway.cluster.lease import Coordinator, Survey
-from hermes_gateway.core.leadership import ClusterLeader
 from hermes_gateway.errors import CoordinationUnavailable
 
 log = structlog.get_logger("hermes.cluster")
