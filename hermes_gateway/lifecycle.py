@@ -14,7 +14,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -28,7 +28,6 @@ from hermes_gateway.errors import ConfigError
 from hermes_gateway.guard.early_stop import EARLY
 from hermes_gateway.guard.sentinel import Sentinel
 from hermes_gateway.guard.watchdog import LoopWatchdog
-from hermes_gateway.memory.wiring import announce_legacy
 from hermes_gateway.seam.platform import adapter_class, load_adapter
 
 if TYPE_CHECKING:
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from hermes_gateway.core.ownership import Ownership
     from hermes_gateway.core.pool import AgentPool
     from hermes_gateway.core.quarantine import InboxRoutes
+    from hermes_gateway.core.reception import Reception
     from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.guard.sdnotify import SystemdNotifier
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from hermes_gateway.scheduler.service import SchedulerService
     from hermes_gateway.seam.access import Gatekeeper
     from hermes_gateway.seam.pairing import PairingBook
-    from hermes_gateway.seam.platform import Adapter, AdapterHost
+    from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.gateway")
@@ -63,8 +63,8 @@ FORCE_GRACE_S = 5.0  # a forced stop: what the shutdown still does (no drain) ge
 
 class Lifecycle:
     """`Gateway`'s startup, main and shutdown; the parts it starts and stops are built by
-    `Gateway.__init__` (declared here for the type checker), and `Gateway` is the
-    `AdapterHost` each adapter is built with."""
+    `Gateway.__init__` (declared here for the type checker); each adapter is built with the
+    `Reception`."""
 
     if TYPE_CHECKING:
         live: LiveConfig
@@ -73,7 +73,7 @@ class Lifecycle:
         should_exit: asyncio.Event
         force_exit: bool
         exit_code: int
-        closing: bool
+        intake_closed: asyncio.Event
         metrics: Metrics
         bus: EventBus
         store: Store
@@ -87,6 +87,7 @@ class Lifecycle:
         delivery: Delivery
         runner: GatewayRunner
         ownership: Ownership | None
+        reception: Reception
         tool_host: GatewayToolHost
         memory: MemoryHost
         inbox: InboxRoutes
@@ -199,7 +200,7 @@ class Lifecycle:
         await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
-            self.adapters[name] = load_adapter(name, cast("AdapterHost", self), cls)
+            self.adapters[name] = load_adapter(name, self.reception, cls)
         if self.dashboard is not None:
             await self.dashboard.start()
         await self._listen()
@@ -239,7 +240,7 @@ class Lifecycle:
         await self.store.open()
         if self.memory.service is not None:
             await self.memory.service.archive.open()  # pgvector or not, found once, here
-        self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
+        await self.memory.find_legacy(self.config.home_path)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
 
@@ -272,7 +273,7 @@ class Lifecycle:
         # stop intake first: anything an adapter fetched meanwhile still lands in the inbox
         for adapter in self.adapters.values():
             await _quietly(adapter.stop(), "adapter.stop")
-        self.closing = True
+        self.intake_closed.set()
         if self.scheduler is not None:  # no new job runs; running ones are recorded stopped
             await _quietly(self.scheduler.stop(), "scheduler.stop")
         drain = 0.0 if self.force_exit else self.config.runner.drain_timeout_s

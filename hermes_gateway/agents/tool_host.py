@@ -34,7 +34,7 @@ from tools.host import ApprovalRequest, SearchHit, ToolHost
 
 if TYPE_CHECKING:
     from hermes_gateway.core.delivery import Delivery
-    from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.core.run import LiveRuns
     from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
@@ -94,12 +94,13 @@ class GatewayToolHost:
     def __init__(
         self,
         *,
-        runner: GatewayRunner,
+        runner: LiveRuns,
         delivery: Delivery,
         store: Store,
         adapters: dict[str, Adapter],
         vision: LLMClient,
         approval_timeout_s: float,
+        jobs: JobDesk | None = None,
     ) -> None:
         self.runner = runner
         self.delivery = delivery
@@ -108,7 +109,7 @@ class GatewayToolHost:
         self.vision = vision
         self.approval_timeout_s = approval_timeout_s
         self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
-        self.jobs: JobDesk | None = None  # the scheduler's, when scheduler.enabled
+        self.jobs = jobs  # the scheduler's, when scheduler.enabled
         self._loop: asyncio.AbstractEventLoop | None = None
         self.host = ToolHost(
             ask_approval=self.ask_approval,

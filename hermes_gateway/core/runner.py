@@ -30,6 +30,7 @@ from hermes_gateway.core.run import (
     QUEUE_FULL,
     STORE_DOWN,
     SUPERSEDED,
+    LiveRuns,
     Run,
     RunState,
     SessionView,
@@ -39,7 +40,7 @@ from hermes_gateway.core.run import (
     with_text,
 )
 from hermes_gateway.core.sessions import Pending, SessionTable
-from hermes_gateway.core.settle import Settler
+from hermes_gateway.core.settle import Settler, TurnDone
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
@@ -65,6 +66,8 @@ class GatewayRunner(ClusterSide):
         stream_for: Callable[[MessageEvent], StreamSink | None] | None = None,
         probation: Probation[Run] | None = None,
         busy_policy_for: Callable[[str], str] | None = None,
+        runs: LiveRuns | None = None,
+        on_turn: TurnDone | None = None,
     ) -> None:
         self.config = config
         # a platform may have a policy of its own (the local API's is `queue`)
@@ -74,8 +77,9 @@ class GatewayRunner(ClusterSide):
         self.pool = pool
         self.agents = agents
         self.metrics = metrics
-        self.settler = Settler(store, delivery, metrics)
-        self._table: SessionTable[Run] = SessionTable()
+        self.settler = Settler(store, delivery, metrics, on_turn)
+        self.runs = runs if runs is not None else LiveRuns()  # what the tools read of it
+        self._table: SessionTable[Run] = self.runs.table
         self._stream_for = stream_for or (lambda event: None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
@@ -390,13 +394,11 @@ class GatewayRunner(ClusterSide):
 
     def current_event(self, key: str) -> MessageEvent | None:
         """The message the session's live run answers (the newest merged one), if any."""
-        run = self._table.active(key)
-        return None if run is None or run.stopped else run.primary
+        return self.runs.current_event(key)
 
     def current_messages(self, key: str) -> list[MessageEvent]:
         """All the messages the session's active run answers, oldest first."""
-        run = self._table.active(key)
-        return [p.event for p in run.items] if run is not None else []
+        return self.runs.current_messages(key)
 
     def resume(self, items: list[Pending]) -> None:
         """Replay: answer ``items`` (one session's) now, or before what waits if it is busy.
@@ -412,7 +414,7 @@ class GatewayRunner(ClusterSide):
 
     def counts(self) -> dict[str, int]:
         """Sessions with a run (``active``), messages waiting, sessions tracked."""
-        return self._table.stats()
+        return self.runs.counts()
 
     async def drain(self, timeout: float) -> bool:
         """Let active runs finish (no new ones start); True if all did within ``timeout``."""

@@ -10,20 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from agent_core import ModelError
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.memory.scope import bank_of, sole_user, user_ref
+from hermes_gateway.memory.scope import bank_of, legacy_notice, sole_user, user_ref
 from hermes_gateway.thread_hop import hop
 from tools.errors import ToolError
 from tools.host import ForgetRequest, Forgotten, Recalled
 
 if TYPE_CHECKING:
-    from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.memory.service import MemoryService
     from hermes_gateway.store.store import Store
 
@@ -38,12 +38,18 @@ NOT_SHOWN = (
 )
 
 
+class Runs(Protocol):
+    """What memory reads of the runs in progress (`LiveRuns`): whose message a run answers."""
+
+    def current_event(self, key: str) -> MessageEvent | None: ...
+
+
 class MemoryHost:
     """One per gateway; `bind` it to the loop at startup."""
 
     def __init__(
         self,
-        runner: GatewayRunner,
+        runner: Runs,
         service: MemoryService | None,
         store: Store,
         *,
@@ -63,6 +69,13 @@ class MemoryHost:
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+
+    async def find_legacy(self, home: Path) -> None:
+        """At startup: log (and show in /status) a shared MEMORY.md per-user memory no longer
+        shows."""
+        self.legacy = await asyncio.to_thread(legacy_notice, home, self.scope)
+        if self.legacy is not None:
+            log.warning("memory.legacy_file", detail=self.legacy)
 
     def callables(self) -> dict[str, Any]:
         """The `ToolHost` fields this provides (the archive's only when it is on)."""
