@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,6 @@ from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.memory.routes import MemoryRoutes
 from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.scheduler.desk import JobDesk
 from hermes_gateway.seam.access import Gatekeeper
 from hermes_gateway.seam.pairing import PairingBook
 from hermes_gateway.seam.platform import Adapter, StreamSink
@@ -51,6 +51,7 @@ from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
     from hermes_gateway.dashboard import Dashboard
+    from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.scheduler.scheduler import Scheduler
     from hermes_gateway.scheduler.service import SchedulerService
 
@@ -86,6 +87,7 @@ class Gateway(Lifecycle):
         self.watchdog: LoopWatchdog | None = None
         self.sentinel: Sentinel | None = None
         self._background: list[asyncio.Task[Any]] = []
+        self._stops = AsyncExitStack()  # each started part's stop, pushed as it starts
         self.vitals.register_gauges()
 
     def _build_hands(self, config: Config, config_path: str | None) -> None:
