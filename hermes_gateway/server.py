@@ -103,7 +103,7 @@ class Gateway(Lifecycle):
 
             self.desk = job_desk(self.live, self.store, LaterKicks(self._job_scheduler))
         self.tool_host = GatewayToolHost(
-            runner=self.runs,
+            runs=self.runs,
             delivery=self.delivery,
             store=self.store,
             adapters=self.adapters,

@@ -35,7 +35,6 @@ RECORDS = {
 PENDING = {
     "hermes_gateway/core/keeping.py": {"self.runner"},  # the runner's lease callbacks
     "hermes_gateway/core/ownership.py": {"runner"},  # the runner's fence lookup
-    "hermes_gateway/store/engine.py": {"self.circuit.writes"},  # the circuit's write probe
 }
 
 

@@ -1,7 +1,7 @@
 """The archive and per-user memory as the tools see them: synchronous `ToolHost` callables for
 worker threads, each hopping to the event loop for the store (the loop never waits on them).
 
-The user is always the one whose message the session's run answers (`GatewayRunner.
+The user is always the one whose message the session's run answers (`LiveRuns.
 current_event`), so in a thread several people share, each reaches only their own memory.
 """
 
@@ -49,14 +49,14 @@ class MemoryHost:
 
     def __init__(
         self,
-        runner: Runs,
+        runs: Runs,
         service: MemoryService | None,
         store: Store,
         *,
         scope: str,
         timeout_s: float,
     ) -> None:
-        self.runner = runner
+        self.runs = runs
         self.service = service
         self.store = store  # the operator's forget works with the archive service off too
         self.scope = scope
@@ -102,7 +102,7 @@ class MemoryHost:
         """The user a session belongs to alone (its prompt may carry their memory), else
         None; called when the session's agent is built: during its run, or after `/stop`
         (then the owner seen last is used)."""
-        event = self.runner.current_event(session_key)
+        event = self.runs.current_event(session_key)
         if event is None:
             return self._owners.get(session_key)
         owner = user_ref(event) if sole_user(event) else None
@@ -118,13 +118,13 @@ class MemoryHost:
             self.service.turn_done(event, bank_of(event, self.scope), text, reply)
 
     def _asker(self, session_key: str) -> MessageEvent:
-        event = self.runner.current_event(session_key)
+        event = self.runs.current_event(session_key)
         if event is None:
             raise ToolError(NO_USER)
         return event
 
     async def _user_of(self, session_key: str) -> str | None:
-        event = self.runner.current_event(session_key)
+        event = self.runs.current_event(session_key)
         return user_ref(event) if event is not None else None
 
     async def _retain(
