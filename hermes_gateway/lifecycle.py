@@ -198,8 +198,9 @@ class Lifecycle:
             ) from None
 
     async def startup(self) -> None:
-        """Start the parts, each one's stop pushed on `_stops` once it has started: the
-        shutdown stops what was started, in reverse (a start cut short included)."""
+        """Start the parts, each one's stop pushed on `_stops` as its start begins (a start
+        cut short, by a failure or a signal, is stopped too): the shutdown stops them in
+        reverse."""
         stops = self._stops
         stops.callback(self.notifier.close)
         await self._prepare(stops)
@@ -213,10 +214,10 @@ class Lifecycle:
             if (close := getattr(adapter, "close", None)) is not None:
                 stops.push_async_callback(_quietly, close, "adapter.close")
         if self.dashboard is not None:
-            await self.dashboard.start()
             stops.push_async_callback(self.dashboard.stop)
-        await self._listen()
+            await self.dashboard.start()
         stops.push_async_callback(self.control.stop)
+        await self._listen()
         stops.push_async_callback(self._end_background)
         stops.push_async_callback(asyncio.to_thread, self.pool.shutdown)
         # undelivered replies wait in the inbox for the next start
@@ -227,9 +228,9 @@ class Lifecycle:
         await self._start_runs(replayer, stops)
         self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
         if self.scheduler is not None:  # adapters up: its answers can go out
-            await self.scheduler.start(self._spawn)
             # no new job runs; running ones are recorded stopped
             stops.push_async_callback(_quietly, self.scheduler.stop, "scheduler.stop")
+            await self.scheduler.start(self._spawn)
         self._spawn(self._warm_up(), "warm-up")
         self.notifier.notify("READY=1")
         self.bus.emit("gateway_startup", session_key="", version=__version__)
@@ -242,9 +243,9 @@ class Lifecycle:
         if self.ownership is None:
             self._spawn(replayer.run(), "replay")
         else:  # its first sweep takes over the leftovers of sessions no instance owns
-            await self.ownership.start()
             # the leases go at once: another instance takes over
             stops.push_async_callback(self.ownership.close)
+            await self.ownership.start()
         stops.push_async_callback(self._stop_runs)
 
     async def _prepare(self, stops: AsyncExitStack) -> None:
@@ -253,23 +254,23 @@ class Lifecycle:
         self.tool_host.bind(loop)
         self.memory.bind(loop)
         self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
-        self.watchdog.start()
         stops.callback(self.watchdog.stop)
+        self.watchdog.start()
         self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
-        self.sentinel.start()
         stops.push_async_callback(self.sentinel.stop)
+        self.sentinel.start()
         stops.callback(self.agent_factory.close)  # after the pool: no run is left to use it
         await asyncio.to_thread(self._prepare_dirs)
         # tool modules are imported off the loop, before the first agent needs them
         await asyncio.to_thread(
             lambda: [self.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
         )
-        await self.store.open()
         stops.push_async_callback(self.store.close)
+        await self.store.open()
         if self.memory.service is not None:
-            await self.memory.service.archive.open()  # pgvector or not, found once, here
             # auto-retains in flight finish before the store closes
             stops.push_async_callback(self.memory.service.close)
+            await self.memory.service.archive.open()  # pgvector or not, found once, here
         hooks = await asyncio.to_thread(
             collect_hooks, self.config.hooks, self.config.home_path / "hooks"
         )
