@@ -1,9 +1,11 @@
 """The daemon's lifecycle: startup -> main -> shutdown, signals and reload, for `Gateway`.
 
 Shutdown order: stop intake -> drain with timeout -> interrupt agents -> stop the pool ->
-close adapters -> flush the store. SIGTERM/SIGINT set `should_exit`, at any moment of the
-start too (it is cancelled where it waits); a second one forces: no drain, and what the
-shutdown still does after `FORCE_GRACE_S` is abandoned.
+close adapters -> flush the store: the adapters stop first, then each part `startup` started
+is stopped in reverse (its stop is pushed on an `AsyncExitStack` as it starts). SIGTERM/SIGINT
+set `should_exit`, at any moment of the start too (it is cancelled where it waits; what it
+had started is stopped); a second one forces: no drain, and what the shutdown still does
+after `FORCE_GRACE_S` is abandoned.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import asyncio
 import gc
 import signal
 import sys
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -28,7 +32,6 @@ from hermes_gateway.errors import ConfigError
 from hermes_gateway.guard.early_stop import EARLY
 from hermes_gateway.guard.sentinel import Sentinel
 from hermes_gateway.guard.watchdog import LoopWatchdog
-from hermes_gateway.memory.wiring import announce_legacy
 from hermes_gateway.seam.platform import adapter_class, load_adapter
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from hermes_gateway.core.delivery import Delivery
     from hermes_gateway.core.pool import AgentPool
     from hermes_gateway.core.quarantine import InboxRoutes
+    from hermes_gateway.core.reception import Reception
     from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.guard.sdnotify import SystemdNotifier
@@ -52,7 +56,7 @@ if TYPE_CHECKING:
     from hermes_gateway.scheduler.service import SchedulerService
     from hermes_gateway.seam.access import Gatekeeper
     from hermes_gateway.seam.pairing import PairingBook
-    from hermes_gateway.seam.platform import Adapter, AdapterHost
+    from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.gateway")
@@ -63,8 +67,8 @@ FORCE_GRACE_S = 5.0  # a forced stop: what the shutdown still does (no drain) ge
 
 class Lifecycle:
     """`Gateway`'s startup, main and shutdown; the parts it starts and stops are built by
-    `Gateway.__init__` (declared here for the type checker), and `Gateway` is the
-    `AdapterHost` each adapter is built with."""
+    `Gateway.__init__` (declared here for the type checker); each adapter is built with the
+    `Reception`."""
 
     if TYPE_CHECKING:
         live: LiveConfig
@@ -73,7 +77,7 @@ class Lifecycle:
         should_exit: asyncio.Event
         force_exit: bool
         exit_code: int
-        closing: bool
+        intake_closed: asyncio.Event
         metrics: Metrics
         bus: EventBus
         store: Store
@@ -87,6 +91,7 @@ class Lifecycle:
         delivery: Delivery
         runner: GatewayRunner
         ownership: Ownership | None
+        reception: Reception
         tool_host: GatewayToolHost
         memory: MemoryHost
         inbox: InboxRoutes
@@ -97,6 +102,7 @@ class Lifecycle:
         watchdog: LoopWatchdog | None
         sentinel: Sentinel | None
         _background: list[asyncio.Task[Any]]
+        _stops: AsyncExitStack
 
         @property
         def config(self) -> Config: ...
@@ -192,54 +198,85 @@ class Lifecycle:
             ) from None
 
     async def startup(self) -> None:
-        await self._prepare()
+        """Start the parts, each one's stop pushed on `_stops` as its start begins (a start
+        cut short, by a failure or a signal, is stopped too): the shutdown stops them in
+        reverse."""
+        stops = self._stops
+        stops.callback(self.notifier.close)
+        await self._prepare(stops)
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
         if self.ownership is None:  # in a cluster each session is replayed under its lease
             await replayer.load()  # before intake: what this run takes is not a leftover
         await self.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
-            self.adapters[name] = load_adapter(name, cast("AdapterHost", self), cls)
+            adapter = self.adapters[name] = load_adapter(name, self.reception, cls)
+            if (close := getattr(adapter, "close", None)) is not None:
+                stops.push_async_callback(_quietly, close, "adapter.close")
         if self.dashboard is not None:
+            stops.push_async_callback(self.dashboard.stop)
             await self.dashboard.start()
+        stops.push_async_callback(self.control.stop)
         await self._listen()
-        for name, adapter in self.adapters.items():
+        stops.push_async_callback(self._end_background)
+        stops.push_async_callback(asyncio.to_thread, self.pool.shutdown)
+        # undelivered replies wait in the inbox for the next start
+        stops.push_async_callback(self.delivery.close)
+        for name, adapter in self.adapters.items():  # stopped first, by `shutdown` itself
             await adapter.start()
             log.info("adapter.started", platform=name)
-        if self.ownership is None:
-            self._spawn(replayer.run(), "replay")
-        else:  # its first sweep takes over the leftovers of sessions no instance owns
-            await self.ownership.start()
+        await self._start_runs(replayer, stops)
         self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
         if self.scheduler is not None:  # adapters up: its answers can go out
+            # no new job runs; running ones are recorded stopped
+            stops.push_async_callback(_quietly, self.scheduler.stop, "scheduler.stop")
             await self.scheduler.start(self._spawn)
         self._spawn(self._warm_up(), "warm-up")
         self.notifier.notify("READY=1")
         self.bus.emit("gateway_startup", session_key="", version=__version__)
         self._announce_ready()
 
-    async def _prepare(self) -> None:
-        """The guards first, then what intake needs: dirs, tools, hooks, the store, memory."""
+    async def _start_runs(self, replayer: Replayer, stops: AsyncExitStack) -> None:
+        """What earlier runs left is taken up (in a cluster, under each session's lease);
+        stopping lets the runs in progress finish, then interrupts the rest, before the
+        leases go."""
+        if self.ownership is None:
+            self._spawn(replayer.run(), "replay")
+        else:  # its first sweep takes over the leftovers of sessions no instance owns
+            # the leases go at once: another instance takes over
+            stops.push_async_callback(self.ownership.close)
+            await self.ownership.start()
+        stops.push_async_callback(self._stop_runs)
+
+    async def _prepare(self, stops: AsyncExitStack) -> None:
+        """The guards first, then what intake needs: dirs, tools, the store, memory, hooks."""
         loop = asyncio.get_running_loop()
         self.tool_host.bind(loop)
         self.memory.bind(loop)
         self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
+        stops.callback(self.watchdog.stop)
         self.watchdog.start()
         self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
+        stops.push_async_callback(self.sentinel.stop)
         self.sentinel.start()
+        stops.callback(self.agent_factory.close)  # after the pool: no run is left to use it
         await asyncio.to_thread(self._prepare_dirs)
         # tool modules are imported off the loop, before the first agent needs them
         await asyncio.to_thread(
             lambda: [self.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
         )
+        stops.push_async_callback(self.store.close)
+        await self.store.open()
+        if self.memory.service is not None:
+            # auto-retains in flight finish before the store closes
+            stops.push_async_callback(self.memory.service.close)
+            await self.memory.service.archive.open()  # pgvector or not, found once, here
         hooks = await asyncio.to_thread(
             collect_hooks, self.config.hooks, self.config.home_path / "hooks"
         )
         install_hooks(self.bus, hooks)
-        await self.store.open()
-        if self.memory.service is not None:
-            await self.memory.service.archive.open()  # pgvector or not, found once, here
-        self.memory.legacy = await announce_legacy(self.config.home_path, self.config.memory.scope)
+        stops.push_async_callback(self.bus.aclose)
+        await self.memory.find_legacy(self.config.home_path)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
 
@@ -267,48 +304,32 @@ class Lifecycle:
             self._spawn(asyncio.to_thread(_tell, text), "next-steps")
 
     async def shutdown(self) -> None:
+        """Stop intake, then what `startup` started, in reverse: the runs drain (or are
+        interrupted), the leases go, delivery and the pool stop, ... the store closes last."""
         self.notifier.notify("STOPPING=1")
         self.bus.emit("gateway_shutdown", session_key="")
         # stop intake first: anything an adapter fetched meanwhile still lands in the inbox
         for adapter in self.adapters.values():
-            await _quietly(adapter.stop(), "adapter.stop")
-        self.closing = True
-        if self.scheduler is not None:  # no new job runs; running ones are recorded stopped
-            await _quietly(self.scheduler.stop(), "scheduler.stop")
+            await _quietly(adapter.stop, "adapter.stop")
+        self.intake_closed.set()
+        await self._stops.aclose()
+        if self.exit_code >= 0:
+            log.info("gateway.stopped", exit_code=self.exit_code)
+
+    async def _stop_runs(self) -> None:
         drain = 0.0 if self.force_exit else self.config.runner.drain_timeout_s
         drained = await self._drain(drain)
         if not drained:
             log.warning("gateway.drain_timeout", seconds=drain)
         await self.runner.interrupt_all()
-        if self.ownership is not None:  # the leases go at once: another instance takes over
-            await self.ownership.close()
-        await self.delivery.close()  # undelivered replies wait in the inbox for the next start
-        await asyncio.to_thread(self.pool.shutdown)
-        if self.memory.service is not None:
-            await self.memory.service.close()  # auto-retains in flight; before the store closes
+
+    async def _end_background(self) -> None:
         for task in self._background:
             task.cancel()
         if self._background:
             # let a cancelled store.prune unwind before the engine is disposed: disposing it
             # under a live aiosqlite connection left a task that never finished (a hung loop)
             await asyncio.wait(self._background, timeout=2)
-        for adapter in self.adapters.values():
-            close = getattr(adapter, "close", None)
-            if close is not None:
-                await _quietly(close(), "adapter.close")
-        await self.bus.aclose()
-        await self.store.close()
-        if self.dashboard is not None:
-            await self.dashboard.stop()
-        await self.control.stop()
-        self.agent_factory.close()
-        if self.sentinel is not None:
-            await self.sentinel.stop()
-        if self.watchdog is not None:
-            self.watchdog.stop()
-        self.notifier.close()
-        if self.exit_code >= 0:
-            log.info("gateway.stopped", exit_code=self.exit_code)
 
     async def _drain(self, timeout: float) -> bool:
         drain = asyncio.create_task(self.runner.drain(timeout))
@@ -400,8 +421,8 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-async def _quietly(coro: Any, what: str) -> None:
+async def _quietly(call: Callable[[], Awaitable[Any]], what: str) -> None:
     try:
-        await asyncio.wait_for(coro, 10)
+        await asyncio.wait_for(call(), 10)
     except Exception:
         log.exception(what)

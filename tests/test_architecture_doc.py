@@ -81,10 +81,10 @@ def test_the_doc_names_existing_files_and_code() -> None:
 @pytest.mark.parametrize(
     ("dotted", "exists"),
     [
-        ("hermes_gateway.server.Gateway.submit", True),
+        ("hermes_gateway.core.reception.Reception.submit", True),
         ("hermes_gateway.core.run.Run.steered", True),  # a dataclass field (default_factory)
-        ("hermes_gateway.server.Gateway.closing", True),  # set in __init__
-        ("hermes_gateway.server.Gateway.sumbit", False),
+        ("hermes_gateway.server.Gateway.intake_closed", True),  # set in __init__
+        ("hermes_gateway.core.reception.Reception.sumbit", False),
         ("hermes_gateway.no_such_module.thing", False),
         ("tools.registry.Tool.nope", False),
     ],

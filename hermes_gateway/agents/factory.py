@@ -4,7 +4,7 @@ toolset and system prompt, the settings the tools run with, and their confinemen
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
@@ -28,19 +28,41 @@ from tools.memory import memory_block, memory_file
 log = structlog.get_logger("hermes.gateway")
 
 
+@dataclass(frozen=True, slots=True)
+class ModelClients:
+    """The chat model's client and the one `describe_image` uses (the same unless
+    `tools.vision` names another model): built first, the tools and memory call them too."""
+
+    llm: LLMClient
+    vision: LLMClient
+
+
+def model_clients(config: Config, config_path: str | None = None) -> ModelClients:
+    llm = LLMClient(_llm_settings(config, config_path))
+    return ModelClients(llm, _vision_llm(config, llm))
+
+
 class AgentFactory:
     """One per gateway; `make` is the agent cache's constructor."""
 
-    def __init__(self, config: Config, config_path: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        config_path: str | None = None,
+        *,
+        clients: ModelClients | None = None,
+        host: ToolHost | None = None,
+        owner: Callable[[str], str | None] = lambda key: None,
+    ) -> None:
         self.config = config
-        self.llm = LLMClient(_llm_settings(config, config_path))
-        self.vision_llm = _vision_llm(config, self.llm)
+        clients = clients or model_clients(config, config_path)
+        self.llm, self.vision_llm = clients.llm, clients.vision
         self.tool_settings = _tool_settings(config)
         self.executor = ToolExecutor(config.tools.parallel_workers)
-        # the gateway's callbacks (approvals, delivery, attachments); set once they exist
-        self.host: ToolHost | None = None
+        # the gateway's callbacks (approvals, delivery, attachments, memory); None offline
+        self.host = host
         # session key -> the user it belongs to alone ("<platform>/<id>"), for per-user memory
-        self.owner: Callable[[str], str | None] = lambda key: None
+        self.owner = owner
         self._toolsets: dict[str, tuple[ToolRegistry, str]] = {}
 
     def toolset(self, platform: str) -> tuple[ToolRegistry, str]:

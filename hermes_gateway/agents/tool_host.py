@@ -34,7 +34,7 @@ from tools.host import ApprovalRequest, SearchHit, ToolHost
 
 if TYPE_CHECKING:
     from hermes_gateway.core.delivery import Delivery
-    from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.core.run import LiveRuns
     from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
@@ -94,21 +94,22 @@ class GatewayToolHost:
     def __init__(
         self,
         *,
-        runner: GatewayRunner,
+        runs: LiveRuns,
         delivery: Delivery,
         store: Store,
         adapters: dict[str, Adapter],
         vision: LLMClient,
         approval_timeout_s: float,
+        jobs: JobDesk | None = None,
     ) -> None:
-        self.runner = runner
+        self.runs = runs
         self.delivery = delivery
         self.store = store
         self.adapters = adapters
         self.vision = vision
         self.approval_timeout_s = approval_timeout_s
         self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
-        self.jobs: JobDesk | None = None  # the scheduler's, when scheduler.enabled
+        self.jobs = jobs  # the scheduler's, when scheduler.enabled
         self._loop: asyncio.AbstractEventLoop | None = None
         self.host = ToolHost(
             ask_approval=self.ask_approval,
@@ -147,7 +148,7 @@ class GatewayToolHost:
         return ticket.done.is_set() and ticket.approved
 
     async def _open(self, request: ApprovalRequest) -> Ticket | None:
-        event = self.runner.current_event(request.session_key)
+        event = self.runs.current_event(request.session_key)
         if event is None or not capabilities(event.platform).can_ask_approval:
             # nobody to ask: the run is gone, or the platform has no channel for questions
             log.info("approval.cannot_ask", session_key=request.session_key, tool=request.tool)
@@ -219,9 +220,7 @@ class GatewayToolHost:
 
     async def _manage_jobs(self, jobs: JobDesk, session_key: str, request: dict[str, Any]) -> str:
         try:  # the chat and user come from the run, never from the model's arguments
-            return await jobs.from_tool(
-                session_key, self.runner.current_event(session_key), request
-            )
+            return await jobs.from_tool(session_key, self.runs.current_event(session_key), request)
         except JobRequestError as exc:
             raise ToolError(str(exc)) from None
 
@@ -233,7 +232,7 @@ class GatewayToolHost:
 
     async def _search(self, session_key: str, query: str, limit: int) -> list[Any]:
         """In a session several users share (a thread), only the asking user's turns."""
-        event = self.runner.current_event(session_key)
+        event = self.runs.current_event(session_key)
         if event is None:
             raise ToolError("no user is known for this conversation right now")
         user = None if sole_user(event) else event.user_id
@@ -244,7 +243,7 @@ class GatewayToolHost:
         return path
 
     async def _download(self, session_key: str, number: int) -> Path:
-        events = self.runner.current_messages(session_key)
+        events = self.runs.current_messages(session_key)
         images = [
             a
             for e in events

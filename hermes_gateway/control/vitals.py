@@ -4,23 +4,66 @@ Prometheus gauges read at scrape time."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hermes_gateway import __version__
 
 if TYPE_CHECKING:
-    from hermes_gateway.server import Gateway
+    from agent_core import LLMClient
+    from hermes_gateway.agents.cache import AgentCache
+    from hermes_gateway.cluster.ownership import Ownership
+    from hermes_gateway.cluster.roles import Roles
+    from hermes_gateway.config import Config
+    from hermes_gateway.core.pool import AgentPool
+    from hermes_gateway.core.quarantine import InboxRoutes
+    from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.guard.watchdog import LoopWatchdog
+    from hermes_gateway.live_config import LiveConfig
+    from hermes_gateway.memory.host import MemoryHost
+    from hermes_gateway.metrics import Metrics
+    from hermes_gateway.scheduler.service import SchedulerService
+    from hermes_gateway.seam.platform import Adapter
+    from hermes_gateway.store.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class VitalParts:
+    """The parts the vitals read. ``closing``: intake has stopped (shutdown); ``watchdog``:
+    the loop's, once the start has made it."""
+
+    live: LiveConfig
+    started_at: float
+    metrics: Metrics
+    llm: LLMClient
+    store: Store
+    adapters: dict[str, Adapter]
+    runner: GatewayRunner
+    pool: AgentPool
+    agents: AgentCache
+    inbox: InboxRoutes
+    memory: MemoryHost
+    scheduler: SchedulerService | None
+    ownership: Ownership | None
+    roles: Roles
+    closing: Callable[[], bool]
+    watchdog: Callable[[], LoopWatchdog | None]
+
+    @property
+    def config(self) -> Config:
+        return self.live.now
 
 
 class Vitals:
-    """Reads a running `Gateway`'s parts; changes nothing."""
+    """Reads the gateway's parts; changes nothing."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    def __init__(self, parts: VitalParts) -> None:
+        self.parts = parts
 
     def health(self) -> dict[str, Any]:
-        g = self.gateway
-        wd = g.watchdog
+        g = self.parts
+        wd = g.watchdog()
         return {
             "status": "ok",
             "uptime_s": round(time.time() - g.started_at, 1),
@@ -28,11 +71,11 @@ class Vitals:
         }
 
     def readiness(self) -> tuple[bool, list[str]]:
-        g = self.gateway
+        g = self.parts
         reasons = []
-        if g.closing:
+        if g.closing():
             reasons.append("shutting down")
-        if not g.agent_factory.llm.configured:
+        if not g.llm.configured:
             reasons.append("model: not configured (set model.api_key or model.base_url)")
         if not g.store.is_open:
             reasons.append("store: not open")
@@ -52,7 +95,7 @@ class Vitals:
         return not reasons, reasons + ([note] if note else [])
 
     def _model_note(self) -> str | None:
-        last = self.gateway.llm.endpoint.last
+        last = self.parts.llm.endpoint.last
         if last is None or last.ok:
             return None
         ago = round(time.time() - last.at)
@@ -63,7 +106,7 @@ class Vitals:
 
     def model(self) -> dict[str, Any]:
         """The model and what its endpoint did on the last real call."""
-        g = self.gateway
+        g = self.parts
         last = g.llm.endpoint.last
         out: dict[str, Any] = {"name": g.config.model.name, "configured": g.llm.configured}
         if last is None:
@@ -76,8 +119,8 @@ class Vitals:
         return out
 
     def status(self) -> dict[str, Any]:
-        g = self.gateway
-        wd = g.watchdog
+        g = self.parts
+        wd = g.watchdog()
         ready, reasons = self.readiness()
         return {
             "version": __version__,
@@ -106,15 +149,13 @@ class Vitals:
 
     def _cluster(self) -> dict[str, Any] | None:
         """This instance's leases and roles, and the last survey of the whole cluster."""
-        g = self.gateway
+        g = self.parts
         if g.ownership is None:
             return None
-        leading = {role: leader.status() for role, leader in g.leaders.items()}
-        shares = {role: shared.status() for role, shared in g.shared.items()}
-        return {**g.ownership.status(), "roles": leading, "shares": shares}
+        return {**g.ownership.status(), **g.roles.status()}
 
     def register_gauges(self) -> None:
-        g = self.gateway
+        g = self.parts
         m = g.metrics
         m.gauge("hermes_active_sessions", "Sessions with a run", lambda: self._stat("active"))
         m.gauge("hermes_pending_messages", "Messages waiting", lambda: self._stat("pending"))
@@ -124,4 +165,4 @@ class Vitals:
         m.gauge("hermes_cached_agents", "Agent cache size", lambda: len(g.agents))
 
     def _stat(self, key: str) -> float:
-        return float(self.gateway.runner.counts()[key])
+        return float(self.parts.runner.counts()[key])

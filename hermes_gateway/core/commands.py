@@ -105,6 +105,7 @@ class Commands:
         pool: AgentPool,
         *,
         tool_host: GatewayToolHost | None = None,
+        jobs: JobDesk | None = None,
     ) -> None:
         self.live = config
         self.tool_host = tool_host
@@ -114,7 +115,7 @@ class Commands:
         self.bus = bus
         self.agents = agents
         self.pool = pool
-        self.jobs: JobDesk | None = None  # the scheduler's, when scheduler.enabled
+        self.jobs = jobs  # the scheduler's, when scheduler.enabled
         self._handlers: dict[str, Callable[[MessageEvent, int | None, str], Awaitable[None]]] = {
             "stop": self._stop,
             "new": self._new,

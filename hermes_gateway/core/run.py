@@ -1,5 +1,5 @@
 """`Run`: one agent run, its lifecycle state (`RunState`), the messages it answers, and the
-texts users see about them."""
+texts users see about them; `LiveRuns`, what the tools and memory read of the runs going on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from agent_core import RunControl, RunResult
-from hermes_gateway.core.sessions import Pending
+from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.store.fence import Fence
 
@@ -156,3 +156,30 @@ def inbox_ids(items: list[Pending]) -> list[int]:
 
 def with_text(event: MessageEvent, text: str) -> MessageEvent:
     return replace(event, text=text)
+
+
+class LiveRuns:
+    """Which message each session's run answers, and whether anything runs: read by the tool
+    host and memory over the session table the runner writes (both on the loop thread). Built
+    before the runner, so the parts its agents call back into need not hold the runner."""
+
+    def __init__(self, table: SessionTable[Run] | None = None) -> None:
+        self.table: SessionTable[Run] = table if table is not None else SessionTable()
+
+    def current_event(self, key: str) -> MessageEvent | None:
+        """The message the session's live run answers (the newest merged one), if any."""
+        run = self.table.active(key)
+        return None if run is None or run.stopped else run.primary
+
+    def current_messages(self, key: str) -> list[MessageEvent]:
+        """All the messages the session's active run answers, oldest first."""
+        run = self.table.active(key)
+        return [p.event for p in run.items] if run is not None else []
+
+    def counts(self) -> dict[str, int]:
+        """Sessions with a run (``active``), messages waiting, sessions tracked."""
+        return self.table.stats()
+
+    def busy(self) -> bool:
+        """A run is in progress (memory's auto-retain waits for a quiet moment)."""
+        return self.counts()["active"] > 0

@@ -28,6 +28,7 @@ from hermes_gateway.core.run import (
     QUEUE_FULL,
     STORE_DOWN,
     SUPERSEDED,
+    LiveRuns,
     Run,
     RunState,
     SessionView,
@@ -38,7 +39,7 @@ from hermes_gateway.core.run import (
 )
 from hermes_gateway.core.session_leases import SessionLeases, SoleLeases
 from hermes_gateway.core.sessions import Pending, SessionTable
-from hermes_gateway.core.settle import Settler
+from hermes_gateway.core.settle import Settler, TurnDone
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
@@ -66,6 +67,8 @@ class GatewayRunner:
         probation: Probation[Run] | None = None,
         busy_policy_for: Callable[[str], str] | None = None,
         leases: SessionLeases | None = None,
+        runs: LiveRuns | None = None,
+        on_turn: TurnDone | None = None,
     ) -> None:
         self.config = config
         # a platform may have a policy of its own (the local API's is `queue`)
@@ -75,8 +78,9 @@ class GatewayRunner:
         self.pool = pool
         self.agents = agents
         self.metrics = metrics
-        self.settler = Settler(store, delivery, metrics)
-        self._table: SessionTable[Run] = SessionTable()
+        self.settler = Settler(store, delivery, metrics, on_turn)
+        self.runs = runs if runs is not None else LiveRuns()  # what the tools read of it
+        self._table: SessionTable[Run] = self.runs.table
         self._stream_for = stream_for or (lambda event: None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.draining = False
@@ -444,13 +448,11 @@ class GatewayRunner:
 
     def current_event(self, key: str) -> MessageEvent | None:
         """The message the session's live run answers (the newest merged one), if any."""
-        run = self._table.active(key)
-        return None if run is None or run.stopped else run.primary
+        return self.runs.current_event(key)
 
     def current_messages(self, key: str) -> list[MessageEvent]:
         """All the messages the session's active run answers, oldest first."""
-        run = self._table.active(key)
-        return [p.event for p in run.items] if run is not None else []
+        return self.runs.current_messages(key)
 
     def resume(self, items: list[Pending]) -> None:
         """Replay: answer ``items`` (one session's) now, or before what waits if it is busy.
@@ -466,7 +468,7 @@ class GatewayRunner:
 
     def counts(self) -> dict[str, int]:
         """Sessions with a run (``active``), messages waiting, sessions tracked."""
-        return self._table.stats()
+        return self.runs.counts()
 
     async def drain(self, timeout: float) -> bool:
         """Let active runs finish (no new ones start); True if all did within ``timeout``."""

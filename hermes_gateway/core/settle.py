@@ -29,11 +29,13 @@ TurnDone = Callable[[MessageEvent, str, str], None]
 class Settler:
     """Writes a run's outcome to the store and hands its replies to delivery."""
 
-    def __init__(self, store: Store, delivery: Delivery, metrics: Metrics) -> None:
+    def __init__(
+        self, store: Store, delivery: Delivery, metrics: Metrics, on_turn: TurnDone | None = None
+    ) -> None:
         self.store = store
         self.delivery = delivery
         self.metrics = metrics
-        self.on_turn: TurnDone | None = None
+        self.on_turn = on_turn
 
     async def settle(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
         """Store the turn with its reply ("done"), deliver it, then mark it answered.

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import mimetypes
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +30,19 @@ from hermes_gateway.errors import RequestError
 if TYPE_CHECKING:
     import jinja2
 
-    from hermes_gateway.server import Gateway
+    from hermes_gateway.config import Config
+    from hermes_gateway.control.admin import AdminRoutes
+    from hermes_gateway.control.app import ControlToken
+    from hermes_gateway.control.vitals import Vitals
+    from hermes_gateway.core.commands import Commands
+    from hermes_gateway.core.pool import AgentPool
+    from hermes_gateway.core.quarantine import InboxRoutes
+    from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.live_config import LiveConfig
+    from hermes_gateway.metrics import Metrics
+    from hermes_gateway.seam.pairing import PairingBook
+    from hermes_gateway.seam.platform import Adapter
+    from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.dashboard")
 PREFIX = "/dashboard"
@@ -41,11 +55,41 @@ OPEN_PATHS = {f"{PREFIX}/login", f"{PREFIX}/static/style.css"}  # the login form
 LINK_ROUTE = "/dashboard-link"
 
 
+@dataclass(frozen=True, slots=True)
+class DashboardParts:
+    """What the pages read and drive. ``history``: a session's turns (the agent cache's, else
+    the store's); ``port``: the control server's, once it listens."""
+
+    live: LiveConfig
+    started_at: float
+    metrics: Metrics
+    store: Store
+    runner: GatewayRunner
+    pool: AgentPool
+    pairing: PairingBook
+    inbox: InboxRoutes
+    commands: Commands
+    admin: AdminRoutes
+    adapters: dict[str, Adapter]
+    vitals: Vitals
+    control_token: ControlToken
+    port: Callable[[], int]
+    history: Callable[[str], Awaitable[list[dict[str, Any]]]]
+
+    @property
+    def config(self) -> Config:
+        return self.live.now
+
+
 class Dashboard:
-    def __init__(self, gateway: Gateway, config: DashboardConfig) -> None:
-        self.gateway = gateway
+    """``jobs``: the scheduler's board (None: no Jobs page)."""
+
+    def __init__(
+        self, parts: DashboardParts, config: DashboardConfig, jobs: JobsSource | None = None
+    ) -> None:
+        self.parts = parts
         self.config = config
-        token = gateway.control_token
+        token = parts.control_token
         self.auth = Auth(
             lambda: token.value,
             loopback_only=token.configured is None,
@@ -53,9 +97,9 @@ class Dashboard:
             trust_forwarded_proto=config.trust_forwarded_proto,
         )
         self.series = TimeSeries(config.sample_interval_s)
-        self.sampler = Sampler(gateway.metrics, self.series, self._gauges)
+        self.sampler = Sampler(parts.metrics, self.series, self._gauges)
         self.streams = Streams()
-        self.jobs: JobsSource | None = None  # set by a scheduler: the Jobs page appears
+        self.jobs = jobs
         self.env: jinja2.Environment | None = None
         self.static: dict[str, tuple[bytes, str]] = {}
         self._loading = asyncio.Lock()
@@ -92,7 +136,7 @@ class Dashboard:
                 self.env, self.static = await asyncio.to_thread(_load_package_files)
 
     def _gauges(self) -> dict[str, float]:
-        g = self.gateway
+        g = self.parts
         return {"pool_busy": float(g.pool.busy), "active_sessions": g.runner.counts()["active"]}
 
     async def _closing(self, app: web.Application) -> None:
@@ -145,7 +189,7 @@ class Dashboard:
         return web.Response(text=html, content_type="text/html", charset="utf-8")
 
     def hello(self, request: web.Request) -> dict[str, Any]:
-        return {"csrf": self.auth.csrf(request), "started_at": self.gateway.started_at}
+        return {"csrf": self.auth.csrf(request), "started_at": self.parts.started_at}
 
     async def _new_link(self, request: web.Request) -> web.Response:
         """A one-time login link's path, for `hermes dashboard` (the control token got it

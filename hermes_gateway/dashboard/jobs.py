@@ -1,7 +1,7 @@
 """The hook a scheduler fills to get a Jobs page: hidden while `Dashboard.jobs` is None.
 
-The dashboard knows nothing of jobs but this protocol; whatever builds the scheduler sets
-`gateway.dashboard.jobs` to an object that has these two methods.
+The dashboard knows nothing of jobs but this protocol; whatever builds the scheduler gives
+the dashboard an object that has these two methods (its constructor's ``jobs``).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def add_routes(d: Dashboard) -> None:
 class _Handlers:
     def __init__(self, d: Dashboard) -> None:
         self.d = d
-        self.g = d.gateway
+        self.g = d.parts
 
     # -- pages ----------------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ class _Handlers:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         control = self.g.config.control
         token = self.g.control_token.value  # the chat API wants it when one is configured
-        return await chat.relay(request, control.host, self.g.control.port, token)
+        return await chat.relay(request, control.host, self.g.port(), token)
 
     async def job_action(self, request: web.Request) -> web.Response:
         action = request.match_info["action"]

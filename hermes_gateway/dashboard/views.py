@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from hermes_gateway.errors import StoreError
 
 if TYPE_CHECKING:
+    from hermes_gateway.dashboard.app import DashboardParts
     from hermes_gateway.dashboard.series import TimeSeries
-    from hermes_gateway.server import Gateway
 
 PREVIEW_CHARS = 200
 HISTORY_SHOWN = 30
@@ -18,7 +18,7 @@ INBOX_SHOWN = 50  # entries per Inbox list, the most recently changed
 WAITING_AFTER_S = 10.0
 
 
-def overview(gateway: Gateway, series: TimeSeries) -> dict[str, Any]:
+def overview(gateway: DashboardParts, series: TimeSeries) -> dict[str, Any]:
     status = gateway.vitals.status()
     store = gateway.store
     return {
@@ -42,7 +42,7 @@ def overview(gateway: Gateway, series: TimeSeries) -> dict[str, Any]:
     }
 
 
-def sessions(gateway: Gateway) -> dict[str, Any]:
+def sessions(gateway: DashboardParts) -> dict[str, Any]:
     runner = gateway.runner
     policy = gateway.config.runner.busy_policy
     rows = []
@@ -68,7 +68,7 @@ def sessions(gateway: Gateway) -> dict[str, Any]:
     return {"sessions": rows, "counts": runner.counts()}
 
 
-async def history(gateway: Gateway, key: str) -> tuple[list[dict[str, str]], str | None]:
+async def history(gateway: DashboardParts, key: str) -> tuple[list[dict[str, str]], str | None]:
     """A session's last messages (role and text), or why they cannot be read."""
     try:
         entries = await gateway.history(key)
@@ -83,7 +83,7 @@ async def history(gateway: Gateway, key: str) -> tuple[list[dict[str, str]], str
     return shown, None
 
 
-async def inbox(gateway: Gateway) -> dict[str, Any]:
+async def inbox(gateway: DashboardParts) -> dict[str, Any]:
     """Quarantined (this process's list), undeliverable, and waiting: unanswered entries
     (to run, or a reply to send) that no session of this process is working on."""
     out: dict[str, Any] = {
@@ -107,7 +107,7 @@ async def inbox(gateway: Gateway) -> dict[str, Any]:
     return out
 
 
-async def pairing(gateway: Gateway) -> dict[str, Any]:
+async def pairing(gateway: DashboardParts) -> dict[str, Any]:
     try:
         entries = await gateway.pairing.entries()
     except StoreError as exc:

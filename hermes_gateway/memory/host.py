@@ -1,7 +1,7 @@
 """The archive and per-user memory as the tools see them: synchronous `ToolHost` callables for
 worker threads, each hopping to the event loop for the store (the loop never waits on them).
 
-The user is always the one whose message the session's run answers (`GatewayRunner.
+The user is always the one whose message the session's run answers (`LiveRuns.
 current_event`), so in a thread several people share, each reaches only their own memory.
 """
 
@@ -10,20 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from agent_core import ModelError
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.memory.scope import bank_of, sole_user, user_ref
+from hermes_gateway.memory.scope import bank_of, legacy_notice, sole_user, user_ref
 from hermes_gateway.thread_hop import hop
 from tools.errors import ToolError
 from tools.host import ForgetRequest, Forgotten, Recalled
 
 if TYPE_CHECKING:
-    from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.memory.service import MemoryService
     from hermes_gateway.store.store import Store
 
@@ -38,19 +38,25 @@ NOT_SHOWN = (
 )
 
 
+class Runs(Protocol):
+    """What memory reads of the runs in progress (`LiveRuns`): whose message a run answers."""
+
+    def current_event(self, key: str) -> MessageEvent | None: ...
+
+
 class MemoryHost:
     """One per gateway; `bind` it to the loop at startup."""
 
     def __init__(
         self,
-        runner: GatewayRunner,
+        runs: Runs,
         service: MemoryService | None,
         store: Store,
         *,
         scope: str,
         timeout_s: float,
     ) -> None:
-        self.runner = runner
+        self.runs = runs
         self.service = service
         self.store = store  # the operator's forget works with the archive service off too
         self.scope = scope
@@ -63,6 +69,13 @@ class MemoryHost:
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+
+    async def find_legacy(self, home: Path) -> None:
+        """At startup: log (and show in /status) a shared MEMORY.md per-user memory no longer
+        shows."""
+        self.legacy = await asyncio.to_thread(legacy_notice, home, self.scope)
+        if self.legacy is not None:
+            log.warning("memory.legacy_file", detail=self.legacy)
 
     def callables(self) -> dict[str, Any]:
         """The `ToolHost` fields this provides (the archive's only when it is on)."""
@@ -89,7 +102,7 @@ class MemoryHost:
         """The user a session belongs to alone (its prompt may carry their memory), else
         None; called when the session's agent is built: during its run, or after `/stop`
         (then the owner seen last is used)."""
-        event = self.runner.current_event(session_key)
+        event = self.runs.current_event(session_key)
         if event is None:
             return self._owners.get(session_key)
         owner = user_ref(event) if sole_user(event) else None
@@ -105,13 +118,13 @@ class MemoryHost:
             self.service.turn_done(event, bank_of(event, self.scope), text, reply)
 
     def _asker(self, session_key: str) -> MessageEvent:
-        event = self.runner.current_event(session_key)
+        event = self.runs.current_event(session_key)
         if event is None:
             raise ToolError(NO_USER)
         return event
 
     async def _user_of(self, session_key: str) -> str | None:
-        event = self.runner.current_event(session_key)
+        event = self.runs.current_event(session_key)
         return user_ref(event) if event is not None else None
 
     async def _retain(

@@ -4,8 +4,6 @@ chat model's endpoint), the archive service when any platform enables a `hindsig
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -14,11 +12,10 @@ from agent_core import LLMClient, LLMSettings
 from hermes_gateway.config import Config
 from hermes_gateway.memory.embeddings import Embedder, EmbeddingSettings
 from hermes_gateway.memory.host import MemoryHost
-from hermes_gateway.memory.scope import legacy_notice
 from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
-    from hermes_gateway.core.runner import GatewayRunner
+    from hermes_gateway.core.run import LiveRuns
 
 log = structlog.get_logger("hermes.memory")
 ARCHIVE_TOOLS = ("hindsight_retain", "hindsight_recall", "hindsight_reflect", "hindsight_forget")
@@ -47,7 +44,7 @@ def embedding_settings(config: Config) -> EmbeddingSettings | None:
     return settings if probe.configured else None
 
 
-def build_memory(config: Config, store: Store, llm: LLMClient, runner: GatewayRunner) -> MemoryHost:
+def build_memory(config: Config, store: Store, llm: LLMClient, runs: LiveRuns) -> MemoryHost:
     service = None
     if archive_wanted(config):  # imported only then: the archive's vectors need numpy (~15 MB)
         from hermes_gateway.memory.archive import Archive
@@ -64,18 +61,10 @@ def build_memory(config: Config, store: Store, llm: LLMClient, runner: GatewayRu
             extract=mem.extract,
             token_budget=mem.token_budget,
             recall_limit=mem.recall_limit,
-            busy=lambda: runner.counts()["active"] > 0,  # auto-retain waits for a quiet moment
+            busy=runs.busy,  # auto-retain waits for a quiet moment
             outage_pause_s=mem.embeddings.outage_pause_s,
         )
     timeout = config.memory.embeddings.timeout_s * (config.model.max_retries + 1) + 30
     if config.memory.extract:
         timeout += config.model.timeout_s * (config.model.max_retries + 1)
-    return MemoryHost(runner, service, store, scope=config.memory.scope, timeout_s=timeout)
-
-
-async def announce_legacy(home: Path, scope: str) -> str | None:
-    """Log (at startup) a shared MEMORY.md that per-user memory no longer shows."""
-    notice = await asyncio.to_thread(legacy_notice, home, scope)
-    if notice is not None:
-        log.warning("memory.legacy_file", detail=notice)
-    return notice
+    return MemoryHost(runs, service, store, scope=config.memory.scope, timeout_s=timeout)

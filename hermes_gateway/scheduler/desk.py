@@ -4,11 +4,12 @@ the jobs made in that chat; a job's own run creates none unless the config allow
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -18,8 +19,7 @@ from hermes_gateway.events import MessageEvent
 from hermes_gateway.platform_spec import capabilities, platform_spec
 from hermes_gateway.scheduler.jobs import Job, Origin, Target, new_job, target
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.schedule import UNUSABLE, ScheduleError, parse, zone_of
-from hermes_gateway.scheduler.scheduler import Scheduler
+from hermes_gateway.scheduler.schedule import UNUSABLE, ScheduleError, host_zone, parse, zone_of
 
 log = structlog.get_logger("hermes.scheduler")
 ACTIONS = ("create", "list", "update", "pause", "resume", "run", "remove", "runs")
@@ -85,6 +85,14 @@ def check_deliverable(where: Target, enabled: frozenset[str], named: bool) -> No
         )
 
 
+class Kicks(Protocol):
+    """What the desk asks of the `Scheduler`: look again now, or run a job at once."""
+
+    def wake(self) -> None: ...
+
+    async def run_now(self, job: Job) -> int | None: ...
+
+
 class JobDesk:
     """``platforms``: the platforms enabled in the config, the only ones a job may deliver
     to (every way a job is made or changed comes through here)."""
@@ -92,7 +100,7 @@ class JobDesk:
     def __init__(
         self,
         ledger: Ledger,
-        scheduler: Scheduler,
+        scheduler: Kicks,
         config: Callable[[], SchedulerConfig],
         default_zone: str,
         platforms: frozenset[str],
@@ -108,6 +116,11 @@ class JobDesk:
     @property
     def config(self) -> SchedulerConfig:
         return self._config()
+
+    async def learn_zone(self) -> None:
+        """At the start: with no `scheduler.timezone`, new jobs take the host's zone."""
+        if not self.default_zone or self.default_zone == "UTC":
+            self.default_zone = self.config.timezone or await asyncio.to_thread(host_zone)
 
     # -- who asks -------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ class Scheduler:
         *,
         workers: int,
         clock: Callable[[], float] = time.time,
+        on_outcome: Callable[[str], None] = lambda outcome: None,
     ) -> None:
         self._config = config
         self.ledger = ledger
@@ -60,7 +61,7 @@ class Scheduler:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.last_tick: float | None = None  # monotonic
         self.outcomes: Counter[str] = Counter()
-        self.on_outcome: Callable[[str], None] = lambda outcome: None  # the metrics' counter
+        self.on_outcome = on_outcome  # the metrics' counter
         self.late_starts = 0
         self.running = 0
         self.counts: dict[str, Any] = {}

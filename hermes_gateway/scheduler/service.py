@@ -1,35 +1,45 @@
-"""The scheduler inside a running gateway: builds its parts from the gateway's (store, agent
-cache, shared pool, delivery), mounts the operator's routes, gives the `cronjob` tool and
-`/cron` their desk, and shows itself in /status, /readyz and /metrics."""
+"""The scheduler inside a running gateway: the desk the `cronjob` tool and `/cron` share (built
+first), the scheduler around it (from the gateway's store, agent cache, shared pool and
+delivery), the operator's routes, and what it shows in /status, /readyz and /metrics."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from prometheus_client import Counter
 
-from hermes_gateway.config_schema import SchedulerConfig
 from hermes_gateway.scheduler.board import JobBoard
-from hermes_gateway.scheduler.desk import JobDesk
+from hermes_gateway.scheduler.desk import JobDesk, Kicks
+from hermes_gateway.scheduler.jobs import Job
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.routes import JobRoutes
 from hermes_gateway.scheduler.runner import JobRunner
-from hermes_gateway.scheduler.schedule import host_zone
 from hermes_gateway.scheduler.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from hermes_gateway.server import Gateway
+    from hermes_gateway.live_config import LiveConfig
+    from hermes_gateway.metrics import Metrics
+    from hermes_gateway.store.store import Store
 
 
 log = structlog.get_logger("hermes.scheduler")
+
+
+def _runs_counter(m: Metrics) -> Counter:
+    runs = Counter(
+        "hermes_cron_runs", "Scheduled job runs by outcome", ["outcome"], registry=m.registry
+    )
+    for outcome in ("succeeded", "failed", "timed_out", "abandoned", "skipped", "missed"):
+        runs.labels(outcome).inc(0)
+    return runs
 
 
 def pid_alive(pid: int) -> bool:
@@ -42,48 +52,69 @@ def pid_alive(pid: int) -> bool:
     return pid != os.getpid()  # our own pid, reused after a crash: not the owner
 
 
+def job_desk(live: LiveConfig, store: Store, kicks: Kicks) -> JobDesk:
+    """The desk the `cronjob` tool, `/cron` and the routes work through, built before the tool
+    host and the commands; ``kicks`` reach the `Scheduler`, built after them (its runs are
+    agents, whose tools use this desk)."""
+    config = live.now
+    owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return JobDesk(
+        Ledger(store, owner, config.scheduler.lease_s),
+        kicks,
+        lambda: live.now.scheduler,
+        config.scheduler.timezone or "UTC",
+        frozenset(config.platforms.enabled()),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LaterKicks:
+    """The desk's `Kicks`, passed on to the scheduler ``scheduler()`` finds once it is built
+    (the one cycle of the gateway's parts: the desk is in every agent's tools, the scheduler
+    runs agents); nothing calls them before the gateway has started."""
+
+    scheduler: Callable[[], Scheduler]
+
+    def wake(self) -> None:
+        self.scheduler().wake()
+
+    async def run_now(self, job: Job) -> int | None:
+        return await self.scheduler().run_now(job)
+
+
 class SchedulerService:
-    def __init__(self, gateway: Gateway) -> None:
-        config = gateway.config
+    """Builds the scheduler around the desk, from the parts it runs jobs with and delivers
+    their answers through."""
 
-        def section() -> SchedulerConfig:
-            return gateway.config.scheduler
-
+    def __init__(
+        self,
+        desk: JobDesk,
+        *,
+        runner: JobRunner,
+        outbox: JobOutbox,
+        metrics: Metrics,
+        workers: int,
+    ) -> None:
         self.host = socket.gethostname()[:64]
-        owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.ledger = Ledger(gateway.store, owner, config.scheduler.lease_s)
-        runner = JobRunner(gateway.store, gateway.agents, gateway.pool, config.runner.stop_grace_s)
-        self.outbox = JobOutbox(
-            gateway.delivery,
-            gateway.adapters,
-            self.ledger,
-            join_chat=runner.join_chat,
-            per_user=lambda: gateway.config.runner.group_sessions_per_user,
-        )
+        self.desk, self.ledger, self.outbox = desk, desk.ledger, outbox
+        self._runs = _runs_counter(metrics)
         self.scheduler = Scheduler(
-            section, self.ledger, runner, self.outbox, workers=config.runner.workers
-        )
-        self.desk = JobDesk(
+            lambda: desk.config,
             self.ledger,
-            self.scheduler,
-            section,
-            config.scheduler.timezone or "UTC",
-            frozenset(config.platforms.enabled()),
+            runner,
+            outbox,
+            workers=workers,
+            on_outcome=self._count,
         )
-        JobRoutes(self.desk, self.ledger).mount(gateway.control.add_route)
-        self.board = JobBoard(self.desk)  # the dashboard's Jobs page, when it is on
-        gateway.tool_host.jobs = self.desk
-        gateway.commands.jobs = self.desk
-        self._register(gateway)
+        self.board = JobBoard(desk)  # the dashboard's Jobs page, when it is on
+        self._register(metrics)
 
-    def _register(self, gateway: Gateway) -> None:
-        s, m = self.scheduler, gateway.metrics
-        runs = Counter(
-            "hermes_cron_runs", "Scheduled job runs by outcome", ["outcome"], registry=m.registry
-        )
-        for outcome in ("succeeded", "failed", "timed_out", "abandoned", "skipped", "missed"):
-            runs.labels(outcome).inc(0)
-        self._runs = runs
+    def mount(self, add_route: Callable[..., None]) -> None:
+        """The operator's routes, on the control server."""
+        JobRoutes(self.desk, self.ledger).mount(add_route)
+
+    def _register(self, m: Metrics) -> None:
+        s = self.scheduler
         m.gauge("hermes_cron_running", "Scheduled job runs in progress", lambda: s.running)
         m.gauge("hermes_cron_late_starts", "Job runs started over 60 s late", lambda: s.late_starts)
         m.gauge("hermes_cron_jobs", "Scheduled jobs (any state)", self._jobs)
@@ -91,9 +122,7 @@ class SchedulerService:
         m.gauge("hermes_cron_tick_age_seconds", "Seconds since the last tick", self._tick_age)
 
     async def start(self, spawn: Callable[[Any, str], None]) -> None:
-        if not self.desk.default_zone or self.desk.default_zone == "UTC":
-            self.desk.default_zone = self.desk.config.timezone or await asyncio.to_thread(host_zone)
-        self.scheduler.on_outcome = self._count
+        await self.desk.learn_zone()
         # what a crashed process of this host left behind is freed now, not a lease later
         freed = await self.ledger.take_back(self.host, pid_alive, time.time())
         if freed:

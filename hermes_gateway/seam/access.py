@@ -107,7 +107,7 @@ class AccessPolicy:
 
 
 class Gatekeeper:
-    """Admission on the one path every message takes (`Gateway.submit`), so an adapter cannot
+    """Admission on the one path every message takes (`Reception.submit`), so an adapter cannot
     let a stranger in by forgetting a check. A platform whose section has no access rules (the
     local API: its routes want `control.token` when one is set) is not checked here; a
     platform without any section gets the defaults, which deny everyone."""

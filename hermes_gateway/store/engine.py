@@ -62,7 +62,7 @@ class StoreEngine:
         self._hot_turn = _HotTurn(self)
         self._fast: SqliteFastPath | None = None
         self._probe_engine: AsyncEngine | None = None
-        self.circuit = StoreCircuit(None)
+        self.circuit = StoreCircuit(None, self._write_probe)
         self._file: tuple[str, int, int] | None = None  # SQLite: path, device, inode at open
         self._file_watch: asyncio.Task[None] | None = None
 
@@ -98,8 +98,7 @@ class StoreEngine:
         if not self._is_sqlite:
             # its own connection each time: a pooled one may be the one hanging
             self._probe_engine = create_async_engine(self.url, poolclass=NullPool, **kwargs)
-            self.circuit = StoreCircuit(self._probe)
-        self.circuit.writes.probe = self._write_probe
+            self.circuit = StoreCircuit(self._probe, self._write_probe)
         if self._is_sqlite:
             await self._watch_file()
             fast = SqliteFastPath()

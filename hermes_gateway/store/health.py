@@ -13,7 +13,7 @@ import structlog
 from sqlalchemy.exc import DBAPIError
 
 from hermes_gateway.errors import StoreError
-from hermes_gateway.store.writes import WriteGate, cannot_write
+from hermes_gateway.store.writes import WriteGate, WriteProbe, cannot_write
 
 log = structlog.get_logger("hermes.store")
 Probe = Callable[[], Awaitable[None]]
@@ -58,7 +58,7 @@ class StoreCircuit:
     probe_every_s = 1.0
     probe_timeout_s = 3.0
 
-    def __init__(self, probe: Probe | None) -> None:
+    def __init__(self, probe: Probe | None, write_probe: WriteProbe | None = None) -> None:
         self._probe = probe  # None (SQLite): a file is never "unreachable"
         self._stuck_until = 0.0
         self._stuck_error = ""
@@ -66,7 +66,7 @@ class StoreCircuit:
         self._down_error = ""
         self._prober: asyncio.Task[None] | None = None
         self._watched: set[asyncio.Timeout] = set()
-        self.writes = WriteGate()
+        self.writes = WriteGate(write_probe)  # the probe: a real write, once the store is open
 
     @property
     def writable(self) -> bool:

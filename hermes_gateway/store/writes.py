@@ -61,7 +61,7 @@ class WriteGate:
     steady_after_s = 30.0  # open this long: the next outage starts probing from the first pause
 
     def __init__(self, probe: WriteProbe | None = None) -> None:
-        self.probe = probe  # set by the engine once the database is open
+        self.probe = probe  # a real write; called only once the database is open
         self.open = asyncio.Event()
         self.open.set()
         self.closed_since: float | None = None

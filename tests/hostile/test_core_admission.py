@@ -55,7 +55,7 @@ class ToyAdapter:
 
 
 def plugged(gw: Gateway, name: str) -> ToyAdapter:
-    toy = ToyAdapter(gw, name)
+    toy = ToyAdapter(gw.reception, name)
     gw.adapters[name] = toy
     return toy
 
@@ -99,8 +99,8 @@ async def test_the_bots_own_message_and_a_platform_without_rules_are_refused(
         event = MessageEvent.create(
             platform="telegram", chat_type="dm", chat_id="5", user_id="5", message_id="1", text="x"
         )
-        assert await gw.submit(event, sender="self") == "refused"
-        assert await gw.submit(event, sender="bot") == "refused"
+        assert await gw.reception.submit(event, sender="self") == "refused"
+        assert await gw.reception.submit(event, sender="bot") == "refused"
         unknown = plugged(gw, "toy")  # no config section: the default rules deny everyone
         assert await unknown.receive("5", "hello", "2") == "refused"
         odd = plugged(gw, "enabled")  # a name that is a method of the platforms config

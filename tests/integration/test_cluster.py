@@ -112,10 +112,11 @@ async def test_stop_taken_by_one_instance_stops_the_run_on_the_owner(
     async with cluster(tmp_path, fake_llm, tg) as (a, b):
         ran_a, ran_b = runs_of(a), runs_of(b)
         key = message(chat, 1, "x").session_key
-        assert await a.submit(message(chat, 1, "write an essay"), durable=True) == "accepted"
+        outcome = await a.reception.submit(message(chat, 1, "write an essay"), durable=True)
+        assert outcome == "accepted"
         await eventually(lambda: len(fake_llm.requests) == 1)
         started = time.monotonic()
-        assert await b.submit(message(chat, 2, "/stop"), durable=True) == "accepted"
+        assert await b.reception.submit(message(chat, 2, "/stop"), durable=True) == "accepted"
         await eventually(lambda: not a.runner.busy(key), timeout=10)
         stopped_after = time.monotonic() - started
         [reply] = await tg.wait_sent(1, chat_id=chat)
@@ -133,9 +134,9 @@ async def test_a_message_taken_by_another_instance_interrupts_the_owners_run(
     fake_llm.push(text(" ".join(f"w{i}" for i in range(200)), chunk_size=3, chunk_delay=0.05))
     async with cluster(tmp_path, fake_llm, tg) as (a, b):
         ran_a, ran_b = runs_of(a), runs_of(b)
-        await a.submit(message(chat, 1, "write a long essay"), durable=True)
+        await a.reception.submit(message(chat, 1, "write a long essay"), durable=True)
         await eventually(lambda: len(fake_llm.requests) == 1)
-        await b.submit(message(chat, 2, "actually, just say hi"), durable=True)
+        await b.reception.submit(message(chat, 2, "actually, just say hi"), durable=True)
         replies = await tg.wait_sent(1, chat_id=chat, timeout=10)
     assert [r["text"] for r in replies] == ["echo: actually, just say hi"]
     assert ran_b == []  # b passed its message to the owner; the owner interrupted and merged
@@ -155,7 +156,7 @@ async def test_a_paused_owner_is_taken_over_and_its_late_answer_refused(
     async with cluster(tmp_path, fake_llm, tg) as (a, b):
         ran_b = runs_of(b)
         key = message(chat, 1, "x").session_key
-        await a.submit(message(chat, 1, "hello"), durable=True)
+        await a.reception.submit(message(chat, 1, "hello"), durable=True)
         await eventually(lambda: len(fake_llm.requests) == 1)
         assert a.ownership is not None
         for task in a.ownership._tasks:  # a's coordination stops: no renewal, as if paused
@@ -184,7 +185,8 @@ async def test_with_redis_down_messages_wait_and_are_answered_once_it_is_back(
             gateway.ownership.tell_waiting_after_s = 0.5  # `cluster.waiting_notice_s`
         ran_a, ran_b = runs_of(a), runs_of(b)
         redis.stop()
-        assert await a.submit(message(chat, 1, "are you there?"), durable=True) == "accepted"
+        outcome = await a.reception.submit(message(chat, 1, "are you there?"), durable=True)
+        assert outcome == "accepted"
         await eventually(lambda: not a.vitals.readiness()[0])
         [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
         await asyncio.sleep(1.5)  # longer than a lease: still nothing ran anywhere
@@ -212,7 +214,7 @@ async def test_a_run_stopped_because_redis_went_down_has_its_user_told(
     async with cluster(tmp_path, fake_llm, tg, redis.url) as (a, _):
         assert a.ownership is not None
         a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
-        assert await a.submit(message(chat, 1, "a long one"), durable=True) == "accepted"
+        assert await a.reception.submit(message(chat, 1, "a long one"), durable=True) == "accepted"
         await eventually(lambda: len(fake_llm.requests) == 1)
         redis.stop()
         [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
@@ -233,10 +235,10 @@ async def test_a_message_waiting_behind_one_answered_meanwhile_is_told_too(
         assert a.ownership is not None
         a.ownership.tell_waiting_after_s = 1.5  # `cluster.waiting_notice_s`
         redis.stop()
-        assert await a.submit(message(chat, 1, "first"), durable=True) == "accepted"
+        assert await a.reception.submit(message(chat, 1, "first"), durable=True) == "accepted"
         [(first, _)] = await a.store.unanswered(older_than_s=0, max_age_s=3600)
         await a.store.mark([first], "answered")  # as its detached run's delivery does
-        assert await a.submit(message(chat, 2, "second"), durable=True) == "accepted"
+        assert await a.reception.submit(message(chat, 2, "second"), durable=True) == "accepted"
         [notice] = await tg.wait_sent(1, chat_id=chat, timeout=10)
     assert notice["text"] == ownership.WAITING
 
@@ -293,7 +295,9 @@ async def test_an_api_request_whose_run_lost_its_lease_is_answered_by_the_next_r
         a.ownership.keeping._lose("api:dm:ann", "refused")
         got = await asyncio.wait_for(asked, 20)
     assert got["status"] == 200 and got["text"] == "echo: are you there", got
-    assert len(fake_llm.requests) == 2  # the dropped run, then the one that answered
+    # the dropped run, then the one that answered (on a loaded machine a renewal may miss
+    # once more and drop that one too: the answer still comes, from the run after it)
+    assert 2 <= len(fake_llm.requests) <= 3
 
 
 async def test_a_reply_computed_by_an_owner_that_died_is_sent_by_the_next_without_a_new_run(
@@ -306,7 +310,7 @@ async def test_a_reply_computed_by_an_owner_that_died_is_sent_by_the_next_withou
     async with cluster(tmp_path, fake_llm, tg) as (a, b):
         key = message(chat, 1, "x").session_key
         tg.fail_next("sendMessage", status=500, times=5)  # every attempt the adapter makes
-        await a.submit(message(chat, 1, "hello"), durable=True)
+        await a.reception.submit(message(chat, 1, "hello"), durable=True)
         await eventually(lambda: a.delivery.owes(key), timeout=10)
         await asyncio.sleep(1.5)  # past a lease: still a's, its reply still owed
         assert a.ownership is not None and key in a.ownership.leases

@@ -25,11 +25,11 @@ async def test_queue_answers_each_message_in_order_on_the_owner(
     fake_llm.push(text("first done", delay=2))
     async with cluster(tmp_path, fake_llm, tg, busy_policy="queue") as (a, b):
         ran_a, ran_b = runs_of(a), runs_of(b)
-        await a.submit(message(chat, 1, "one"), durable=True)
+        await a.reception.submit(message(chat, 1, "one"), durable=True)
         await eventually(lambda: len(fake_llm.requests) == 1)
-        await b.submit(message(chat, 2, "two"), durable=True)
+        await b.reception.submit(message(chat, 2, "two"), durable=True)
         await eventually(lambda: a.runner.pending_count(key) == 1, timeout=10)
-        await b.submit(message(chat, 3, "three"), durable=True)
+        await b.reception.submit(message(chat, 3, "three"), durable=True)
         replies = await tg.wait_sent(3, chat_id=chat, timeout=15)
     assert [r["text"] for r in replies] == ["first done", "echo: two", "echo: three"]
     assert [r["messages"][-1]["content"] for r in fake_llm.requests] == ["one", "two", "three"]
@@ -44,11 +44,11 @@ async def test_latest_tells_the_superseded_sender_on_the_owner(
     fake_llm.push(text("first done", delay=2))
     async with cluster(tmp_path, fake_llm, tg, busy_policy="latest") as (a, b):
         ran_a, ran_b = runs_of(a), runs_of(b)
-        await a.submit(message(chat, 1, "one"), durable=True)
+        await a.reception.submit(message(chat, 1, "one"), durable=True)
         await eventually(lambda: len(fake_llm.requests) == 1)
-        await b.submit(message(chat, 2, "two"), durable=True)
+        await b.reception.submit(message(chat, 2, "two"), durable=True)
         await eventually(lambda: a.runner.pending_count(key) == 1, timeout=10)
-        await b.submit(message(chat, 3, "three"), durable=True)
+        await b.reception.submit(message(chat, 3, "three"), durable=True)
         replies = await tg.wait_sent(3, chat_id=chat, timeout=15)
     texts = [r["text"] for r in replies]
     # "two" is told at once that "three" superseded it, while "one" still runs
@@ -66,11 +66,11 @@ async def test_collect_merges_what_another_instance_took_into_one_turn(
     fake_llm.push(text("first done", delay=2))
     async with cluster(tmp_path, fake_llm, tg, busy_policy="collect") as (a, b):
         ran_a, ran_b = runs_of(a), runs_of(b)
-        await a.submit(message(chat, 1, "one"), durable=True)
+        await a.reception.submit(message(chat, 1, "one"), durable=True)
         await eventually(lambda: len(fake_llm.requests) == 1)
-        await b.submit(message(chat, 2, "two"), durable=True)
+        await b.reception.submit(message(chat, 2, "two"), durable=True)
         await eventually(lambda: a.runner.pending_count(key) == 1, timeout=10)
-        await b.submit(message(chat, 3, "three"), durable=True)
+        await b.reception.submit(message(chat, 3, "three"), durable=True)
         replies = await tg.wait_sent(2, chat_id=chat, timeout=15)
         await eventually(lambda: not a.runner.busy(key), timeout=10)
         sent = [m["text"] for m in tg.messages_to(chat)]
@@ -91,9 +91,9 @@ async def test_steer_taken_by_another_instance_reaches_the_owners_loop(
         a.config.workspace_path.mkdir(parents=True, exist_ok=True)
         (a.config.workspace_path / "a.txt").write_text("alpha\n")
         ran_a, ran_b = runs_of(a), runs_of(b)
-        await a.submit(message(chat, 1, "summarize a.txt"), durable=True)
+        await a.reception.submit(message(chat, 1, "summarize a.txt"), durable=True)
         await eventually(lambda: len(fake_llm.requests) == 1)
-        await b.submit(message(chat, 2, "answer in French"), durable=True)
+        await b.reception.submit(message(chat, 2, "answer in French"), durable=True)
         replies = await tg.wait_sent(1, chat_id=chat, timeout=15)
         await eventually(lambda: not a.runner.busy(key), timeout=10)
         sent = [m["text"] for m in tg.messages_to(chat)]

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from hermes_gateway import server
+from hermes_gateway.core import reception
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from tests.fakes.openai import FakeOpenAI
@@ -45,7 +46,7 @@ async def test_a_failed_write_is_tried_again_and_the_message_runs_stored(
     chat = random.randint(10_000, 99_999)
     async with cluster(tmp_path, fake_llm, tg) as (a, _b):
         tried = failing_accept(a, monkeypatch, times=2)
-        outcome = await a.submit(message(chat, 1, "store me"))
+        outcome = await a.reception.submit(message(chat, 1, "store me"))
         [reply] = await tg.wait_sent(1, chat_id=chat)
         to_run, to_send = await a.store.replayable(3600)
     assert outcome == "accepted" and tried == ["1", "1", "1"]
@@ -56,11 +57,11 @@ async def test_a_failed_write_is_tried_again_and_the_message_runs_stored(
 async def test_a_write_that_keeps_failing_is_not_run_and_its_user_is_told(
     tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server, "STORE_RETRY_S", 1.0)
+    monkeypatch.setattr(reception, "STORE_RETRY_S", 1.0)
     chat = random.randint(10_000, 99_999)
     async with cluster(tmp_path, fake_llm, tg) as (a, _b):
         failing_accept(a, monkeypatch, times=1000)
-        outcome = await a.submit(message(chat, 1, "lost?"))
+        outcome = await a.reception.submit(message(chat, 1, "lost?"))
         [notice] = await tg.wait_sent(1, chat_id=chat)
         async with aiohttp.ClientSession() as http:
             api = Client(http, f"http://127.0.0.1:{a.control.port}")

@@ -127,7 +127,7 @@ async def test_a_lease_taken_over_stops_the_run_and_its_model_call_at_once(
     async with cluster(tmp_path, fake_llm, tg, lease_s=1) as (a, b):
         event = dm("1", "hello", chat=str(chat))
         key = event.session_key
-        await a.submit(event, durable=True)
+        await a.reception.submit(event, durable=True)
         run = await running(a, key)
         await eventually(lambda: len(requests) == 1)
         assert a.ownership is not None and b.ownership is not None
@@ -168,7 +168,7 @@ async def test_a_lease_not_renewed_is_given_up_before_it_can_expire_in_redis(
     async with cluster(tmp_path, fake_llm, tg, lease_s=3) as (a, b):
         event = dm("1", "hello", chat=str(chat))
         key = event.session_key
-        await a.submit(event, durable=True)
+        await a.reception.submit(event, durable=True)
         run = await running(a, key)
         await eventually(lambda: len(requests) == 1)
         assert a.ownership is not None
@@ -216,7 +216,7 @@ async def test_a_failed_renewal_is_tried_again_soon_and_the_lease_kept(
         relinquish = a.runner.relinquish
         a.runner.relinquish = lambda key: (lost.append(key), relinquish(key))  # type: ignore[method-assign]
         event = dm("1", "hello", chat=str(chat))
-        await a.submit(event, durable=True)
+        await a.reception.submit(event, durable=True)
         [reply] = await tg.wait_sent(1, chat_id=chat, timeout=20)
     assert reply["text"] == "kept" and lost == []
     assert len(calls) >= 4

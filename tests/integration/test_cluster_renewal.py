@@ -117,7 +117,7 @@ async def test_a_lease_whose_claim_took_most_of_it_is_renewed_not_lost(
         relinquish = a.runner.relinquish
         a.runner.relinquish = lambda key: (lost.append(key), relinquish(key))  # type: ignore[method-assign]
         event = dm("1", "hello", chat=str(chat))
-        await a.submit(event, durable=True)
+        await a.reception.submit(event, durable=True)
         [reply] = await tg.wait_sent(1, chat_id=chat, timeout=20)
     assert reply["text"] == "echo: hello"
     assert lost == []

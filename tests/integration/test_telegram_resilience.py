@@ -165,7 +165,7 @@ async def test_second_gateway_on_the_same_token_stands_by(
             tg.send_text(555, "who is there?")
             [reply] = await tg.wait_sent(1, chat_id=555)
     finally:
-        if not first.closing:
+        if not first.intake_closed.is_set():
             await first.shutdown()
     assert get_me == 1  # the second gateway did not even call getMe while locked out
     assert TOKEN not in reason and "telegram-" in reason
