@@ -1,0 +1,154 @@
+"""Where the store's statements run: one transaction body, written once with SQLAlchemy Core,
+runs through `Executor` on an engine connection (`EngineExecutor`) or on the owned SQLite
+writer's `sqlite3` connection (`SqliteExecutor`, each statement compiled once)."""
+
+from __future__ import annotations
+
+import sqlite3
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Connection, Executable
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+
+T = TypeVar("T")
+Params = Mapping[str, Any]
+_NONE: Params = {}
+
+
+class Executor(Protocol):
+    """One open transaction: the statements of a body run here, in order, on its thread."""
+
+    def execute(self, stmt: Executable, params: Params = _NONE) -> int:
+        """Run ``stmt``; how many rows it changed."""
+
+    def executemany(self, stmt: Executable, rows: Sequence[Params]) -> None: ...
+
+    def fetch(self, stmt: Executable, params: Params = _NONE) -> list[tuple[Any, ...]]:
+        """The rows a query (or a statement with RETURNING) answers, as plain tuples."""
+
+    def insert(self, stmt: Executable, params: Params) -> int:
+        """Insert one row; its new integer primary key."""
+
+
+Body = Callable[[Executor], T]
+
+
+class EngineExecutor:
+    """`Executor` on a SQLAlchemy connection: an async engine's, reached with `run_sync`."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def execute(self, stmt: Executable, params: Params = _NONE) -> int:
+        return int(self.conn.execute(stmt, params).rowcount)
+
+    def executemany(self, stmt: Executable, rows: Sequence[Params]) -> None:
+        self.conn.execute(stmt, list(rows))
+
+    def fetch(self, stmt: Executable, params: Params = _NONE) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in self.conn.execute(stmt, params)]
+
+    def insert(self, stmt: Executable, params: Params) -> int:
+        key = self.conn.execute(stmt, params).inserted_primary_key
+        assert key is not None
+        return int(key[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A statement as sqlite3 runs it: named placeholders, the values compiled into it (its
+    literals, scalar column defaults), the type conversions of its parameters (floats) and
+    its expanding parameters (``IN`` lists), spread into one placeholder per item."""
+
+    sql: str
+    fixed: dict[str, Any]
+    convert: tuple[tuple[str, Callable[[Any], Any]], ...]
+    expanding: tuple[str, ...]
+
+    def args(self, params: Params) -> Params:
+        if not self.fixed and not self.convert and not self.expanding:
+            return params
+        args = {**self.fixed, **params}
+        for name, convert in self.convert:
+            args[name] = convert(args[name])
+        for name in self.expanding:
+            for i, value in enumerate(args.pop(name), 1):
+                args[f"{name}_{i}"] = value
+        return args
+
+
+class SqliteExecutor:
+    """`Executor` on a `sqlite3` connection. A statement is compiled the first time it runs with
+    a given shape (parameter names, lengths of its ``IN`` lists) and reused after: the
+    per-message cost is sqlite3's alone, with no SQLAlchemy execution machinery in between."""
+
+    __slots__ = ("_cache", "conn")
+
+    _dialect = sqlite_dialect.dialect(paramstyle="named")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        # by statement object: a statement built for one call is compiled for it, then dropped
+        self._cache: weakref.WeakKeyDictionary[Executable, dict[tuple[Any, ...], _Compiled]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def execute(self, stmt: Executable, params: Params = _NONE) -> int:
+        compiled = self._compiled(stmt, params)
+        return self.conn.execute(compiled.sql, compiled.args(params)).rowcount
+
+    def executemany(self, stmt: Executable, rows: Sequence[Params]) -> None:
+        if rows:
+            compiled = self._compiled(stmt, rows[0])
+            self.conn.executemany(compiled.sql, [compiled.args(r) for r in rows])
+
+    def fetch(self, stmt: Executable, params: Params = _NONE) -> list[tuple[Any, ...]]:
+        compiled = self._compiled(stmt, params)
+        return self.conn.execute(compiled.sql, compiled.args(params)).fetchall()
+
+    def insert(self, stmt: Executable, params: Params) -> int:
+        compiled = self._compiled(stmt, params)
+        rowid = self.conn.execute(compiled.sql, compiled.args(params)).lastrowid
+        assert rowid is not None
+        return rowid
+
+    def _compiled(self, stmt: Executable, params: Params) -> _Compiled:
+        shape = tuple((k, len(v)) if type(v) is list else k for k, v in params.items())
+        by_shape = self._cache.get(stmt)
+        if by_shape is None:
+            by_shape = self._cache[stmt] = {}
+        found = by_shape.get(shape)
+        if found is None:
+            found = by_shape[shape] = compile_for_sqlite(stmt, params, self._dialect)
+        return found
+
+
+def compile_for_sqlite(stmt: Executable, params: Params, dialect: Any) -> _Compiled:
+    """``stmt`` compiled once for sqlite3's named placeholders, for parameters like ``params``."""
+    compiled = stmt.compile(dialect=dialect, column_keys=list(params))  # type: ignore[attr-defined]
+    assert isinstance(compiled, SQLCompiler)
+    expanded = compiled.construct_expanded_state(dict(params))
+    expanding = tuple(expanded.parameter_expansion)
+    fixed = {k: v for k, v in compiled.construct_params(dict(params)).items() if k not in params}
+    defaults = [(c, c.default) for c in compiled.insert_prefetch]
+    defaults += [(c, c.onupdate) for c in compiled.update_prefetch]
+    for column, default in defaults:
+        if default is None or not default.is_scalar:
+            raise NotImplementedError(f"{column.key}: only a scalar default can be compiled in")
+        fixed[column.key] = default.arg  # type: ignore[attr-defined]
+    convert = []
+    for bind, name in compiled.bind_names.items():
+        if (process := bind.type.bind_processor(dialect)) is not None:
+            if name in expanding:
+                raise NotImplementedError(f"{name}: an IN list whose items need converting")
+            convert.append((name, process))  # SQLAlchemy's pass None through
+    for column in getattr(stmt, "exported_columns", ()):
+        if column.type.result_processor(dialect, None) is not None:
+            raise NotImplementedError(f"{column.key}: a result that needs converting")
+    return _Compiled(expanded.statement, fixed, tuple(convert), expanding)
