@@ -5,6 +5,7 @@ for the store's lock go first."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -21,7 +22,6 @@ from sqlalchemy import (
     false,
     func,
     insert,
-    literal,
     or_,
     select,
     update,
@@ -47,6 +47,7 @@ _BUSY = select(RUNS.c.job_id).where(
 )
 _BUSY_ONE = select(func.count()).where(RUNS.c.job_id == bindparam("job"), *_LIVE_NOW)
 _INSERT_RUN = insert(RUNS)
+_RUN_COLUMNS = tuple(run_row("", "", Plan("run", 0, "", 0, None), 0.0, 0.0))
 _MINE: Any = (RUNS.c.id.in_(bindparam("ids", expanding=True)), RUNS.c.owner == bindparam("mine"))
 _HEARTBEAT = (
     update(RUNS)
@@ -100,14 +101,13 @@ class LedgerWrites:
         if wanted:
             busy = {str(r[0]) for r in db.fetch(_BUSY, {"jobs": wanted, "now": now})}
         todo = [(j, p) for j, p in items if not (p.action == "run" and j.id in busy)]
-        moved: set[str] = set()
-        if todo:
-            moved = {str(r[0]) for r in db.fetch(advance_all(todo, now))}
+        moved = _advance(db, todo, now)
         rows = [run_row(self.owner, j.id, p, now, self.lease_s) for j, p in todo if j.id in moved]
         made: dict[str, int] = {}
         if rows:
-            stmt = insert(RUNS).values(rows).returning(RUNS.c.id, RUNS.c.job_id)
-            made = {str(job_id): int(run_id) for run_id, job_id in db.fetch(stmt)}
+            params = {f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
+            found = db.fetch(_insert_runs(len(rows)), params)
+            made = {str(job_id): int(run_id) for run_id, job_id in found}
         return [made.get(job.id) for job, _ in items]
 
     async def claim_now(self, job_id: str, now: float) -> int | None:
@@ -124,43 +124,24 @@ class LedgerWrites:
 
     async def advance(self, items: Items, now: float) -> None:
         """Move jobs past their planned slots (a slot a manual run already served)."""
-        await self._run(lambda db: db.fetch(advance_all(items, now)))
+        await self._run(lambda db: _advance(db, items, now))
 
     async def start(self, starts: list[tuple[int, float]]) -> set[int]:
         """claimed -> running for each (run id, now) still claimed by us: the ids moved."""
-        stmt = (
-            update(RUNS)
-            .where(
-                RUNS.c.id.in_([run_id for run_id, _ in starts]),
-                RUNS.c.owner == self.owner,
-                RUNS.c.status == "claimed",
-            )
-            .values(status="running", started_at=_by_run(dict(starts), Float()))
-            .returning(RUNS.c.id)
-        )
-        return await self._ids(stmt)
+        params: dict[str, Any] = {"mine": self.owner}
+        for i, (run_id, now) in enumerate(starts):
+            params.update({f"r{i}": run_id, f"at{i}": now})
+        return await self._ids(_start(len(starts)), params)
 
     async def finish(self, ends: list[Finish]) -> set[int]:
         """running -> its outcome for each run still running under us; its lease runs on
         while its answer is delivered. The ids moved."""
-        stmt = (
-            update(RUNS)
-            .where(
-                RUNS.c.id.in_([e.run_id for e in ends]),
-                RUNS.c.owner == self.owner,
-                RUNS.c.status == "running",
-            )
-            .values(
-                status=_by_run({e.run_id: e.status for e in ends}, String()),
-                finished_at=_by_run({e.run_id: e.now for e in ends}, Float()),
-                output=_by_run({e.run_id: e.output for e in ends}, Text()),
-                error=_by_run({e.run_id: e.error for e in ends}, Text()),
-                delivery=_by_run({e.run_id: e.delivery for e in ends}, String()),
-                lease_until=_by_run({e.run_id: e.now + self.lease_s for e in ends}, Float()),
-            )
-            .returning(RUNS.c.id)
-        )
-        return await self._ids(stmt)
+        params: dict[str, Any] = {"mine": self.owner}
+        for i, e in enumerate(ends):
+            until = e.now + self.lease_s
+            values = (e.run_id, e.status, e.now, e.output, e.error, e.delivery, until)
+            params.update(zip((f"{k}{i}" for k in _FINISHED), values, strict=True))
+        return await self._ids(_finish(len(ends)), params)
 
     async def heartbeat(self, run_ids: list[int], until: float) -> int:
         """Our live runs' (and answers being delivered) leases to ``until``: how many."""
@@ -179,33 +160,100 @@ class LedgerWrites:
         params = {"run": run_id, "mine": self.owner, "idx": index, "after": after[:128]}
         return await self._run(lambda db: db.execute(_INTENT, params) == 1)
 
-    async def _ids(self, stmt: Any) -> set[int]:
-        return await self._run(lambda db: {int(r[0]) for r in db.fetch(stmt)})
+    async def _ids(self, stmt: Any, params: dict[str, Any]) -> set[int]:
+        return await self._run(lambda db: {int(r[0]) for r in db.fetch(stmt, params)})
 
 
-def advance_all(items: Items, now: float) -> Any:
-    """One UPDATE moving each job past its planned slot if it is still where it was read."""
+# The batch statements: one per batch size, built with bound parameters (p0, p1, ...) and
+# cached, so each executor compiles one once (a statement with the values baked in would be
+# compiled again for every batch: milliseconds, inside the write transaction)
+_SIZES = 64  # more than a batch's length can be (scheduler.CLAIM_CHUNK, batch.MAX_BATCH)
+_FINISHED = ("r", "status", "at", "output", "error", "how", "until")
+
+
+def _advance(db: Executor, items: Items, now: float) -> set[str]:
+    """The compare-and-set of each job's next slot, from the value read: the ids that moved."""
+    if not items:
+        return set()
+    params: dict[str, Any] = {"now": now}
+    for i, (job, p) in enumerate(items):
+        values = (job.id, job.next_run_at, p.next_run_at, next_state(p), int(p.action == "run"))
+        params.update(
+            zip((f"j{i}", f"was{i}", f"slot{i}", f"state{i}", f"n{i}"), values, strict=True)
+        )
+    return {str(r[0]) for r in db.fetch(_advance_all(len(items)), params)}
+
+
+@functools.lru_cache(maxsize=_SIZES)
+def _advance_all(n: int) -> Any:
+    """One UPDATE moving each of ``n`` jobs past its planned slot if it is still where it was
+    read, RETURNING the ones that moved."""
     by_id = JOBS.c.id
-    # typed literals: PostgreSQL would read an untyped CASE branch as text
-    slots = {j.id: literal(p.next_run_at, BigInteger()) for j, p in items}
-    states = {j.id: literal(next_state(p), String()) for j, p in items}
-    counted = {j.id: literal(int(p.action == "run"), Integer()) for j, p in items}
+    ids = [bindparam(f"j{i}", type_=String()) for i in range(n)]
+
+    def per_job(name: str, kind: Any) -> Any:
+        # typed parameters: PostgreSQL would read an untyped CASE branch as text
+        return case(*((by_id == ids[i], bindparam(f"{name}{i}", type_=kind)) for i in range(n)))
+
+    was = [bindparam(f"was{i}", type_=BigInteger()) for i in range(n)]
     return (
         update(JOBS)
         .where(
             JOBS.c.state == "active",
-            or_(*(and_(by_id == j.id, JOBS.c.next_run_at == j.next_run_at) for j, _ in items)),
+            or_(*(and_(by_id == ids[i], JOBS.c.next_run_at == was[i]) for i in range(n))),
         )
         .values(
-            next_run_at=case(slots, value=by_id),
-            state=case(states, value=by_id),
-            runs=JOBS.c.runs + case(counted, value=by_id),
-            updated_at=now,
+            next_run_at=per_job("slot", BigInteger()),
+            state=per_job("state", String()),
+            runs=JOBS.c.runs + per_job("n", Integer()),
+            updated_at=bindparam("now", type_=Float()),
         )
         .returning(by_id)
     )
 
 
-def _by_run(values: dict[int, Any], kind: Any) -> Any:
-    # typed literals: PostgreSQL would read an untyped CASE branch as text
-    return case({i: literal(v, kind) for i, v in values.items()}, value=RUNS.c.id)
+@functools.lru_cache(maxsize=_SIZES)
+def _insert_runs(n: int) -> Any:
+    """One INSERT of ``n`` run rows, RETURNING (id, job_id) of each."""
+    columns = [RUNS.c[k] for k in _RUN_COLUMNS]
+    rows = [{c.key: bindparam(f"{c.key}{i}", type_=c.type) for c in columns} for i in range(n)]
+    return insert(RUNS).values(rows).returning(RUNS.c.id, RUNS.c.job_id)
+
+
+def _by_run(name: str, n: int, kind: Any) -> Any:
+    """Per run of the batch, its own value of ``name`` (typed, as in `_advance_all`)."""
+    return case(
+        *((RUNS.c.id == bindparam(f"r{i}"), bindparam(f"{name}{i}", type_=kind)) for i in range(n))
+    )
+
+
+def _ours(n: int, status: str) -> tuple[Any, ...]:
+    ids = RUNS.c.id.in_([bindparam(f"r{i}", type_=Integer()) for i in range(n)])
+    return (ids, RUNS.c.owner == bindparam("mine"), RUNS.c.status == status)
+
+
+@functools.lru_cache(maxsize=_SIZES)
+def _start(n: int) -> Any:
+    return (
+        update(RUNS)
+        .where(*_ours(n, "claimed"))
+        .values(status="running", started_at=_by_run("at", n, Float()))
+        .returning(RUNS.c.id)
+    )
+
+
+@functools.lru_cache(maxsize=_SIZES)
+def _finish(n: int) -> Any:
+    return (
+        update(RUNS)
+        .where(*_ours(n, "running"))
+        .values(
+            status=_by_run("status", n, String()),
+            finished_at=_by_run("at", n, Float()),
+            output=_by_run("output", n, Text()),
+            error=_by_run("error", n, Text()),
+            delivery=_by_run("how", n, String()),
+            lease_until=_by_run("until", n, Float()),
+        )
+        .returning(RUNS.c.id)
+    )
