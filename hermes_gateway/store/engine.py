@@ -1,6 +1,6 @@
 """The store's engine room: the async engine (opened once `store_migrate` has brought the schema
 to this release's revision), serialized write transactions, the owned SQLite writer, and the
-circuit (store_health.py) that fails calls at once while the database is stuck or unreachable.
+circuit (circuit.py) that fails calls at once while the database is stuck or unreachable.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
 from hermes_gateway.store import migrate as store_migrate
+from hermes_gateway.store.circuit import StoreCircuit
 from hermes_gateway.store.executor import EngineExecutor, Executor
-from hermes_gateway.store.health import StoreCircuit
 from hermes_gateway.store.hotpath import HotPath
 from hermes_gateway.store.sqlite import SqliteFastPath, sqlite_pragmas
 from hermes_gateway.store.writes import DatabaseFileGone

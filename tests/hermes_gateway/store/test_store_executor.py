@@ -67,6 +67,15 @@ def test_no_module_uses_aiosqlites_private_attributes() -> None:
     assert [use for path in files for use in _private_uses(path)] == []
 
 
+def test_no_store_and_scheduler_modules_share_a_name() -> None:
+    """A name means one thing across the two packages (there were two `writes.py`: the store's
+    write gate and the scheduler's run writes; and two `health.py`)."""
+    store, scheduler = (
+        {p.stem for p in (ROOT / "hermes_gateway" / d).glob("*.py")} for d in ("store", "scheduler")
+    )
+    assert store & scheduler == {"__init__"}
+
+
 # -- the same calls on each executor ------------------------------------------------------
 
 
