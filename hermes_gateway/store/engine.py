@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
+from hermes_gateway.store import hotpath
 from hermes_gateway.store import migrate as store_migrate
 from hermes_gateway.store.circuit import StoreCircuit
 from hermes_gateway.store.executor import EngineExecutor, Executor
@@ -110,7 +111,7 @@ class StoreEngine:
     async def _open_writer(self, path: str) -> None:
         fast = SqliteFastPath(path, self.lock_wait_s)
         try:
-            opened = await fast.open()
+            opened = await fast.open(hotpath.warm_up())
         except sqlite3.Error as exc:
             await fast.close()
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc

@@ -118,6 +118,11 @@ class SqliteExecutor:
         assert rowid is not None
         return rowid
 
+    def prepare(self, statements: Sequence[tuple[Executable, Params]]) -> None:
+        """Compile each statement for parameters shaped like the ones given, ahead of use."""
+        for stmt, params in statements:
+            self._compiled(stmt, params)
+
     def _compiled(self, stmt: Executable, params: Params) -> _Compiled:
         shape = tuple((k, len(v)) if type(v) is list else k for k, v in params.items())
         by_shape = self._cache.get(stmt)

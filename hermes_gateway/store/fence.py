@@ -3,7 +3,7 @@ the store refuses it, in the write's own transaction, once a newer token has bee
 
 from __future__ import annotations
 
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, text
 
@@ -33,6 +33,11 @@ def refuse(fence: Fence) -> FencedOut:
     return FencedOut(
         f"session {fence.session_key!r}: token {fence.token} is stale (another instance owns it)"
     )
+
+
+def warm_up() -> list[tuple[Any, dict[str, Any]]]:
+    """The fencing statement, shaped as `check` runs it (`hotpath.warm_up`)."""
+    return [(_UPSERT, {"k": "", "t": 0, "now": 0.0})]
 
 
 def check(db: Executor, fence: Fence, now: float) -> None:

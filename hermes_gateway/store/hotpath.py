@@ -65,6 +65,54 @@ _CURRENT_SESSION = (
 _NEW_SESSION = insert(_SESSIONS)
 
 
+def warm_up() -> list[tuple[Any, Row]]:
+    """Each per-message statement with parameters shaped as one message's (one inbox id, rows
+    keyed in the order `Store` builds them): the owned SQLite writer compiles these as it
+    opens, so the first message does not wait for ten compilations (a different shape only
+    costs one more, later)."""
+    inbox = dict.fromkeys(
+        [
+            "platform",
+            "chat_id",
+            "message_id",
+            "session_key",
+            "payload",
+            "status",
+            "accepted_at",
+            "updated_at",
+            "run_id",
+        ]
+    )
+    message = dict.fromkeys(
+        [
+            "session_id",
+            "role",
+            "content",
+            "tool_calls",
+            "tool_call_id",
+            "run_id",
+            "created_at",
+            "user_id",
+        ]
+    )
+    settle = {"ids": [0], "s": "", "now": 0.0, "new_reply": "", "new_run_id": ""}
+    return [
+        (_ACCEPT, inbox),
+        (_ADD_MESSAGES, message),
+        (_MARK, {"ids": [0], "s": "", "now": 0.0}),
+        (_MARK_REPLY, {"ids": [0], "s": "", "now": 0.0, "new_reply": ""}),
+        (_SETTLE, settle),
+        (_PROGRESS, {"ids": [0], "parts": 0, "now": 0.0}),
+        (_INTENT, {"ids": [0], "parts": 0, "idx": 0, "after": "", "now": 0.0}),
+        (_FLY, {"ids": [0], "mark": 0}),
+        (_PREVIEW, {"p": "", "c": "", "m": "", "ref": ""}),
+        (_HISTORY, {"sid": 0}),
+        (_CURRENT_SESSION, {"key": ""}),
+        (_NEW_SESSION, {"key": "", "created_at": 0.0}),
+        *fencing.warm_up(),
+    ]
+
+
 class Transact(Protocol):
     """Runs ``body`` in one transaction (``write=False``: one that only reads)."""
 

@@ -14,11 +14,13 @@ import asyncio
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from hermes_gateway.store.executor import Executor, SqliteExecutor
+from sqlalchemy import Executable
+
+from hermes_gateway.store.executor import Executor, Params, SqliteExecutor
 
 T = TypeVar("T")
 _Job = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
@@ -112,14 +114,16 @@ class SqliteFastPath:
         row = conn.execute("PRAGMA journal_mode").fetchone()
         return row is not None and str(row[0]).lower() == "wal"
 
-    async def open(self) -> bool:
+    async def open(self, warm: Sequence[tuple[Executable, Params]] = ()) -> bool:
         """Open the connection and its thread; False (and nothing left open) when it cannot
-        serve: the store then runs on the engine alone."""
+        serve: the store then runs on the engine alone. ``warm``: statements to compile now
+        (`SqliteExecutor.prepare`), on the writer's thread."""
         await self._db.start()
         if not await self._db.call(self.usable):
             await self.close()
             return False
-        self._executor = await self._db.call(SqliteExecutor)
+        self._executor = executor = await self._db.call(SqliteExecutor)
+        await self._db.call(lambda _conn: executor.prepare(warm))
         return True
 
     async def close(self) -> None:
