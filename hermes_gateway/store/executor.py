@@ -5,7 +5,6 @@ writer's `sqlite3` connection (`SqliteExecutor`, each statement compiled once)."
 from __future__ import annotations
 
 import sqlite3
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -64,23 +63,31 @@ class EngineExecutor:
 class _Compiled:
     """A statement as sqlite3 runs it: named placeholders, the values compiled into it (its
     literals, scalar column defaults), the type conversions of its parameters (floats) and
-    its expanding parameters (``IN`` lists), spread into one placeholder per item."""
+    its expanding parameters (``IN`` lists), each item with a placeholder of its own."""
 
     sql: str
     fixed: dict[str, Any]
     convert: tuple[tuple[str, Callable[[Any], Any]], ...]
-    expanding: tuple[str, ...]
+    spread: tuple[tuple[str, tuple[str, ...]], ...]  # (name, its items' names)
+    direct: bool  # the parameters go to sqlite3 as they are
 
     def args(self, params: Params) -> Params:
-        if not self.fixed and not self.convert and not self.expanding:
+        if self.direct:
             return params
         args = {**self.fixed, **params}
         for name, convert in self.convert:
             args[name] = convert(args[name])
-        for name in self.expanding:
-            for i, value in enumerate(args.pop(name), 1):
-                args[f"{name}_{i}"] = value
+        for name, names in self.spread:
+            args.update(zip(names, args.pop(name), strict=True))
         return args
+
+
+@dataclass(frozen=True, slots=True)
+class _ByLength:
+    """The compilations of one statement with ``IN`` lists, by the lengths of those lists."""
+
+    lists: tuple[str, ...]  # the parameters given as lists
+    compiled: dict[tuple[int, ...], _Compiled]
 
 
 class SqliteExecutor:
@@ -94,10 +101,8 @@ class SqliteExecutor:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        # by statement object: a statement built for one call is compiled for it, then dropped
-        self._cache: weakref.WeakKeyDictionary[Executable, dict[tuple[Any, ...], _Compiled]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # by statement object (module constants and cached builders), then parameter names
+        self._cache: dict[Executable, dict[tuple[str, ...], _Compiled | _ByLength]] = {}
 
     def execute(self, stmt: Executable, params: Params = _NONE) -> int:
         compiled = self._compiled(stmt, params)
@@ -124,14 +129,32 @@ class SqliteExecutor:
             self._compiled(stmt, params)
 
     def _compiled(self, stmt: Executable, params: Params) -> _Compiled:
-        shape = tuple((k, len(v)) if type(v) is list else k for k, v in params.items())
-        by_shape = self._cache.get(stmt)
-        if by_shape is None:
-            by_shape = self._cache[stmt] = {}
-        found = by_shape.get(shape)
-        if found is None:
-            found = by_shape[shape] = compile_for_sqlite(stmt, params, self._dialect)
-        return found
+        by_names = self._cache.get(stmt)
+        if by_names is None:
+            if len(self._cache) >= _CACHED:  # statements built per call: start afresh
+                self._cache.clear()
+            by_names = self._cache[stmt] = {}
+        names = tuple(params)
+        found = by_names.get(names)
+        if type(found) is _Compiled:
+            return found
+        if not isinstance(found, _ByLength):
+            found = _ByLength(_lists(params), {})
+        lengths = tuple([len(params[n]) for n in found.lists])
+        compiled = found.compiled.get(lengths)
+        if compiled is None:
+            compiled = compile_for_sqlite(stmt, params, self._dialect)
+            # with no IN list given, one compilation serves every call
+            by_names[names] = compiled if not found.lists else found
+            found.compiled[lengths] = compiled
+        return compiled
+
+
+_CACHED = 1024  # statements: far more than the store's own
+
+
+def _lists(params: Params) -> tuple[str, ...]:
+    return tuple(k for k, v in params.items() if type(v) is list)
 
 
 def compile_for_sqlite(stmt: Executable, params: Params, dialect: Any) -> _Compiled:
@@ -156,4 +179,6 @@ def compile_for_sqlite(stmt: Executable, params: Params, dialect: Any) -> _Compi
     for column in getattr(stmt, "exported_columns", ()):
         if column.type.result_processor(dialect, None) is not None:
             raise NotImplementedError(f"{column.key}: a result that needs converting")
-    return _Compiled(expanded.statement, fixed, tuple(convert), expanding)
+    spread = tuple((n, tuple(names)) for n, names in expanded.parameter_expansion.items())
+    direct = not fixed and not convert and not spread
+    return _Compiled(expanded.statement, fixed, tuple(convert), spread, direct)

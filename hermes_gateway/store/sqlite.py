@@ -15,7 +15,6 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Executable
@@ -23,7 +22,7 @@ from sqlalchemy import Executable
 from hermes_gateway.store.executor import Executor, Params, SqliteExecutor
 
 T = TypeVar("T")
-_Job = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
 
 
 class SqliteThread:
@@ -35,17 +34,19 @@ class SqliteThread:
         self._lock_wait_s = lock_wait_s
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="store-writer", daemon=True)
+        self._open = False
 
     async def start(self) -> None:
         self._thread.start()
+        self._open = True
         await self.call(lambda _none: None)  # the connection is open (or its error raised)
 
-    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(conn)`` on the thread. A cancelled caller stops waiting, not the call."""
-        if not self._thread.is_alive():
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` on the thread. A cancelled caller stops waiting, not the call."""
+        if not self._open:
             raise sqlite3.ProgrammingError("the store's SQLite writer is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._jobs.put((fn, future))
+        self._jobs.put((fn, args, future))
         return await future
 
     async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
@@ -53,6 +54,7 @@ class SqliteThread:
         await self.call(lambda conn: conn.execute(sql, params).close())
 
     async def stop(self) -> None:
+        self._open = False
         if self._thread.is_alive():
             self._jobs.put(None)
             await asyncio.to_thread(self._thread.join)
@@ -65,9 +67,9 @@ class SqliteThread:
             return
         try:
             while (job := self._jobs.get()) is not None:
-                fn, future = job
+                fn, args, future = job
                 try:
-                    result = fn(conn)
+                    result = fn(conn, *args)
                 except BaseException as exc:  # the caller gets it, whatever it is
                     future.get_loop().call_soon_threadsafe(_settle, future, None, exc)
                 else:
@@ -86,7 +88,7 @@ class SqliteThread:
     def _fail_all(self, exc: sqlite3.Error) -> None:
         """The connection did not open: every call made (and any later one) fails with why."""
         while (job := self._jobs.get()) is not None:
-            _fn, future = job
+            _fn, _args, future = job
             future.get_loop().call_soon_threadsafe(_settle, future, None, exc)
 
 
@@ -134,9 +136,7 @@ class SqliteFastPath:
         """``body`` in one transaction, the write lock taken first (``write``: it may read
         before it writes); a read runs without one (each statement sees the newest commit)."""
         assert self._executor is not None, "the SQLite writer is not open"
-        if write:
-            return await self._db.call(partial(_transaction, body, self._executor))
-        return await self._db.call(partial(_read, body, self._executor))
+        return await self._db.call(_transaction if write else _read, body, self._executor)
 
     async def _commit(self, statements: list[tuple[str, Any]]) -> int | None:
         """Plain SQL statements in one transaction (upkeep by hand): the last one's rowid."""
@@ -147,27 +147,28 @@ class SqliteFastPath:
                 last = conn.execute(sql, params).lastrowid
             return last
 
-        return await self._db.call(partial(_in_transaction, run))
+        return await self._db.call(_raw_transaction, run)
 
 
-def _transaction(body: Callable[[Executor], T], db: SqliteExecutor, conn: sqlite3.Connection) -> T:
-    return _in_transaction(lambda _conn: body(db), conn)
-
-
-def _read(body: Callable[[Executor], T], db: SqliteExecutor, _conn: sqlite3.Connection) -> T:
-    return body(db)
-
-
-def _in_transaction(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
-    """On the writer's thread: ``fn`` in a write transaction, committed; rolled back on error."""
+def _transaction(conn: sqlite3.Connection, body: Callable[[Any], T], db: Any) -> T:
+    """On the writer's thread: ``body`` in a write transaction, committed; rolled back on
+    error."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        result = fn(conn)
+        result = body(db)
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
     return result
+
+
+def _read(_conn: sqlite3.Connection, body: Callable[[Executor], T], db: Executor) -> T:
+    return body(db)
+
+
+def _raw_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    return _transaction(conn, fn, conn)
 
 
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
