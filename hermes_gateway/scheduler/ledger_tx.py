@@ -199,7 +199,10 @@ def _advance_all(n: int) -> Any:
     return (
         update(JOBS)
         .where(
-            JOBS.c.state == "active",
+            # by key: the IN list, and the state as an expression (`|| ''`), so SQLite does
+            # not pick the state's index and test every active job against each branch
+            by_id.in_(ids),
+            JOBS.c.state.concat("") == "active",
             or_(*(and_(by_id == ids[i], JOBS.c.next_run_at == was[i]) for i in range(n))),
         )
         .values(
