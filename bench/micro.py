@@ -98,7 +98,7 @@ def store(n: int) -> list[Row]:
         plain = _store_plain(Path(tmp) / "b.db", n)
     note = "process CPU, 3 transactions per message"
     return [
-        ("store: Store (SQLAlchemy async + aiosqlite)", gateway, note),
+        ("store: Store (its owned SQLite writer)", gateway, note),
         ("store: sqlite3", plain, note),
     ]
 

@@ -21,9 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from hermes_gateway.scheduler.batch import Coalescer, Finish
 from hermes_gateway.scheduler.jobs import LIVE, Job, Plan, RunRecord, job_from_row
+from hermes_gateway.scheduler.ledger_tx import TAKEN, LedgerWrites
 from hermes_gateway.scheduler.rows import JOBS, RECORD, RUNS, job_row, owner_alive, record
-from hermes_gateway.scheduler.sqlite_writes import SqliteWrites
-from hermes_gateway.scheduler.writes import TAKEN, EngineWrites, LedgerWrites
 from hermes_gateway.store.models import CronJobRow
 from hermes_gateway.store.store import Store
 
@@ -49,21 +48,10 @@ class Ledger:
         self._writing = asyncio.Semaphore(1)
         self._starts: Coalescer[tuple[int, float], bool] = Coalescer(self._start_batch)
         self._finishes: Coalescer[Finish, bool] = Coalescer(self._finish_batch)
-        self._writes: LedgerWrites | None = None
+        self.writes = LedgerWrites(store, owner, lease_s)  # the hot writes
         # jobs whose stored schedule cannot be used: why, logged once; the due query passes
         # them over, so a pile of them never fills the batches other jobs are claimed from
         self.set_aside: dict[str, str] = {}
-
-    @property
-    def writes(self) -> LedgerWrites:
-        """The hot writes: on SQLite's fast path when the store has it (known once open)."""
-        if self._writes is not None:
-            return self._writes
-        kind = SqliteWrites if self.store.sqlite_fast else EngineWrites
-        writes = kind(self.store, self.owner, self.lease_s)
-        if self.store.is_open:  # a closed store fails the call; the choice waits for it open
-            self._writes = writes
-        return writes
 
     async def _paced(self, call: Callable[[], Awaitable[T]]) -> T:
         """One job write at a time, followed by its pause."""

@@ -1,6 +1,6 @@
 """The store's engine room: the async engine (opened once `store_migrate` has brought the schema
-to this release's revision), serialized write transactions, the SQLite fast path, and the
-circuit (store_health.py) that fails calls at once while the database is stuck or unreachable.
+to this release's revision), serialized write transactions, the owned SQLite writer, and the
+circuit (circuit.py) that fails calls at once while the database is stuck or unreachable.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import event, text
+from sqlalchemy import Connection, event, make_url, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -22,12 +22,15 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from hermes_gateway.errors import StoreError
+from hermes_gateway.store import hotpath
 from hermes_gateway.store import migrate as store_migrate
-from hermes_gateway.store.health import StoreCircuit
-from hermes_gateway.store.hotpath import EngineHotPath, HotPath
+from hermes_gateway.store.circuit import StoreCircuit
+from hermes_gateway.store.executor import EngineExecutor, Executor
+from hermes_gateway.store.hotpath import HotPath
 from hermes_gateway.store.sqlite import SqliteFastPath, sqlite_pragmas
 from hermes_gateway.store.writes import DatabaseFileGone
 
@@ -101,14 +104,23 @@ class StoreEngine:
             self.circuit = StoreCircuit(self._probe, self._write_probe)
         if self._is_sqlite:
             await self._watch_file()
-            fast = SqliteFastPath()
-            if await fast.open(engine):
-                self._fast = fast
-            else:
-                log.warning("store.fast_path_unavailable", driver="aiosqlite")
+        if self._file is not None:  # a database in a file: the owned writer can share it
+            await self._open_writer(self._file[0])
+
+    async def _open_writer(self, path: str) -> None:
+        fast = SqliteFastPath(path, self.lock_wait_s)
+        try:
+            opened = await fast.open(hotpath.warm_up())
+        except sqlite3.Error as exc:
+            await fast.close()
+            raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
+        if opened:
+            self._fast = fast
+        else:
+            log.warning("store.fast_path_unavailable", reason="the database is not in WAL mode")
 
     async def _watch_file(self) -> None:
-        path = self.url.split("///", 1)[-1]
+        path = make_url(self.url).database
         if not path or path == ":memory:" or path.startswith("file:"):
             return
         st = await asyncio.to_thread(os.stat, path)
@@ -207,20 +219,20 @@ class StoreEngine:
 
     @property
     def sqlite_fast(self) -> bool:
-        """Whether `write_sqlite` is available: SQLite, with the fast path open."""
+        """Whether `write_sqlite` is available: SQLite, with the owned writer open."""
         return self._fast is not None
 
-    async def write_sqlite(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """A background write (as `write`) on the SQLite fast path's connection: ``fn(conn)``
-        runs on that connection's thread in one transaction, with no SQLAlchemy in between
-        (a scheduled job's state changes: well under a millisecond instead of several)."""
+    async def write_sqlite(self, fn: Callable[[Executor], T]) -> T:
+        """A background write (as `write`) on the owned SQLite writer: ``fn`` runs on its
+        thread in one transaction, each statement compiled once (a scheduled job's state
+        changes: well under a millisecond instead of several through a session)."""
         if self._fast is None:
-            raise StoreError("the SQLite fast path is not open")
+            raise StoreError("the SQLite writer is not open")
         await self._background_turn()
         try:
             started = self.circuit.check()
             try:
-                result = await self._fast.call(fn)
+                result = await self._fast.transaction(fn)
             except sqlite3.IntegrityError:
                 raise
             except sqlite3.Error as exc:
@@ -229,6 +241,14 @@ class StoreEngine:
             return result
         finally:
             self._write_lock.release()
+
+    async def background(self, body: Callable[[Executor], T]) -> T:
+        """``body`` as one background write transaction: on the owned SQLite writer when it is
+        open (`write_sqlite`), else on an engine session (`write`). A unique key refusing a
+        row raises sqlite3's IntegrityError on the first, SQLAlchemy's on the second."""
+        if self._fast is not None:
+            return await self.write_sqlite(body)
+        return await self.write(lambda db: db.run_sync(_on_session, body), background=True)
 
     async def _background_turn(self) -> None:
         """Take the write lock once no per-message write waits for it (one that queued after
@@ -241,13 +261,15 @@ class StoreEngine:
             self._write_lock.release()
 
     async def _hot(self, fn: Callable[[HotPath], Awaitable[T]], *, read: bool = False) -> T:
-        """One transaction of the per-message path, on the implementation chosen at open: the
-        SQLite fast path, else the engine (PostgreSQL; SQLite on an aiosqlite without seams)."""
-        if self._fast is not None:
-            return await self._fast_tx(self._fast, fn, read=read)
+        """The per-message path's calls, on the executor chosen at open: the owned SQLite
+        writer (one transaction per call), else one engine transaction for all of them
+        (PostgreSQL; SQLite in memory or not in WAL mode)."""
+        fast = self._fast
+        if fast is not None:
+            return await self._fast_tx(fast, fn, read=read)
 
         async def on_engine(conn: AsyncConnection) -> T:
-            return await fn(EngineHotPath(conn))
+            return await fn(HotPath(_EngineTransact(conn)))
 
         return await (self._query(on_engine) if read else self._tx(on_engine))
 
@@ -271,13 +293,15 @@ class StoreEngine:
     async def _fast_tx(
         self, fast: SqliteFastPath, fn: Callable[[HotPath], Awaitable[T]], *, read: bool
     ) -> T:
-        """Like `_tx`, on the SQLite fast path (reads too: it is one connection). A read is
+        """Like `_tx`, on the owned SQLite writer (reads too: it is one connection). A read is
         never skipped while writes are: WAL readers do not wait for another process's writer,
         and a session's history must load."""
         async with self._hot_lock():
             started = self.circuit.check(write=not read)
             try:
-                result = await fn(fast)
+                result = await fn(HotPath(fast.transaction))
+            except sqlite3.IntegrityError:  # a redelivery, for the caller to answer
+                raise
             except sqlite3.Error as exc:
                 raise self.circuit.failed(exc, started, "read" if read else "write") from exc
             if not read:
@@ -296,6 +320,27 @@ class StoreEngine:
                 return await fn(conn)
         except DRIVER_ERRORS as exc:
             raise self.circuit.failed(exc, started, "read") from exc
+
+
+class _EngineTransact:
+    """`hotpath.Transact` on an engine connection: every body runs in the transaction `_tx`
+    (or `_query`) opened, on the connection's sync facade (one greenlet hop per body)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def __call__(self, body: Callable[[Executor], T], *, write: bool = True) -> T:
+        return await self._conn.run_sync(_on_connection, body)
+
+
+def _on_connection(conn: Connection, body: Callable[[Executor], T]) -> T:
+    return body(EngineExecutor(conn))
+
+
+def _on_session(session: Session, body: Callable[[Executor], T]) -> T:
+    return body(EngineExecutor(session.connection()))
 
 
 class _HotTurn:

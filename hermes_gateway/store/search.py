@@ -1,7 +1,7 @@
 """Full-text search over stored messages (the `session_search` tool).
 
 SQLite: an FTS5 table over `messages` (external content), kept in sync by triggers, so the
-SQLite fast write path (`store_sqlite`) needs no change. PostgreSQL: a GIN index on each
+owned SQLite writer (`sqlite.py`) needs no change. PostgreSQL: a GIN index on each
 message's `tsvector` ('simple' configuration: no stemming, any language). Both are made by the
 migration `migrations/versions/r03_search.py` (which keeps its own frozen copy of this DDL),
 or at once for a new database (`INDEX_DDL`).

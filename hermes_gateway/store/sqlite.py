@@ -1,197 +1,174 @@
-"""The store's hot path on SQLite: the per-message statements on the engine's own aiosqlite
-connection, without SQLAlchemy's per-statement machinery.
+"""The owned SQLite writer: one `sqlite3` connection to the store's file, driven from one
+dedicated thread, on which the per-message transactions (and a scheduled run's) execute.
 
 Each message writes three times (inbox, turn, "answered"). Through the async engine that is
-about 0.5 ms of CPU per transaction (greenlet hops, result wrapping); on the driver connection
-it is about 0.1 ms. The engine still opens, pools and migrates the database, and runs every
-other query; PostgreSQL uses the engine for everything.
+about 0.5 ms of CPU per transaction (greenlet hops, result wrapping); here a transaction is one
+hop to the thread and back, and its statements run as compiled SQL (`executor.SqliteExecutor`).
+The engine still opens, pools and migrates the database, and runs every other query;
+PostgreSQL uses the engine for everything.
 """
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import sqlite3
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-from sqlalchemy import Table
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import Executable
 
-from hermes_gateway.store.fence import SQLITE_UPSERT, Fence, refuse
-from hermes_gateway.store.models import InboxRow, MessageRow, SessionRow
+from hermes_gateway.store.executor import Executor, Params, SqliteExecutor
 
 T = TypeVar("T")
-_INBOX = cast(Table, InboxRow.__table__).name
-_MSG = cast(Table, MessageRow.__table__).name
-_SESSIONS = cast(Table, SessionRow.__table__).name
-
-INBOX_COLUMNS = (
-    "platform",
-    "chat_id",
-    "message_id",
-    "session_key",
-    "payload",
-    "status",
-    "accepted_at",
-    "updated_at",
-    "run_id",
-)
-MESSAGE_COLUMNS = (
-    "session_id",
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "run_id",
-    "created_at",
-    "user_id",
-)
-_ACCEPT = f"INSERT INTO {_INBOX} ({', '.join(INBOX_COLUMNS)}) VALUES ({', '.join('?' * 9)})"
-_ADD_MESSAGE = f"INSERT INTO {_MSG} ({', '.join(MESSAGE_COLUMNS)}) VALUES ({', '.join('?' * 8)})"
-_HISTORY = (
-    f"SELECT role, content, tool_calls, tool_call_id FROM {_MSG} WHERE session_id = ? ORDER BY id"
-)
-_CURRENT_SESSION = (
-    f"SELECT id FROM {_SESSIONS} WHERE key = ? AND closed_at IS NULL ORDER BY id DESC LIMIT 1"
-)
-_NEW_SESSION = f"INSERT INTO {_SESSIONS} (key, created_at) VALUES (?, ?)"
-_PREVIEW = f"UPDATE {_INBOX} SET preview = ? WHERE platform = ? AND chat_id = ? AND message_id = ?"
+_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
 
 
-def _in(n: int) -> str:
-    return ", ".join("?" * n)
+class SqliteThread:
+    """One `sqlite3` connection and the one thread that ever uses it: calls queue for it in
+    the order they are made, and each answers through its caller's event loop."""
+
+    def __init__(self, path: str, lock_wait_s: float) -> None:
+        self._path = path
+        self._lock_wait_s = lock_wait_s
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="store-writer", daemon=True)
+        self._open = False
+
+    async def start(self) -> None:
+        self._thread.start()
+        self._open = True
+        await self.call(lambda _none: None)  # the connection is open (or its error raised)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` on the thread. A cancelled caller stops waiting, not the call."""
+        if not self._open:
+            raise sqlite3.ProgrammingError("the store's SQLite writer is closed")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((fn, args, future))
+        return await future
+
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        """One statement outside any transaction (a PRAGMA, say)."""
+        await self.call(lambda conn: conn.execute(sql, params).close())
+
+    async def stop(self) -> None:
+        self._open = False
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            await asyncio.to_thread(self._thread.join)
+
+    def _serve(self) -> None:
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            self._fail_all(exc)
+            return
+        try:
+            while (job := self._jobs.get()) is not None:
+                fn, args, future = job
+                try:
+                    result = fn(conn, *args)
+                except BaseException as exc:  # the caller gets it, whatever it is
+                    future.get_loop().call_soon_threadsafe(_settle, future, None, exc)
+                else:
+                    future.get_loop().call_soon_threadsafe(_settle, future, result, None)
+        finally:
+            conn.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        # autocommit: transactions are the explicit BEGIN IMMEDIATE ... COMMIT of `_transaction`
+        conn = sqlite3.connect(
+            self._path, timeout=self._lock_wait_s, isolation_level=None, check_same_thread=False
+        )
+        sqlite_pragmas(conn, None)
+        return conn
+
+    def _fail_all(self, exc: sqlite3.Error) -> None:
+        """The connection did not open: every call made (and any later one) fails with why."""
+        while (job := self._jobs.get()) is not None:
+            _fn, _args, future = job
+            future.get_loop().call_soon_threadsafe(_settle, future, None, exc)
 
 
-def _fenced(fence: Fence | None, now: float) -> list[tuple[str, Any]]:
-    """The fencing check that opens a transaction (`_transaction` refuses a stale token)."""
-    return [] if fence is None else [(SQLITE_UPSERT, (fence.session_key, fence.token, now))]
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 class SqliteFastPath:
-    """Owns one pooled connection for the process's life; callers serialize writes."""
+    """The owned writer: `transaction` runs a body of `executor.Executor` calls as one
+    transaction on the writer's thread. Callers serialize writes (`StoreEngine`'s lock)."""
 
-    def __init__(self) -> None:
-        self._holder: AsyncConnection | None = None
-        self._db: Any = None
+    def __init__(self, path: str, lock_wait_s: float) -> None:
+        self._db = SqliteThread(path, lock_wait_s)
+        self._executor: SqliteExecutor | None = None
 
     @staticmethod
-    def usable(driver_connection: Any) -> bool:
-        """Whether this aiosqlite has the seams `_commit` uses (it has had them since 0.1)."""
-        return callable(getattr(driver_connection, "_execute", None)) and hasattr(
-            type(driver_connection), "_conn"
-        )
+    def usable(conn: sqlite3.Connection) -> bool:
+        """Whether a second connection may write the store's file beside the engine's: only in
+        WAL mode do the engine's readers keep reading while it writes."""
+        row = conn.execute("PRAGMA journal_mode").fetchone()
+        return row is not None and str(row[0]).lower() == "wal"
 
-    async def open(self, engine: AsyncEngine) -> bool:
-        """Take a connection for the process's life; False (and nothing held) when the
-        driver lacks what the fast path needs: the store then runs on the engine alone."""
-        self._holder = await engine.connect()
-        raw = await self._holder.get_raw_connection()
-        if not self.usable(raw.driver_connection):
+    async def open(self, warm: Sequence[tuple[Executable, Params]] = ()) -> bool:
+        """Open the connection and its thread; False (and nothing left open) when it cannot
+        serve: the store then runs on the engine alone. ``warm``: statements to compile now
+        (`SqliteExecutor.prepare`), on the writer's thread."""
+        await self._db.start()
+        if not await self._db.call(self.usable):
             await self.close()
             return False
-        self._db = raw.driver_connection  # the aiosqlite connection the engine made
+        self._executor = executor = await self._db.call(SqliteExecutor)
+        await self._db.call(lambda _conn: executor.prepare(warm))
         return True
 
     async def close(self) -> None:
-        if self._holder is not None:
-            await self._holder.close()
-            self._holder = None
-            self._db = None
+        await self._db.stop()
+        self._executor = None
 
-    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(conn)`` in one transaction on aiosqlite's thread, the write lock taken first
-        (`BEGIN IMMEDIATE`: it may read before it writes): a module's own hot writes."""
-        return cast(T, await self._db._execute(_apply, self._db._conn, fn))
+    async def transaction(self, body: Callable[[Executor], T], *, write: bool = True) -> T:
+        """``body`` in one transaction, the write lock taken first (``write``: it may read
+        before it writes); a read runs without one (each statement sees the newest commit)."""
+        assert self._executor is not None, "the SQLite writer is not open"
+        return await self._db.call(_transaction if write else _read, body, self._executor)
 
-    async def _commit(self, statements: list[tuple[str, Any]]) -> Any:
-        """Run statements in one transaction; returns the last cursor's lastrowid.
+    async def _commit(self, statements: list[tuple[str, Any]]) -> int | None:
+        """Plain SQL statements in one transaction (upkeep by hand): the last one's rowid."""
 
-        The whole transaction runs as one call on aiosqlite's thread: one hop there and back
-        instead of one per statement and one for the commit (7 hops per message became 3).
-        `_execute` is how aiosqlite's own methods reach that thread; `open` checks it is there.
-        """
-        return await self._db._execute(_transaction, self._db._conn, statements)
+        def run(conn: sqlite3.Connection) -> int | None:
+            last = None
+            for sql, params in statements:
+                last = conn.execute(sql, params).lastrowid
+            return last
 
-    async def accept(self, row: dict[str, Any]) -> int | None:
-        params = tuple(row[c] for c in INBOX_COLUMNS)
-        try:
-            rowid = await self._commit([(_ACCEPT, params)])
-        except sqlite3.IntegrityError:
-            return None
-        return int(rowid)
+        return await self._db.call(_raw_transaction, run)
 
-    async def mark(
-        self, ids: list[int], status: str, reply: str | None, now: float, fence: Fence | None
-    ) -> None:
-        if reply is None:
-            sql = f"UPDATE {_INBOX} SET status = ?, updated_at = ? WHERE id IN ({_in(len(ids))})"
-            await self._commit([*_fenced(fence, now), (sql, (status, now, *ids))])
-        else:
-            sql = (
-                f"UPDATE {_INBOX} SET status = ?, reply = ?, updated_at = ? "
-                f"WHERE id IN ({_in(len(ids))})"
-            )
-            await self._commit([*_fenced(fence, now), (sql, (status, reply, now, *ids))])
 
-    async def progress(
-        self, ids: list[int], parts_sent: int, now: float, fence: Fence | None
-    ) -> None:
-        sql = f"UPDATE {_INBOX} SET parts_sent = ?, updated_at = ? WHERE id IN ({_in(len(ids))})"
-        await self._commit([*_fenced(fence, now), (sql, (parts_sent, now, *ids))])
+def _transaction(conn: sqlite3.Connection, body: Callable[[Any], T], db: Any) -> T:
+    """On the writer's thread: ``body`` in a write transaction, committed; rolled back on
+    error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body(db)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return result
 
-    async def intent(
-        self, ids: list[int], index: int, after: str, now: float, fence: Fence | None
-    ) -> None:
-        sql = (
-            f"UPDATE {_INBOX} SET parts_sent = ?, sending = ?, sending_after = ?, updated_at = ? "
-            f"WHERE id IN ({_in(len(ids))})"
-        )
-        params = (index, index, after[:128], now, *ids)
-        await self._commit([*_fenced(fence, now), (sql, params)])
 
-    async def claim(self, fence: Fence, now: float) -> None:
-        await self._commit(_fenced(fence, now))
+def _read(_conn: sqlite3.Connection, body: Callable[[Executor], T], db: Executor) -> T:
+    return body(db)
 
-    async def fly(self, ids: list[int], mark: int) -> None:
-        """`InboxGuard.begin_attempt` (1, or 2 on probation) and `undo_attempt` (0)."""
-        sql = (
-            f"UPDATE {_INBOX} SET in_flight = ? "
-            f"WHERE status = 'accepted' AND id IN ({_in(len(ids))})"
-        )
-        await self._commit([(sql, (mark, *ids))])
 
-    async def remember_preview(self, key: tuple[str, str, str], ref: str) -> None:
-        await self._commit([(_PREVIEW, (ref, *key))])
-
-    async def session_id(self, key: str, *, create: bool, now: float) -> int | None:
-        rows = await self._db.execute_fetchall(_CURRENT_SESSION, (key,))
-        if rows:
-            return int(rows[0][0])
-        if not create:
-            return None
-        return int(await self._commit([(_NEW_SESSION, (key, now))]))
-
-    async def complete_turn(
-        self,
-        session_id: int,
-        rows: list[dict[str, Any]],
-        ids: list[int],
-        settle: tuple[str, str, str, float],
-        fence: Fence | None,
-    ) -> None:
-        statements = _fenced(fence, settle[3])
-        if rows:
-            statements.append((_ADD_MESSAGE, [tuple(r[c] for c in MESSAGE_COLUMNS) for r in rows]))
-        if ids:
-            sql = (
-                f"UPDATE {_INBOX} SET status = ?, reply = ?, run_id = ?, updated_at = ? "
-                f"WHERE id IN ({_in(len(ids))})"
-            )
-            statements.append((sql, (*settle, *ids)))
-        if rows or ids:
-            await self._commit(statements)
-
-    async def history(self, session_id: int) -> list[tuple[Any, ...]]:
-        return list(await self._db.execute_fetchall(_HISTORY, (session_id,)))
+def _raw_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    return _transaction(conn, fn, conn)
 
 
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -201,33 +178,3 @@ def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a process crash
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
-
-
-def _transaction(conn: sqlite3.Connection, statements: list[tuple[str, Any]]) -> int | None:
-    """On aiosqlite's thread: the statements, then commit; rolled back on any error."""
-    try:
-        last = None
-        for sql, params in statements:
-            if isinstance(params, list):
-                conn.executemany(sql, params)
-            else:
-                last = conn.execute(sql, params)
-                if sql is SQLITE_UPSERT and last.rowcount != 1:  # a newer token was seen
-                    raise refuse(Fence(*params[:2]))
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    return last.lastrowid if last is not None else None
-
-
-def _apply(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """On aiosqlite's thread: ``fn`` in a write transaction, committed; rolled back on error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(conn)
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    return result

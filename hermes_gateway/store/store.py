@@ -1,12 +1,13 @@
 """Durable state through the SQLAlchemy async engine: inbox, sessions and history.
 
 SQLite (WAL, aiosqlite) by default, PostgreSQL (asyncpg) by URL. The per-message calls go
-through `HotPath` (store_core.py); every call runs off the event loop thread.
+through `HotPath` (hotpath.py); every call runs off the event loop thread.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -83,7 +84,7 @@ class Store(InboxGuard):
         }
         try:
             return await self._hot(lambda db: db.accept(row))
-        except IntegrityError:  # the engine's answer to a redelivery
+        except (IntegrityError, sqlite3.IntegrityError):  # the unique key: a redelivery
             return None
 
     async def mark(

@@ -1,6 +1,6 @@
 """Whether the database answers: the circuit that fails store calls at once while the database
 is known to be stuck (held by another process), unreachable (a PostgreSQL server stopped or
-gone silent) or unable to write (`store_writes`), and the probes that close it again."""
+gone silent) or unable to write (`writes.py`), and the probes that close it again."""
 
 from __future__ import annotations
 
