@@ -1,6 +1,6 @@
 """Waiting between attempts, once for the whole gateway: `Backoff` (a first wait, times a factor
 up to a cap, jittered) and `retry_after_s`, the one reader of an HTTP `Retry-After` value. The
-model client uses them here; the platforms get them through `hermes_gateway.seam`."""
+model client uses them here; the platforms get them through `hermes_gateway.platforms`."""
 
 from __future__ import annotations
 

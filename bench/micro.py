@@ -167,8 +167,8 @@ def llm(n: int) -> list[Row]:
 async def _telegram(n: int) -> list[Row]:
     from telegram import Bot, ReplyParameters
 
-    from adapters.telegram.delivery import Sender
     from adapters.telegram.http import AiohttpRequest
+    from adapters.telegram.sending import Sender
     from bench.procs import TOKEN, start_fake
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ PROJECT = ("hermes_gateway/", "adapters/", "agent_core/", "tools/")
 # A sample's thread role, from the frames it holds (py-spy's raw format has no thread names).
 ROLES = (
     ("pool worker (agent runs)", ("concurrent/futures/thread.py",)),
-    ("watchdog thread", ("hermes_gateway/guard/watchdog.py",)),
+    ("watchdog thread", ("hermes_gateway/liveness/watchdog.py",)),
     ("sqlite thread", ("aiosqlite/core.py",)),
     ("other thread", ("threading.py",)),
 )
@@ -47,14 +47,14 @@ ACTIVITIES = (
         ("telegram/ext/_updater.py", "telegram_transport.py", "telegram_poller.py"),
     ),
     ("runner bookkeeping", ("hermes_gateway/core/runner.py", "hermes_gateway/core/bus.py")),
-    ("watchdog", ("hermes_gateway/guard/watchdog.py",)),
+    ("watchdog", ("hermes_gateway/liveness/watchdog.py",)),
     ("control API (/metrics)", ("hermes_gateway/control/app.py",)),
     ("logging", ("structlog/", "logging/")),
     ("PTB dispatch (caller not sampled)", ("telegram/",)),
     ("HTTP stack (caller not sampled)", ("httpx/", "httpcore/", "h11/", "anyio/")),
 )
 CROSS_CUTTING = (
-    ("logging (structlog + logging)", ("structlog/", "logging/", "hermes_gateway/logs.py")),
+    ("logging (structlog + logging)", ("structlog/", "logging/", "hermes_gateway/logs/")),
     ("PTB objects (de_json, TelegramObject)", ("telegram/_",)),
     ("httpx/httpcore/h11/anyio (HTTP of both SDKs)", ("httpx/", "httpcore/", "h11/", "anyio/")),
     ("markup rendering", ("hermes_gateway/markup",)),

@@ -28,12 +28,12 @@ import structlog
 import uvloop
 from sqlalchemy import Table, func, insert, select
 
-from hermes_gateway.config_schema import SchedulerConfig
+from hermes_gateway.config.schema import SchedulerConfig
 from hermes_gateway.events import MessageEvent
+from hermes_gateway.scheduler.job_turn import Outcome
 from hermes_gateway.scheduler.jobs import Job
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.outbox import JobOutbox
-from hermes_gateway.scheduler.runner import Outcome
 from hermes_gateway.scheduler.scheduler import Scheduler
 from hermes_gateway.store.models import CronJobRow, CronRunRow
 from hermes_gateway.store.store import Store

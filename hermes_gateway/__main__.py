@@ -3,7 +3,7 @@
 import gc
 import sys
 
-from hermes_gateway.guard.early_stop import EARLY
+from hermes_gateway.liveness.early_stop import EARLY
 
 if sys.argv[1:3] == ["gateway", "run"]:
     EARLY.install()  # before the imports below, which take a while: a stop then exits 0

@@ -29,10 +29,10 @@ from hermes_gateway.core.hooks import collect_hooks, install_hooks
 from hermes_gateway.core.housekeeping import Housekeeper
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.errors import ConfigError
-from hermes_gateway.guard.early_stop import EARLY
-from hermes_gateway.guard.sentinel import Sentinel
-from hermes_gateway.guard.watchdog import LoopWatchdog
-from hermes_gateway.seam.platform import adapter_class, load_adapter
+from hermes_gateway.liveness.early_stop import EARLY
+from hermes_gateway.liveness.sentinel import Sentinel
+from hermes_gateway.liveness.watchdog import LoopWatchdog
+from hermes_gateway.platforms.adapter import adapter_class, load_adapter
 
 if TYPE_CHECKING:
     from agent_core import LLMClient
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from hermes_gateway.agents.tool_host import GatewayToolHost
     from hermes_gateway.cluster.ownership import Ownership
     from hermes_gateway.config import Config
+    from hermes_gateway.config.live import LiveConfig
     from hermes_gateway.control.app import ControlServer
     from hermes_gateway.core.bus import EventBus
     from hermes_gateway.core.delivery import Delivery
@@ -49,14 +50,13 @@ if TYPE_CHECKING:
     from hermes_gateway.core.reception import Reception
     from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.dashboard import Dashboard
-    from hermes_gateway.guard.sdnotify import SystemdNotifier
-    from hermes_gateway.live_config import LiveConfig
+    from hermes_gateway.liveness.sdnotify import SystemdNotifier
     from hermes_gateway.memory.host import MemoryHost
     from hermes_gateway.metrics import Metrics
+    from hermes_gateway.platforms.access import Gatekeeper
+    from hermes_gateway.platforms.adapter import Adapter
+    from hermes_gateway.platforms.pairing import PairingBook
     from hermes_gateway.scheduler.service import SchedulerService
-    from hermes_gateway.seam.access import Gatekeeper
-    from hermes_gateway.seam.pairing import PairingBook
-    from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.gateway")

@@ -24,6 +24,7 @@ from hermes_gateway.cluster.ownership import Ownership
 from hermes_gateway.cluster.peers import PeerLink, peer_address
 from hermes_gateway.cluster.roles import Roles
 from hermes_gateway.config import Config, systemd_notify_socket
+from hermes_gateway.config.live import LiveConfig
 from hermes_gateway.control.admin import AdminRoutes
 from hermes_gateway.control.app import ControlServer, ControlToken
 from hermes_gateway.control.vitals import VitalParts, Vitals
@@ -38,18 +39,17 @@ from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.run import LiveRuns
 from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.guard.sdnotify import SystemdNotifier
-from hermes_gateway.guard.sentinel import Sentinel
-from hermes_gateway.guard.watchdog import LoopWatchdog
 from hermes_gateway.lifecycle import Lifecycle
-from hermes_gateway.live_config import LiveConfig
+from hermes_gateway.liveness.sdnotify import SystemdNotifier
+from hermes_gateway.liveness.sentinel import Sentinel
+from hermes_gateway.liveness.watchdog import LoopWatchdog
 from hermes_gateway.memory.routes import MemoryRoutes
 from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.seam.access import Gatekeeper
-from hermes_gateway.seam.pairing import PairingBook
-from hermes_gateway.seam.peers import Peers
-from hermes_gateway.seam.platform import Adapter, StreamSink
+from hermes_gateway.platforms.access import Gatekeeper
+from hermes_gateway.platforms.adapter import Adapter, StreamSink
+from hermes_gateway.platforms.pairing import PairingBook
+from hermes_gateway.platforms.peers import Peers
 from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
@@ -186,8 +186,8 @@ class Gateway(Lifecycle):
         self.inbox = InboxRoutes(self.store, self.route)
         self.scheduler: SchedulerService | None = None
         if self.desk is not None:
+            from hermes_gateway.scheduler.job_turn import JobRunner
             from hermes_gateway.scheduler.outbox import JobOutbox
-            from hermes_gateway.scheduler.runner import JobRunner
             from hermes_gateway.scheduler.service import SchedulerService
 
             job_runner = JobRunner(self.store, self.agents, self.pool, config.runner.stop_grace_s)

@@ -23,10 +23,10 @@ RECORDS = {
     "hermes_gateway/core/runner.py": {"run"},
     "hermes_gateway/core/sessions.py": {"slot"},
     "hermes_gateway/core/settle.py": {"ctx", "run"},
-    "hermes_gateway/log_guard.py": {"record", "bucket", "self._keys[key]"},
-    "hermes_gateway/logs.py": {"record"},
-    "hermes_gateway/scheduler/runner.py": {"ctx"},
-    "hermes_gateway/seam/pairing.py": {"row"},
+    "hermes_gateway/logs/bounds.py": {"record", "bucket", "self._keys[key]"},
+    "hermes_gateway/logs/__init__.py": {"record"},
+    "hermes_gateway/scheduler/job_turn.py": {"ctx"},
+    "hermes_gateway/platforms/pairing.py": {"row"},
     "hermes_gateway/store/engine.py": {"engine"},  # the engine's own write gate (same module)
     "hermes_gateway/store/migrate.py": {"dbapi_conn"},  # the driver's connection, as opened
     "hermes_gateway/text/markup.py": {"opener", "item"},

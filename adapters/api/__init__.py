@@ -6,7 +6,7 @@ question back to the caller. What the gateway says unasked (a scheduled job's an
 in the session's history and streamed to whoever listens (`GET /v1/events`)."""
 
 from adapters.api.settings import ApiPlatformConfig
-from hermes_gateway.platform_spec import Capabilities, PlatformSpec
+from hermes_gateway.platforms import Capabilities, PlatformSpec
 
 SPEC = PlatformSpec(
     name="api",

@@ -33,12 +33,21 @@ from adapters.api.wire import (
     save_data_url,
     session_name,
 )
-from hermes_gateway.core.bus import LifecycleEvent
-from hermes_gateway.errors import PermanentAdapterError, RequestError
-from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
-from hermes_gateway.seam.peers import Peers
-from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
-from hermes_gateway.text.jsonbody import body_done, loads, read_object
+from hermes_gateway.platforms import (
+    AdapterHost,
+    Attachment,
+    Health,
+    LifecycleEvent,
+    MessageEvent,
+    OutboundMessage,
+    Peers,
+    PermanentAdapterError,
+    RequestError,
+    StreamSink,
+    body_done,
+    loads,
+    read_object,
+)
 
 log = structlog.get_logger("hermes.adapters.api")
 Answer = OutboundMessage | Ended

@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from hermes_gateway.errors import RequestError
+from hermes_gateway.platforms import RequestError
 
 log = structlog.get_logger("hermes.adapters.api")
 PING_S = 15.0  # a comment line this often keeps proxies and the client's read timeout quiet

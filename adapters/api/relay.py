@@ -16,9 +16,15 @@ import structlog
 
 from adapters.api.stream import Item, ToolNote
 from adapters.api.wire import Ended
-from hermes_gateway.errors import PeerUnreachable, RequestError
-from hermes_gateway.events import MessageEvent, OutboundKind, OutboundMessage
-from hermes_gateway.seam.peers import Peers, Whereabouts
+from hermes_gateway.platforms import (
+    MessageEvent,
+    OutboundKind,
+    OutboundMessage,
+    Peers,
+    PeerUnreachable,
+    RequestError,
+    Whereabouts,
+)
 
 log = structlog.get_logger("hermes.adapters.api")
 CARRY_PATH = "/cluster/v1/chat"  # signed calls between instances only (never a client's)

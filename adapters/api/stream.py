@@ -12,7 +12,7 @@ import structlog
 from aiohttp import web
 
 from adapters.api.wire import Ended, chunk, error_body, failure, hermes_field, usage_of
-from hermes_gateway.events import OutboundMessage
+from hermes_gateway.platforms import OutboundMessage
 
 log = structlog.get_logger("hermes.adapters.api")
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_gateway.errors import RequestError
-from hermes_gateway.events import Attachment, OutboundMessage, without_surrogates
+from hermes_gateway.platforms import Attachment, OutboundMessage, RequestError, without_surrogates
 
 _SESSION_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

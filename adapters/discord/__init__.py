@@ -3,7 +3,7 @@
 `SPEC` is what the gateway knows of it; importing this package does not import the SDK."""
 
 from adapters.discord.settings import DiscordConfig
-from hermes_gateway.platform_spec import Capabilities, Limits, PlatformSpec
+from hermes_gateway.platforms import Capabilities, Limits, PlatformSpec
 
 SPEC = PlatformSpec(
     name="discord",

@@ -22,13 +22,25 @@ from adapters.discord.interactions import reply_context
 from adapters.discord.outbound import DiscordOutbox, snowflake
 from adapters.discord.settings import DiscordConfig
 from adapters.discord.shards import Fleet, split
-from hermes_gateway.core.indicator import TypingIndicator
-from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
-from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
-from hermes_gateway.seam.downloader import Downloader, origins
-from hermes_gateway.seam.intake import Inbound, Intake
-from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
-from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor
+from hermes_gateway.platforms import (
+    AdapterAuthError,
+    AdapterHost,
+    Attachment,
+    Backoff,
+    Downloader,
+    GiveUp,
+    Health,
+    Inbound,
+    Intake,
+    MessageEvent,
+    OutboundMessage,
+    RetryLater,
+    StreamSink,
+    Supervisor,
+    TransientAdapterError,
+    TypingIndicator,
+    origins,
+)
 
 log = structlog.get_logger("hermes.adapters.discord")
 

@@ -16,9 +16,14 @@ import structlog
 import yarl
 
 import discord
-from hermes_gateway.errors import PermanentAdapterError, TransientAdapterError
-from hermes_gateway.events import Attachment
-from hermes_gateway.seam.downloader import Downloader, LinkRefusedError, allowed_url
+from hermes_gateway.platforms import (
+    Attachment,
+    Downloader,
+    LinkRefusedError,
+    PermanentAdapterError,
+    TransientAdapterError,
+    allowed_url,
+)
 
 log = structlog.get_logger("hermes.adapters.discord")
 # a link this close to its expiry may die mid-download: renew it first

@@ -19,7 +19,7 @@ from adapters.shims.discordpy import gateway_parsers
 from adapters.shims.discordpy import point_at as point_at
 from adapters.shims.discordpy import restore as restore
 from discord import app_commands
-from hermes_gateway.core.commands import CommandInfo, menu
+from hermes_gateway.platforms import CommandInfo, menu
 
 log = structlog.get_logger("hermes.adapters.discord")
 

@@ -13,7 +13,7 @@ import structlog
 
 import discord
 from adapters.discord.catchup import CatchUp
-from hermes_gateway.errors import CoordinationUnavailable
+from hermes_gateway.platforms import CoordinationUnavailable
 
 if TYPE_CHECKING:
     from adapters.discord.shards import Fleet

@@ -13,8 +13,7 @@ from typing import Any
 import structlog
 
 import discord
-from hermes_gateway.errors import CoordinationUnavailable
-from hermes_gateway.seam.platform import Shares
+from hermes_gateway.platforms import CoordinationUnavailable, Shares
 
 log = structlog.get_logger("hermes.adapters.discord")
 

@@ -10,9 +10,14 @@ from typing import Any
 import structlog
 
 import discord
-from hermes_gateway.core.commands import parse_command
-from hermes_gateway.events import Attachment, ChatType, MessageEvent
-from hermes_gateway.seam.intake import Inbound, tolerant
+from hermes_gateway.platforms import (
+    Attachment,
+    ChatType,
+    Inbound,
+    MessageEvent,
+    parse_command,
+    tolerant,
+)
 
 log = structlog.get_logger("hermes.adapters.discord")
 PLATFORM = "discord"

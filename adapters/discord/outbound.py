@@ -16,18 +16,25 @@ import structlog
 
 import discord
 from adapters.discord.interactions import INTERACTION_TTL_S, StoredInteraction
-from hermes_gateway.core.parts import part_key, send_parts
-from hermes_gateway.errors import (
+from hermes_gateway.platforms import (
     AdapterAuthError,
     AdapterError,
+    LivePreview,
+    MessageEvent,
+    OutboundMessage,
     PermanentAdapterError,
+    PreviewBook,
+    PreviewWire,
     RateLimitedError,
+    Remember,
     TransientAdapterError,
+    header,
+    part_key,
+    retry_after_s,
+    send_parts,
+    split_rendered_discord,
+    with_retry,
 )
-from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.seam.preview import LivePreview, PreviewBook, PreviewWire, Remember
-from hermes_gateway.seam.retry import header, retry_after_s, with_retry
-from hermes_gateway.text.markup import split_rendered_discord
 
 log = structlog.get_logger("hermes.adapters.discord")
 T = TypeVar("T")

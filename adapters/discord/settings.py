@@ -6,7 +6,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from hermes_gateway.platform_spec import MEDIA_MAX_BYTES, PlatformSection
+from hermes_gateway.platforms import MEDIA_MAX_BYTES, PlatformSection
 
 
 class DiscordConfig(PlatformSection):

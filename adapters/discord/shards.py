@@ -15,9 +15,7 @@ from adapters.discord.catchup import CatchUp
 from adapters.discord.client import HermesClient
 from adapters.discord.handover import Keeper, Marks, parse
 from adapters.discord.identify import Pacer, concurrency
-from hermes_gateway.errors import CoordinationUnavailable
-from hermes_gateway.seam.platform import Shares
-from hermes_gateway.seam.supervisor import GiveUp
+from hermes_gateway.platforms import CoordinationUnavailable, GiveUp, Shares
 
 if TYPE_CHECKING:
     from adapters.discord.adapter import DiscordAdapter

@@ -22,27 +22,38 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 
 from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack.api import SlackWeb, file_downloader
-from adapters.slack.copies import LAST_RETRY, Copies
-from adapters.slack.events import Recent, normalize
 from adapters.slack.http import serve_event
+from adapters.slack.inbound import Recent, normalize
 from adapters.slack.progress import Progress, slack_preview
+from adapters.slack.redelivery import LAST_RETRY, Copies
 from adapters.slack.replies import post_reply
 from adapters.slack.settings import SlackConfig, app_key
 from adapters.slack.socket import AckingSocketHandler, take_slot
 from adapters.slack.socket import close_socket as _close_socket
 from adapters.slack.socket import frame_type as _frame_type
-from hermes_gateway.core.bus import LifecycleEvent
-from hermes_gateway.errors import (
+from hermes_gateway.platforms import (
     AdapterAuthError,
     AdapterError,
+    AdapterHost,
+    Attachment,
+    Backoff,
+    BotIdentity,
+    GiveUp,
+    Health,
+    Inbound,
+    Intake,
+    Leadership,
+    LifecycleEvent,
+    MessageEvent,
+    OutboundMessage,
+    PreviewBook,
+    RetryLater,
     StoreError,
+    StreamSink,
+    Supervisor,
     TransientAdapterError,
+    hold,
 )
-from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
-from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake
-from hermes_gateway.seam.platform import AdapterHost, Health, Leadership, StreamSink
-from hermes_gateway.seam.preview import PreviewBook
-from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, Supervisor, hold
 
 log = structlog.get_logger("hermes.adapters.slack")
 NOT_TAKEN = (

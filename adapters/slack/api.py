@@ -14,15 +14,18 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.settings import SlackConfig
-from hermes_gateway.errors import (
+from hermes_gateway.platforms import (
     AdapterAuthError,
     AdapterError,
+    Downloader,
     PermanentAdapterError,
     RateLimitedError,
     TransientAdapterError,
+    header,
+    origins,
+    retry_after_s,
+    with_retry,
 )
-from hermes_gateway.seam.downloader import Downloader, origins
-from hermes_gateway.seam.retry import header, retry_after_s, with_retry
 
 T = TypeVar("T")
 

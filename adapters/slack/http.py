@@ -16,8 +16,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from hermes_gateway.errors import RequestError
-from hermes_gateway.text.jsonbody import loads
+from hermes_gateway.platforms import RequestError, loads
 
 log = structlog.get_logger("hermes.adapters.slack")
 MAX_SKEW_S = 300  # Slack's own rule: a request older (or newer) than five minutes is a replay

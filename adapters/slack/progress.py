@@ -9,10 +9,7 @@ from typing import Literal
 import structlog
 
 from adapters.slack.api import SlackWeb
-from hermes_gateway.errors import AdapterError
-from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.preview import PreviewWire
-from hermes_gateway.text.markup import split_rendered_slack
+from hermes_gateway.platforms import AdapterError, MessageEvent, PreviewWire, split_rendered_slack
 
 log = structlog.get_logger("hermes.adapters.slack")
 THINKING = "is thinking…"

@@ -7,11 +7,14 @@ from __future__ import annotations
 from functools import partial
 
 from adapters.slack.api import SlackWeb
-from adapters.slack.once import find_posted, metadata
-from hermes_gateway.core.parts import part_key, send_parts
-from hermes_gateway.events import OutboundMessage
-from hermes_gateway.seam.preview import PreviewBook
-from hermes_gateway.text.markup import split_rendered_slack
+from adapters.slack.sent_check import find_posted, metadata
+from hermes_gateway.platforms import (
+    OutboundMessage,
+    PreviewBook,
+    part_key,
+    send_parts,
+    split_rendered_slack,
+)
 
 
 async def post_reply(

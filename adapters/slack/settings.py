@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hermes_gateway.platform_spec import MEDIA_MAX_BYTES, PlatformSection
+from hermes_gateway.platforms import MEDIA_MAX_BYTES, PlatformSection
 
 SOCKET_SLOTS_MAX = 10  # Slack's limit of concurrent Socket Mode connections per app
 _APP_TOKEN = re.compile(r"^xapp-\d+-([A-Z0-9]+)-")

@@ -17,7 +17,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
 from adapters.slack.http import acked
-from hermes_gateway.seam.platform import Leadership
+from hermes_gateway.platforms import Leadership
 
 log = structlog.get_logger("hermes.adapters.slack")
 STANDBY_AFTER_S = 1.0  # a slot not had within this long: this instance stands by meanwhile

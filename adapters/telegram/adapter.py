@@ -15,33 +15,36 @@ import structlog
 from aiohttp import web
 
 from adapters.telegram.build import ALLOWED_UPDATES, bot_commands, build_app, build_poller, describe
-from adapters.telegram.delivery import Outbox, Sender, call, chat_ref
 from adapters.telegram.http import AiohttpRequest
 from adapters.telegram.media import file_downloader, locator
 from adapters.telegram.normalize import normalize
 from adapters.telegram.poller import Poller
+from adapters.telegram.sending import Outbox, Sender, call, chat_ref
 from adapters.telegram.settings import TelegramConfig
 from adapters.telegram.transport import PollMonitor, TokenLock, bounded
-from hermes_gateway.core.indicator import TypingIndicator
-from hermes_gateway.errors import (
+from hermes_gateway.platforms import (
     AdapterAuthError,
     AdapterError,
+    AdapterHost,
+    Attachment,
+    Backoff,
+    BotIdentity,
+    GiveUp,
+    Health,
+    Intake,
+    MessageEvent,
+    OutboundMessage,
     PermanentAdapterError,
     RequestError,
-    TransientAdapterError,
-)
-from hermes_gateway.events import Attachment, MessageEvent, OutboundMessage
-from hermes_gateway.seam.intake import BotIdentity, Intake
-from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
-from hermes_gateway.seam.supervisor import (
-    Backoff,
-    GiveUp,
     RetryLater,
     StallWatch,
+    StreamSink,
     Supervisor,
+    TransientAdapterError,
+    TypingIndicator,
     hold,
+    read_json,
 )
-from hermes_gateway.text.jsonbody import read_json
 from telegram import Update
 from telegram.constants import ChatAction
 from telegram.error import InvalidToken

@@ -12,7 +12,7 @@ from adapters.telegram.http import AiohttpRequest
 from adapters.telegram.poller import Poller, Take
 from adapters.telegram.settings import TelegramConfig
 from adapters.telegram.transport import PollMonitor, PollRequest
-from hermes_gateway.core.commands import menu
+from hermes_gateway.platforms import menu
 from telegram import Bot, BotCommand
 from telegram.error import Conflict, TelegramError
 from telegram.ext import Application, ApplicationBuilder

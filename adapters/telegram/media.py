@@ -7,11 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from adapters.telegram.delivery import call
-from hermes_gateway.errors import PermanentAdapterError
-from hermes_gateway.events import Attachment
-from hermes_gateway.seam.downloader import Downloader, Locate, origins
-from hermes_gateway.seam.retry import with_retry
+from adapters.telegram.sending import call
+from hermes_gateway.platforms import (
+    Attachment,
+    Downloader,
+    Locate,
+    PermanentAdapterError,
+    origins,
+    with_retry,
+)
 from telegram import Bot
 
 

@@ -8,8 +8,14 @@ from typing import Any
 
 import structlog
 
-from hermes_gateway.events import Attachment, ChatType, MessageEvent
-from hermes_gateway.seam.intake import BotIdentity, Inbound, tolerant
+from hermes_gateway.platforms import (
+    Attachment,
+    BotIdentity,
+    ChatType,
+    Inbound,
+    MessageEvent,
+    tolerant,
+)
 from telegram import Message, MessageEntity, Update
 
 log = structlog.get_logger("hermes.adapters.telegram")

@@ -13,8 +13,7 @@ import structlog
 
 from adapters.shims.ptb import retry_after_s
 from adapters.telegram.http import AiohttpRequest
-from hermes_gateway.errors import AdapterAuthError
-from hermes_gateway.seam.supervisor import Backoff
+from hermes_gateway.platforms import AdapterAuthError, Backoff
 from telegram import Bot, Update
 from telegram.error import InvalidToken, RetryAfter, TelegramError, TimedOut
 

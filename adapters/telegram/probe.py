@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from adapters.telegram.settings import TelegramConfig
-from hermes_gateway.platform_spec import token_verdict
+from hermes_gateway.platforms import token_verdict
 
 
 def probe(section: TelegramConfig, http: httpx.Client) -> str:

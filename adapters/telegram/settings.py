@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hermes_gateway.platform_spec import MEDIA_MAX_BYTES, PlatformSection
+from hermes_gateway.platforms import MEDIA_MAX_BYTES, PlatformSection
 
 
 class TelegramConfig(PlatformSection):

@@ -35,8 +35,8 @@ from tools.host import ApprovalRequest, SearchHit, ToolHost
 if TYPE_CHECKING:
     from hermes_gateway.core.delivery import Delivery
     from hermes_gateway.core.run import LiveRuns
+    from hermes_gateway.platforms.adapter import Adapter
     from hermes_gateway.scheduler.desk import JobDesk
-    from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.tools")

@@ -18,7 +18,7 @@ from hermes_gateway import __version__
 from hermes_gateway.config import Config, config_path, load_config
 from hermes_gateway.control.token import operator_token
 from hermes_gateway.errors import AdapterAuthError, ConfigError, StoreError
-from hermes_gateway.guard.early_stop import EARLY
+from hermes_gateway.liveness.early_stop import EARLY
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -211,7 +211,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _manage(args: argparse.Namespace, config: Config, url: str, token: str | None) -> int:
     if args.action == "logs":
         return run_logs(args, config)
-    from hermes_gateway.cli.service import ServiceManager, UnitParams
+    from hermes_gateway.cli.systemd import ServiceManager, UnitParams
 
     user_unit = getattr(args, "user_unit", None)
     if user_unit is None:
@@ -250,7 +250,7 @@ def run_doctor(config: Config) -> int:
 
 
 def run_logs(args: argparse.Namespace, config: Config) -> int:
-    from hermes_gateway import log_tail as tail
+    from hermes_gateway.logs import tail
 
     try:
         since = tail.parse_since(args.since) if args.since else None

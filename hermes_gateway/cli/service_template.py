@@ -3,7 +3,7 @@ the instance name is the control port; each instance gets its own home and clust
 
 from __future__ import annotations
 
-from hermes_gateway.cli.service import UnitParams, render_service
+from hermes_gateway.cli.systemd import UnitParams, render_service
 
 TEMPLATE = "hermes-gateway@.service"
 

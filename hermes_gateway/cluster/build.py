@@ -8,7 +8,7 @@ import socket
 
 from hermes_gateway.cluster.lease import Coordinator
 from hermes_gateway.cluster.local import LocalCoordinator
-from hermes_gateway.config_schema import ClusterConfig
+from hermes_gateway.config.schema import ClusterConfig
 
 
 def instance_id(config: ClusterConfig) -> str:

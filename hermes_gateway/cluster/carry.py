@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from hermes_gateway.cluster.peers import PeerLink
 from hermes_gateway.errors import CoordinationUnavailable, RequestError, StoreError
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.peers import Whereabouts
+from hermes_gateway.platforms.peers import Whereabouts
 from hermes_gateway.store.store import Store
 
 Route = Callable[[MessageEvent, int | None], Awaitable[None]]
@@ -25,7 +25,7 @@ class Holder(Protocol):
 
 
 class Carry:
-    """`hermes_gateway.seam.peers.Peers` over the session leases and the shared inbox."""
+    """`hermes_gateway.platforms.peers.Peers` over the session leases and the shared inbox."""
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from typing import Any
 from hermes_gateway.cluster.leadership import ClusterLeader, SoleLeader
 from hermes_gateway.cluster.lease import Coordinator
 from hermes_gateway.cluster.shares import ClusterShares, SoleShares
-from hermes_gateway.seam.platform import Leadership, Shares
+from hermes_gateway.platforms.adapter import Leadership, Shares
 
 
 class Roles:

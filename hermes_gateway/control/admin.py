@@ -12,8 +12,8 @@ from aiohttp import web
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.errors import RequestError
 from hermes_gateway.events import Chat, OutboundMessage
-from hermes_gateway.seam.pairing import Approved, PairingBook, PairingError
-from hermes_gateway.seam.platform import Adapter
+from hermes_gateway.platforms.adapter import Adapter
+from hermes_gateway.platforms.pairing import Approved, PairingBook, PairingError
 from hermes_gateway.text.jsonbody import read_object
 
 log = structlog.get_logger("hermes.admin")

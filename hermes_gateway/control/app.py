@@ -25,11 +25,11 @@ from hermes_gateway.control.limits import (
     fit_fd_limit,
     read_body,
 )
-from hermes_gateway.control.memory import MemoryGauge
 from hermes_gateway.control.rejections import Rejections
+from hermes_gateway.control.rss import MemoryGauge
 from hermes_gateway.control.token import ensure_token_file
 from hermes_gateway.errors import RequestError
-from hermes_gateway.seam.platform import RouteAccess
+from hermes_gateway.platforms.adapter import RouteAccess
 from hermes_gateway.text.jsonbody import body_done
 
 log = structlog.get_logger("hermes.control")

@@ -16,15 +16,15 @@ if TYPE_CHECKING:
     from hermes_gateway.cluster.ownership import Ownership
     from hermes_gateway.cluster.roles import Roles
     from hermes_gateway.config import Config
+    from hermes_gateway.config.live import LiveConfig
     from hermes_gateway.core.pool import AgentPool
     from hermes_gateway.core.quarantine import InboxRoutes
     from hermes_gateway.core.runner import GatewayRunner
-    from hermes_gateway.guard.watchdog import LoopWatchdog
-    from hermes_gateway.live_config import LiveConfig
+    from hermes_gateway.liveness.watchdog import LoopWatchdog
     from hermes_gateway.memory.host import MemoryHost
     from hermes_gateway.metrics import Metrics
+    from hermes_gateway.platforms.adapter import Adapter
     from hermes_gateway.scheduler.service import SchedulerService
-    from hermes_gateway.seam.platform import Adapter
     from hermes_gateway.store.store import Store
 
 

@@ -16,6 +16,7 @@ from agent_core import ModelError
 from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.agents.tool_host import REFUSED, who
 from hermes_gateway.config import Config
+from hermes_gateway.config.live import LiveConfig
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.pool import AgentPool
@@ -23,7 +24,6 @@ from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import structlog
 
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.config import Config
+from hermes_gateway.config.live import LiveConfig
 from hermes_gateway.errors import StoreError
-from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.housekeeping")

@@ -10,7 +10,7 @@ from typing import Any
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.seam.platform import StreamSink
+from hermes_gateway.platforms.adapter import StreamSink
 
 
 class Progress:

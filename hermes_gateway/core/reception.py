@@ -14,18 +14,17 @@ import structlog
 
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.config import Config
+from hermes_gateway.config.live import LiveConfig
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
-from hermes_gateway.live_config import LiveConfig
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platform_spec import capabilities
-from hermes_gateway.seam.access import Gatekeeper
-from hermes_gateway.seam.peers import Follower, Peers
-from hermes_gateway.seam.platform import (
+from hermes_gateway.platforms.access import Gatekeeper
+from hermes_gateway.platforms.adapter import (
     Adapter,
     Admitted,
     Leadership,
@@ -33,6 +32,7 @@ from hermes_gateway.seam.platform import (
     Shares,
     SubmitOutcome,
 )
+from hermes_gateway.platforms.peers import Follower, Peers
 from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.gateway")

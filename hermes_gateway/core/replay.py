@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from hermes_gateway.config import Config
+from hermes_gateway.config.live import LiveConfig
 from hermes_gateway.core.commands import parse_command
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.quarantine import NOTICE, log_quarantined
@@ -28,8 +29,7 @@ from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.live_config import LiveConfig
-from hermes_gateway.seam.platform import Adapter, PreviewResumer, ReplyResumer
+from hermes_gateway.platforms.adapter import Adapter, PreviewResumer, ReplyResumer
 from hermes_gateway.store.store import Quarantined, Store, Undelivered
 
 log = structlog.get_logger("hermes.replay")

@@ -43,7 +43,7 @@ from hermes_gateway.core.settle import Settler, TurnDone
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.seam.platform import StreamSink
+from hermes_gateway.platforms.adapter import StreamSink
 from hermes_gateway.store.store import Fence, Store
 
 log = structlog.get_logger("hermes.runner")

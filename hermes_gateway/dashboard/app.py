@@ -17,7 +17,7 @@ import structlog
 from aiohttp import web
 
 from hermes_gateway import __version__
-from hermes_gateway.config_schema import DashboardConfig
+from hermes_gateway.config.schema import DashboardConfig
 from hermes_gateway.control.app import ControlServer
 from hermes_gateway.dashboard.auth import LINK_S, Auth
 from hermes_gateway.dashboard.jobs import JobsSource
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import jinja2
 
     from hermes_gateway.config import Config
+    from hermes_gateway.config.live import LiveConfig
     from hermes_gateway.control.admin import AdminRoutes
     from hermes_gateway.control.app import ControlToken
     from hermes_gateway.control.vitals import Vitals
@@ -38,10 +39,9 @@ if TYPE_CHECKING:
     from hermes_gateway.core.pool import AgentPool
     from hermes_gateway.core.quarantine import InboxRoutes
     from hermes_gateway.core.runner import GatewayRunner
-    from hermes_gateway.live_config import LiveConfig
     from hermes_gateway.metrics import Metrics
-    from hermes_gateway.seam.pairing import PairingBook
-    from hermes_gateway.seam.platform import Adapter
+    from hermes_gateway.platforms.adapter import Adapter
+    from hermes_gateway.platforms.pairing import PairingBook
     from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.dashboard")

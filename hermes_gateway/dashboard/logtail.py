@@ -1,5 +1,6 @@
 """The Logs page's live tail: the gateway's JSON log read the way `hermes gateway logs -f`
-reads it (`hermes_gateway.log_tail`), on a thread of its own that runs only while a page watches."""
+reads it (`hermes_gateway.logs.tail`), on a thread of its own that runs only while a page
+watches."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
-from hermes_gateway import log_tail as tail
 from hermes_gateway.dashboard.streams import KEEPALIVE_S, pause
+from hermes_gateway.logs import tail
 
 BACKLOG_LINES = 200
 BACKLOG_BYTES = 512 * 1024

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from hermes_gateway.config_schema import SchedulerConfig
+from hermes_gateway.config.schema import SchedulerConfig
 from hermes_gateway.errors import JobRequestError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.platform_spec import capabilities, platform_spec

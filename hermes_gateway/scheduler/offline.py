@@ -15,8 +15,8 @@ from hermes_gateway.agents.factory import AgentFactory, confine_tools
 from hermes_gateway.config import Config
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.errors import StoreError
+from hermes_gateway.scheduler.job_turn import SILENT, JobRunner
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.runner import SILENT, JobRunner
 from hermes_gateway.store.store import Store
 
 EXIT_OK = 0

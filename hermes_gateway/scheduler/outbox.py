@@ -18,9 +18,9 @@ from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.errors import FencedOut, StoreError
 from hermes_gateway.events import Chat, OutboundKind, OutboundMessage, build_session_key
 from hermes_gateway.platform_spec import capabilities
+from hermes_gateway.platforms.adapter import Adapter
 from hermes_gateway.scheduler.jobs import Job, target
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.seam.platform import Adapter
 
 log = structlog.get_logger("hermes.scheduler")
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import structlog
 
-from hermes_gateway.config_schema import SchedulerConfig
+from hermes_gateway.config.schema import SchedulerConfig
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import OutboundKind
+from hermes_gateway.scheduler.job_turn import SILENT, JobRunner, Outcome
 from hermes_gateway.scheduler.jobs import Job, Plan, RunRecord, plan
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.outbox import JobOutbox
-from hermes_gateway.scheduler.runner import SILENT, JobRunner, Outcome
 from hermes_gateway.scheduler.schedule import UNUSABLE
 
 log = structlog.get_logger("hermes.scheduler")

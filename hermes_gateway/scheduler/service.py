@@ -17,15 +17,15 @@ from prometheus_client import Counter
 
 from hermes_gateway.scheduler.board import JobBoard
 from hermes_gateway.scheduler.desk import JobDesk, Kicks
+from hermes_gateway.scheduler.job_turn import JobRunner
 from hermes_gateway.scheduler.jobs import Job
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.routes import JobRoutes
-from hermes_gateway.scheduler.runner import JobRunner
 from hermes_gateway.scheduler.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from hermes_gateway.live_config import LiveConfig
+    from hermes_gateway.config.live import LiveConfig
     from hermes_gateway.metrics import Metrics
     from hermes_gateway.store.store import Store
 

@@ -13,7 +13,7 @@ from adapters.api.stream import Item, ToolNote
 from adapters.api.wire import failure
 from hermes_gateway.errors import PeerUnreachable
 from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.seam.peers import Whereabouts
+from hermes_gateway.platforms.peers import Whereabouts
 
 EVENT = MessageEvent.create(
     platform="api", chat_type="dm", chat_id="ann", user_id="ann", message_id="m1", text="hi"

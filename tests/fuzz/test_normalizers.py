@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from adapters.slack.events import normalize as slack_normalize
+from adapters.slack.inbound import normalize as slack_normalize
 from adapters.telegram.normalize import normalize as telegram_normalize
 from adapters.telegram.poller import parse_updates
 from hermes_gateway.events import CHAT_TYPES, MessageEvent
-from hermes_gateway.seam.intake import BotIdentity
+from hermes_gateway.platforms.intake import BotIdentity
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import make_attachment, make_message, make_user, snowflake
 from tests.fakes.openai import FakeOpenAI

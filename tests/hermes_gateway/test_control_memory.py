@@ -7,7 +7,7 @@ import asyncio
 
 import psutil
 
-from hermes_gateway.control.memory import TRIM_AFTER_BYTES, MemoryGauge, rss_bytes
+from hermes_gateway.control.rss import TRIM_AFTER_BYTES, MemoryGauge, rss_bytes
 
 
 def test_rss_is_what_the_kernel_counts() -> None:

@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from hermes_gateway import log_tail as tail
+from hermes_gateway.logs import tail
 
 
 def line(event: str, level: str = "info", ago_s: float = 0, **extra: str) -> str:

@@ -22,7 +22,7 @@ import psutil
 
 from tools import ToolContext
 from tools.errors import ToolError
-from tools.search import SearchFilesTool
+from tools.search_files import SearchFilesTool
 
 
 def tree(root: Path, files: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.platforms.adapter import AdapterHost, Health, StreamSink
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, last_user_text
 from tests.harness import eventually, make_config, running_gateway

@@ -19,7 +19,7 @@ from tools import ToolContext, ToolRegistry
 from tools.catalog import ToolSettings, build_registry
 from tools.errors import ToolError
 from tools.paths import read_regular
-from tools.search import SearchFilesTool
+from tools.search_files import SearchFilesTool
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from hermes_gateway.config_schema import WatchdogConfig
-from hermes_gateway.guard.sentinel import grace_s
+from hermes_gateway.config.schema import WatchdogConfig
+from hermes_gateway.liveness.sentinel import grace_s
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, text
 from tests.fakes.server import wait_until
@@ -215,7 +215,7 @@ def test_sigusr2_logs_every_stack_and_changes_nothing(tmp_path: Path, fake_llm: 
         assert gw.proc is not None and _parent_of(watcher) == gw.proc.pid
     finally:
         gw.kill()
-    assert "hermes_gateway/guard/watchdog.py" in dumped["stack"]  # the watchdog thread, waiting
+    assert "hermes_gateway/liveness/watchdog.py" in dumped["stack"]  # the watchdog thread, waiting
     assert "Current thread 0x" in dumped["stack"]
 
 

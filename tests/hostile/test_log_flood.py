@@ -20,8 +20,8 @@ from aiohttp.http_exceptions import BadHttpMessage
 
 from agent_core import LLMClient, LLMSettings, ModelError
 from hermes_gateway.config import Config
-from hermes_gateway.log_guard import FIELD_CHARS, FOREIGN_FIELD_CHARS, LINE_CHARS, truncate
 from hermes_gateway.logs import Redactor, configure_logging
+from hermes_gateway.logs.bounds import FIELD_CHARS, FOREIGN_FIELD_CHARS, LINE_CHARS, truncate
 from hermes_gateway.store.store import Store
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, error

@@ -17,7 +17,7 @@ import pytest
 
 from tools.errors import ToolError
 from tools.registry import ToolContext
-from tools.search import SearchFilesTool
+from tools.search_files import SearchFilesTool
 
 # 10,000 characters; Python's re.compile takes ~5 s of CPU over it, ~17 s case-insensitive
 CLASSES = "[\u0100-\uffff]" * 2000

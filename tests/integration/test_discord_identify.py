@@ -25,7 +25,7 @@ from hermes_gateway.cluster.leadership import ClusterLeader
 from hermes_gateway.cluster.lease import Coordinator
 from hermes_gateway.cluster.local import LocalCoordinator, LocalHub
 from hermes_gateway.cluster.shares import ClusterShares, SoleShares
-from hermes_gateway.seam.platform import Shares
+from hermes_gateway.platforms.adapter import Shares
 from tests.fakes.discord import FakeDiscord
 from tests.harness import eventually
 from tests.redis_server import RedisProcess

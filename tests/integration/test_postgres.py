@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.pairing import PairingBook
+from hermes_gateway.platforms.pairing import PairingBook
 from hermes_gateway.store.engine import StoreEngine
 from hermes_gateway.store.store import Store
 from tests.fakes.openai import FakeOpenAI, text

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from adapters.telegram import delivery as telegram_delivery
+from adapters.telegram import sending as telegram_delivery
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.retry import with_retry
+from hermes_gateway.platforms.retry import with_retry
 from hermes_gateway.store.store import Store
 from tests.fakes.discord import ApiError as DiscordApiError
 from tests.fakes.discord import FakeDiscord

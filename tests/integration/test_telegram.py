@@ -17,7 +17,7 @@ from hermes_gateway.config import Config
 from hermes_gateway.core.commands import Commands, menu
 from hermes_gateway.errors import PermanentAdapterError
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.intake import BotIdentity
+from hermes_gateway.platforms.intake import BotIdentity
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram, make_chat, make_message, make_user
 from tests.harness import eventually, make_config, running_gateway

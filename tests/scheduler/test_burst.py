@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_gateway.config_schema import SchedulerConfig
+from hermes_gateway.config.schema import SchedulerConfig
 from hermes_gateway.scheduler import schedule as schedule_module
+from hermes_gateway.scheduler.job_turn import Outcome
 from hermes_gateway.scheduler.jobs import Job, Origin, new_job, plan
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.outbox import JobOutbox
-from hermes_gateway.scheduler.runner import Outcome
 from hermes_gateway.scheduler.schedule import parse
 from hermes_gateway.scheduler.scheduler import Scheduler
 from hermes_gateway.store.store import Store

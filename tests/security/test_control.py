@@ -14,7 +14,7 @@ import pytest
 
 from hermes_gateway.config import load_config
 from hermes_gateway.errors import ConfigError
-from hermes_gateway.seam.pairing import CODE_ALPHABET, CODE_LENGTH, MAX_BAD_TRIES, MAX_PENDING
+from hermes_gateway.platforms.pairing import CODE_ALPHABET, CODE_LENGTH, MAX_BAD_TRIES, MAX_PENDING
 from tests.chaos.kit import ChaosTelegram, telegram_config
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tools import ToolContext, ToolRegistry, default_registry
 from tools.errors import ToolError
 from tools.paths import resolve_in_workspace
-from tools.search import SearchFilesTool
+from tools.search_files import SearchFilesTool
 
 from .conftest import call
 

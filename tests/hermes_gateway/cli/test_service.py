@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_gateway.cli.service import (
+from hermes_gateway.cli.systemd import (
     SELFCHECK_SERVICE,
     SELFCHECK_TIMER,
     SERVICE,

@@ -21,7 +21,7 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
-from hermes_gateway.seam.platform import Health
+from hermes_gateway.platforms.adapter import Health
 from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.store import Store, Undelivered
 from tests.harness import dm

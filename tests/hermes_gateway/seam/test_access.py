@@ -6,8 +6,8 @@ import pytest
 
 from adapters.telegram.settings import TelegramConfig
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.access import AccessPolicy
-from hermes_gateway.seam.pairing import MAX_BAD_TRIES, PairingBook, PairingError
+from hermes_gateway.platforms.access import AccessPolicy
+from hermes_gateway.platforms.pairing import MAX_BAD_TRIES, PairingBook, PairingError
 from hermes_gateway.store.store import Store
 
 

@@ -1,4 +1,4 @@
-"""`hermes_gateway.seam.downloader`: the host check, safe names, the size cap (announced,
+"""`hermes_gateway.platforms.downloader`: the host check, safe names, the size cap (announced,
 Content-Length, streamed), error classes and retries, against the fake Discord CDN and the
 fake Slack files; the expiry of Discord's signed links."""
 
@@ -17,7 +17,7 @@ from adapters.slack.api import file_downloader
 from adapters.slack.settings import SlackConfig
 from hermes_gateway.errors import PermanentAdapterError, TransientAdapterError
 from hermes_gateway.events import Attachment
-from hermes_gateway.seam.downloader import (
+from hermes_gateway.platforms.downloader import (
     Downloader,
     _Spool,
     _without_path,

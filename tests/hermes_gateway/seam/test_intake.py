@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 
 from hermes_gateway.config import Config
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.intake import BotIdentity, Inbound, Intake, tolerant
-from hermes_gateway.seam.platform import SubmitOutcome
+from hermes_gateway.platforms.adapter import SubmitOutcome
+from hermes_gateway.platforms.intake import BotIdentity, Inbound, Intake, tolerant
 from tests.harness import make_config
 
 GROUP: dict[str, Any] = {"platform": "toy", "chat_type": "group", "chat_id": "g1", "user_id": "u1"}

@@ -14,8 +14,8 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.preview import LivePreview, PreviewBook, PreviewWire
-from tests.hermes_gateway.seam.manual_time import ManualTime, settle
+from hermes_gateway.platforms.preview import LivePreview, PreviewBook, PreviewWire
+from tests.hermes_gateway.platforms.manual_time import ManualTime, settle
 
 
 class Wire:

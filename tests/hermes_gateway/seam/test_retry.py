@@ -15,7 +15,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.retry import with_retry
+from hermes_gateway.platforms.retry import with_retry
 
 
 def flaky(*failures: Exception) -> tuple[list[int], object]:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from structlog.testing import capture_logs
 
 from hermes_gateway.errors import AdapterAuthError, TransientAdapterError
-from hermes_gateway.seam.supervisor import Backoff, GiveUp, RetryLater, StallWatch, Supervisor
-from tests.hermes_gateway.seam.manual_time import ManualTime, settle
+from hermes_gateway.platforms.supervisor import Backoff, GiveUp, RetryLater, StallWatch, Supervisor
+from tests.hermes_gateway.platforms.manual_time import ManualTime, settle
 
 
 def test_backoff_grows_to_its_cap_and_resets() -> None:

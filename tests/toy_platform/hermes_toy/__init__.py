@@ -1,7 +1,7 @@
 """The toy platform's spec: a config section, a secret with its environment default, an
 adapter and a doctor probe, all named here and nowhere in the gateway."""
 
-from hermes_gateway.platform_spec import Capabilities, Limits, PlatformSection, PlatformSpec
+from hermes_gateway.platforms import Capabilities, Limits, PlatformSection, PlatformSpec
 
 
 class ToyConfig(PlatformSection):

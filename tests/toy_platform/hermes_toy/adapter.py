@@ -10,9 +10,14 @@ from typing import Any
 import aiohttp
 import httpx
 
-from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.platform_spec import token_verdict
-from hermes_gateway.seam.platform import AdapterHost, Health, StreamSink
+from hermes_gateway.platforms import (
+    AdapterHost,
+    Health,
+    MessageEvent,
+    OutboundMessage,
+    StreamSink,
+    token_verdict,
+)
 from hermes_toy import ToyConfig
 
 

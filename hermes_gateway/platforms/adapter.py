@@ -11,7 +11,7 @@ from aiohttp import web
 
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
 from hermes_gateway.platform_spec import load_ref, platform_spec
-from hermes_gateway.seam.peers import Peers
+from hermes_gateway.platforms.peers import Peers
 
 if TYPE_CHECKING:
     from hermes_gateway.config import Config

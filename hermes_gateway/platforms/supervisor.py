@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import structlog
 
 from agent_core.backoff import Backoff
-from hermes_gateway.seam.platform import Health
-from hermes_gateway.seam.retry import Sleep, sleep_unless
+from hermes_gateway.platforms.adapter import Health
+from hermes_gateway.platforms.retry import Sleep, sleep_unless
 
 log = structlog.get_logger("hermes.supervisor")
 # (failures in a row, the last error, seconds until the next attempt) -> the health detail

@@ -17,7 +17,7 @@ import structlog
 
 from hermes_gateway.errors import AdapterError, PermanentAdapterError, RateLimitedError
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.seam.retry import Sleep, sleep_unless
+from hermes_gateway.platforms.retry import Sleep, sleep_unless
 
 log = structlog.get_logger("hermes.preview")
 R = TypeVar("R")  # a platform's message reference: a Telegram or Discord id, a Slack ts

@@ -3,7 +3,7 @@
 It pings the loop every `interval_ms`; lag over `warn_ms` logs `loop.lag` with the loop
 thread's stack taken while it is stuck; a loop frozen for `fatal_s` exits 75 so systemd
 restarts us. systemd's WATCHDOG=1 is sent only while the loop answers. A thread holding the GIL
-starves this thread too: `hermes_gateway.guard.sentinel` covers that case from another process.
+starves this thread too: `hermes_gateway.liveness.sentinel` covers that case from another process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import structlog
 
 from hermes_gateway.config import WatchdogConfig
-from hermes_gateway.guard.sdnotify import SystemdNotifier
+from hermes_gateway.liveness.sdnotify import SystemdNotifier
 from hermes_gateway.metrics import Metrics
 
 log = structlog.get_logger("hermes.watchdog")

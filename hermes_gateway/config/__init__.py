@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hermes_gateway.config_schema import (
+from hermes_gateway.config.schema import (
     PLATFORM_NAMES,
     BusyPolicy,
     Config,
@@ -61,8 +61,8 @@ __all__ = [
     "systemd_notify_socket",
     "tool_environment",
 ]
-from hermes_gateway.config_check import check_semantics, config_error
-from hermes_gateway.config_file import MAX_CONFIG_BYTES, read_yaml
+from hermes_gateway.config.check import check_semantics, config_error
+from hermes_gateway.config.file import MAX_CONFIG_BYTES, read_yaml
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.platform_spec import platform_specs
 

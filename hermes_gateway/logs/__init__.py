@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import structlog
 
 from hermes_gateway.config import Config
-from hermes_gateway.log_guard import ForeignRecordLimiter, cap_fields, capped, cut_foreign
+from hermes_gateway.logs.bounds import ForeignRecordLimiter, cap_fields, capped, cut_foreign
 
 _TOKEN_PATTERNS = re.compile(
     r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}"  # Telegram bot token, also inside /bot<token>/

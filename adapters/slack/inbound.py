@@ -8,8 +8,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from hermes_gateway.events import Attachment, ChatType, MessageEvent
-from hermes_gateway.seam.intake import BotIdentity, Inbound
+from hermes_gateway.platforms import Attachment, BotIdentity, ChatType, Inbound, MessageEvent
 
 # plain messages, messages with files, thread replies also sent to the channel; every other
 # subtype (message_changed, message_deleted, channel_join, bot_message, ...) is ignored

@@ -24,7 +24,7 @@ from hermes_gateway.errors import (
     TransientAdapterError,
 )
 from hermes_gateway.events import Attachment
-from hermes_gateway.seam.retry import retry_after_s, with_retry
+from hermes_gateway.platforms.retry import retry_after_s, with_retry
 
 log = structlog.get_logger("hermes.adapters.media")
 T = TypeVar("T")

@@ -12,19 +12,24 @@ import structlog
 
 from adapters.shims.ptb import retry_after_s
 from adapters.telegram.http import AiohttpRequest
-from adapters.telegram.once import NOT_MODIFIED, PARSE_ERROR, Known, find_sent
-from hermes_gateway.core.parts import send_parts
-from hermes_gateway.errors import (
+from adapters.telegram.sent_check import NOT_MODIFIED, PARSE_ERROR, Known, find_sent
+from hermes_gateway.platforms import (
     AdapterAuthError,
     AdapterError,
+    LivePreview,
+    MessageEvent,
+    OutboundMessage,
     PermanentAdapterError,
+    PreviewBook,
+    PreviewWire,
     RateLimitedError,
+    Remember,
     TransientAdapterError,
+    send_parts,
+    split_rendered_telegram,
+    telegram_html_to_plain,
+    with_retry,
 )
-from hermes_gateway.events import MessageEvent, OutboundMessage
-from hermes_gateway.seam.preview import LivePreview, PreviewBook, PreviewWire, Remember
-from hermes_gateway.seam.retry import with_retry
-from hermes_gateway.text.markup import split_rendered_telegram, telegram_html_to_plain
 from telegram import Bot
 from telegram.constants import ParseMode
 from telegram.error import (

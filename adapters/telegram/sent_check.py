@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Literal
 
 import structlog
 
-from hermes_gateway.text.markup import telegram_html_to_plain
+from hermes_gateway.platforms import telegram_html_to_plain
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, TelegramError
 
 if TYPE_CHECKING:
-    from adapters.telegram.delivery import Sender
+    from adapters.telegram.sending import Sender
 
 log = structlog.get_logger("hermes.adapters.telegram")
 Probe = Literal["same", "missing", "other", "unknown"]

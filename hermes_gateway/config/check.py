@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from hermes_gateway.config_schema import Config
+from hermes_gateway.config.schema import Config
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.platform_spec import platform_specs
 

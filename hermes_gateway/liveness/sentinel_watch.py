@@ -1,7 +1,7 @@
 """The sentinel's watcher process: stdlib only, its own interpreter and GIL, so a gateway thread
 that holds the GIL cannot starve it. It kills the gateway when the event loop stops beating.
 
-Run by `hermes_gateway.guard.sentinel` as `python -I -S sentinel_watch.py PID DEADLINE_S FATAL_S
+Run by `hermes_gateway.liveness.sentinel` as `python -I -S sentinel_watch.py PID DEADLINE_S FATAL_S
 DUMP_FD FREEZE_SIGNAL [LOG_PATH]`; the loop's beats
 arrive on stdin (EOF: the gateway stopped us, or is gone) and faulthandler's dump of every
 thread's stack arrives on the `dump_fd` pipe.

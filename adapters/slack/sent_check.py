@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 
 from adapters.slack.api import SlackWeb
-from hermes_gateway.errors import AdapterError
+from hermes_gateway.platforms import AdapterError
 
 log = structlog.get_logger("hermes.adapters.slack")
 EVENT_TYPE = "hermes_reply_part"

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import structlog
 
 from hermes_gateway.events import MessageEvent, Sender
-from hermes_gateway.seam.platform import AdapterHost, Admitted, SubmitOutcome
+from hermes_gateway.platforms.adapter import AdapterHost, Admitted, SubmitOutcome
 
 log = structlog.get_logger("hermes.intake")
 

@@ -16,11 +16,11 @@ import structlog
 from hermes_gateway.errors import AdapterError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender
 from hermes_gateway.platform_spec import PlatformSection
-from hermes_gateway.seam.pairing import PairingBook
+from hermes_gateway.platforms.pairing import PairingBook
 
 if TYPE_CHECKING:
-    from hermes_gateway.live_config import LiveConfig
-    from hermes_gateway.seam.platform import Adapter
+    from hermes_gateway.config.live import LiveConfig
+    from hermes_gateway.platforms.adapter import Adapter
 
 log = structlog.get_logger("hermes.access")
 
