@@ -16,6 +16,7 @@ import structlog
 
 import discord
 from adapters.discord.interactions import INTERACTION_TTL_S, StoredInteraction
+from adapters.discord.render import split_rendered_discord
 from hermes_gateway.platforms import (
     AdapterAuthError,
     AdapterError,
@@ -32,7 +33,6 @@ from hermes_gateway.platforms import (
     part_key,
     retry_after_s,
     send_parts,
-    split_rendered_discord,
     with_retry,
 )
 

@@ -9,7 +9,8 @@ from typing import Literal
 import structlog
 
 from adapters.slack.api import SlackWeb
-from hermes_gateway.platforms import AdapterError, MessageEvent, PreviewWire, split_rendered_slack
+from adapters.slack.render import split_rendered_slack
+from hermes_gateway.platforms import AdapterError, MessageEvent, PreviewWire
 
 log = structlog.get_logger("hermes.adapters.slack")
 THINKING = "is thinking…"

@@ -7,14 +7,9 @@ from __future__ import annotations
 from functools import partial
 
 from adapters.slack.api import SlackWeb
+from adapters.slack.render import split_rendered_slack
 from adapters.slack.sent_check import find_posted, metadata
-from hermes_gateway.platforms import (
-    OutboundMessage,
-    PreviewBook,
-    part_key,
-    send_parts,
-    split_rendered_slack,
-)
+from hermes_gateway.platforms import OutboundMessage, PreviewBook, part_key, send_parts
 
 
 async def post_reply(

@@ -12,6 +12,7 @@ import structlog
 
 from adapters.shims.ptb import retry_after_s
 from adapters.telegram.http import AiohttpRequest
+from adapters.telegram.render import split_rendered_telegram, telegram_html_to_plain
 from adapters.telegram.sent_check import NOT_MODIFIED, PARSE_ERROR, Known, find_sent
 from hermes_gateway.platforms import (
     AdapterAuthError,
@@ -26,8 +27,6 @@ from hermes_gateway.platforms import (
     Remember,
     TransientAdapterError,
     send_parts,
-    split_rendered_telegram,
-    telegram_html_to_plain,
     with_retry,
 )
 from telegram import Bot

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 import structlog
 
-from hermes_gateway.platforms import telegram_html_to_plain
+from adapters.telegram.render import telegram_html_to_plain
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, TelegramError
 

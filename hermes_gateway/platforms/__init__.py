@@ -72,10 +72,32 @@ if TYPE_CHECKING:
     from hermes_gateway.text.jsonbody import loads as loads
     from hermes_gateway.text.jsonbody import read_json as read_json
     from hermes_gateway.text.jsonbody import read_object as read_object
-    from hermes_gateway.text.markup import split_rendered_discord as split_rendered_discord
-    from hermes_gateway.text.markup import split_rendered_slack as split_rendered_slack
-    from hermes_gateway.text.markup import split_rendered_telegram as split_rendered_telegram
-    from hermes_gateway.text.markup import telegram_html_to_plain as telegram_html_to_plain
+    from hermes_gateway.text.markup import parse_blocks as parse_blocks
+    from hermes_gateway.text.markup import table_at as table_at
+    from hermes_gateway.text.render import CODE_LANG as CODE_LANG
+    from hermes_gateway.text.render import RULE_TEXT as RULE_TEXT
+    from hermes_gateway.text.render import SAFE_URL as SAFE_URL
+    from hermes_gateway.text.render import Block as Block
+    from hermes_gateway.text.render import Code as Code
+    from hermes_gateway.text.render import CodeBlock as CodeBlock
+    from hermes_gateway.text.render import Heading as Heading
+    from hermes_gateway.text.render import Inline as Inline
+    from hermes_gateway.text.render import Link as Link
+    from hermes_gateway.text.render import Paragraph as Paragraph
+    from hermes_gateway.text.render import Quote as Quote
+    from hermes_gateway.text.render import Rule as Rule
+    from hermes_gateway.text.render import Styled as Styled
+    from hermes_gateway.text.render import Table as Table
+    from hermes_gateway.text.render import Target as Target
+    from hermes_gateway.text.render import Text as Text
+    from hermes_gateway.text.render import esc_html as esc_html
+    from hermes_gateway.text.render import join_blocks as join_blocks
+    from hermes_gateway.text.render import plain as plain
+    from hermes_gateway.text.render import split_rendered as split_rendered
+    from hermes_gateway.text.render import table_text as table_text
+    from hermes_gateway.text.splitter import FENCE_LINE as FENCE_LINE
+    from hermes_gateway.text.splitter import fence_closed_by as fence_closed_by
+    from hermes_gateway.text.splitter import fence_opened as fence_opened
 
 # name -> the module that defines it
 _WHERE: dict[str, str] = {
@@ -84,19 +106,27 @@ _WHERE: dict[str, str] = {
     "AdapterHost": "hermes_gateway.platforms.adapter",
     "Attachment": "hermes_gateway.events",
     "Backoff": "hermes_gateway.platforms.supervisor",
+    "Block": "hermes_gateway.text.render",
     "BotIdentity": "hermes_gateway.platforms.intake",
+    "CODE_LANG": "hermes_gateway.text.render",
     "Capabilities": "hermes_gateway.platform_spec",
     "ChatType": "hermes_gateway.events",
+    "Code": "hermes_gateway.text.render",
+    "CodeBlock": "hermes_gateway.text.render",
     "CommandInfo": "hermes_gateway.core.commands",
     "CoordinationUnavailable": "hermes_gateway.errors",
     "Downloader": "hermes_gateway.platforms.downloader",
+    "FENCE_LINE": "hermes_gateway.text.splitter",
     "GiveUp": "hermes_gateway.platforms.supervisor",
+    "Heading": "hermes_gateway.text.render",
     "Health": "hermes_gateway.platforms.adapter",
     "Inbound": "hermes_gateway.platforms.intake",
+    "Inline": "hermes_gateway.text.render",
     "Intake": "hermes_gateway.platforms.intake",
     "Leadership": "hermes_gateway.platforms.adapter",
     "LifecycleEvent": "hermes_gateway.core.bus",
     "Limits": "hermes_gateway.platform_spec",
+    "Link": "hermes_gateway.text.render",
     "LinkRefusedError": "hermes_gateway.platforms.downloader",
     "LivePreview": "hermes_gateway.platforms.preview",
     "Locate": "hermes_gateway.platforms.downloader",
@@ -104,6 +134,7 @@ _WHERE: dict[str, str] = {
     "MessageEvent": "hermes_gateway.events",
     "OutboundKind": "hermes_gateway.events",
     "OutboundMessage": "hermes_gateway.events",
+    "Paragraph": "hermes_gateway.text.render",
     "PeerUnreachable": "hermes_gateway.errors",
     "Peers": "hermes_gateway.platforms.peers",
     "PermanentAdapterError": "hermes_gateway.errors",
@@ -111,35 +142,48 @@ _WHERE: dict[str, str] = {
     "PlatformSpec": "hermes_gateway.platform_spec",
     "PreviewBook": "hermes_gateway.platforms.preview",
     "PreviewWire": "hermes_gateway.platforms.preview",
+    "Quote": "hermes_gateway.text.render",
+    "RULE_TEXT": "hermes_gateway.text.render",
     "RateLimitedError": "hermes_gateway.errors",
     "Remember": "hermes_gateway.platforms.preview",
     "RequestError": "hermes_gateway.errors",
     "RetryLater": "hermes_gateway.platforms.supervisor",
+    "Rule": "hermes_gateway.text.render",
+    "SAFE_URL": "hermes_gateway.text.render",
     "Shares": "hermes_gateway.platforms.adapter",
     "StallWatch": "hermes_gateway.platforms.supervisor",
     "StoreError": "hermes_gateway.errors",
     "StreamSink": "hermes_gateway.platforms.adapter",
+    "Styled": "hermes_gateway.text.render",
     "Supervisor": "hermes_gateway.platforms.supervisor",
+    "Table": "hermes_gateway.text.render",
+    "Target": "hermes_gateway.text.render",
+    "Text": "hermes_gateway.text.render",
     "TransientAdapterError": "hermes_gateway.errors",
     "TypingIndicator": "hermes_gateway.core.indicator",
     "Whereabouts": "hermes_gateway.platforms.peers",
     "allowed_url": "hermes_gateway.platforms.downloader",
     "body_done": "hermes_gateway.text.jsonbody",
+    "esc_html": "hermes_gateway.text.render",
+    "fence_closed_by": "hermes_gateway.text.splitter",
+    "fence_opened": "hermes_gateway.text.splitter",
     "header": "hermes_gateway.platforms.retry",
     "hold": "hermes_gateway.platforms.supervisor",
+    "join_blocks": "hermes_gateway.text.render",
     "loads": "hermes_gateway.text.jsonbody",
     "menu": "hermes_gateway.core.commands",
     "origins": "hermes_gateway.platforms.downloader",
+    "parse_blocks": "hermes_gateway.text.markup",
     "parse_command": "hermes_gateway.core.commands",
     "part_key": "hermes_gateway.core.parts",
+    "plain": "hermes_gateway.text.render",
     "read_json": "hermes_gateway.text.jsonbody",
     "read_object": "hermes_gateway.text.jsonbody",
     "retry_after_s": "hermes_gateway.platforms.retry",
     "send_parts": "hermes_gateway.core.parts",
-    "split_rendered_discord": "hermes_gateway.text.markup",
-    "split_rendered_slack": "hermes_gateway.text.markup",
-    "split_rendered_telegram": "hermes_gateway.text.markup",
-    "telegram_html_to_plain": "hermes_gateway.text.markup",
+    "split_rendered": "hermes_gateway.text.render",
+    "table_at": "hermes_gateway.text.markup",
+    "table_text": "hermes_gateway.text.render",
     "token_verdict": "hermes_gateway.platform_spec",
     "tolerant": "hermes_gateway.platforms.intake",
     "with_retry": "hermes_gateway.platforms.retry",

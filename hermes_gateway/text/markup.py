@@ -1,5 +1,6 @@
-"""Markdown as LLMs write it (CommonMark-ish plus GitHub tables and ~~strike~~) converted to
-Telegram HTML, Slack mrkdwn and Discord Markdown, and split to each platform's size limit."""
+"""Markdown as LLMs write it (CommonMark-ish plus GitHub tables and ~~strike~~) parsed into
+the blocks and inline nodes of `hermes_gateway.text.render`, which each platform package
+renders its own way (`adapters/telegram/render.py`, ...)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import string
 import unicodedata
 from bisect import bisect_left
 from dataclasses import dataclass
-from html import escape
 
 from hermes_gateway.text.render import (
     Block,
@@ -22,15 +22,8 @@ from hermes_gateway.text.render import (
     Rule,
     Styled,
     Table,
-    Target,
     Text,
     plain,
-    render_slack,
-    render_telegram,
-    slack_escape,
-    split_rendered,
-    table_text,
-    telegram_html_to_plain,
 )
 from hermes_gateway.text.splitter import (
     FENCE_LINE,
@@ -38,15 +31,7 @@ from hermes_gateway.text.splitter import (
     fence_opened,
 )
 
-__all__ = [
-    "split_rendered_discord",
-    "split_rendered_slack",
-    "split_rendered_telegram",
-    "telegram_html_to_plain",
-    "to_discord",
-    "to_slack_mrkdwn",
-    "to_telegram_html",
-]
+__all__ = ["parse_blocks", "parse_inline", "table_at"]
 
 _SPECIAL = re.compile(r"[\\`\[<*_~]")
 _BRACKET_SPECIAL = re.compile(r"[\\`\[\]]")
@@ -343,57 +328,3 @@ def _dedent(line: str, indent: int) -> str:
 
 def parse_blocks(md: str) -> list[Block]:
     return _BlockParser(md).parse()
-
-
-def to_telegram_html(md: str) -> str:
-    """Markdown to Telegram HTML (``parse_mode=HTML``): always well-formed, only tags Telegram
-    allows; unmatched markers stay literal text."""
-    return render_telegram(parse_blocks(md))
-
-
-def to_slack_mrkdwn(md: str) -> str:
-    """Markdown to Slack mrkdwn; ``& < >`` in the text are escaped."""
-    return render_slack(parse_blocks(md))
-
-
-def to_discord(md: str) -> str:
-    """Discord renders Markdown itself: only pipe tables (which it does not) become code blocks."""
-    lines, out, fence, i = md.split("\n"), [], None, 0
-    while i < len(lines):
-        line, m = lines[i], FENCE_LINE.fullmatch(lines[i])
-        if fence is not None:
-            fence = None if m and fence_closed_by(fence, m[1], m[2]) else fence
-        elif m and (fence := fence_opened(m[1], m[2])):
-            pass
-        elif found := table_at(lines, i):
-            out.append(f"```\n{table_text(found[0])}\n```")
-            i = found[1]
-            continue
-        out.append(line)
-        i += 1
-    return "\n".join(out)
-
-
-_TAG = re.compile(r"<[^>]*>")
-# visible: the text without its tags is enough to tell a blank part (entities count as text);
-# `telegram_html_to_plain` parses HTML properly and cost as much as the rendering itself
-_TELEGRAM = Target(to_telegram_html, lambda s: escape(s, quote=False), lambda s: _TAG.sub("", s))
-_SLACK = Target(to_slack_mrkdwn, slack_escape, str)
-_DISCORD = Target(to_discord, str, str)
-
-
-def split_rendered_telegram(md: str, limit: int = 4096) -> list[str]:
-    """Split Markdown first (fence-aware), then render each part to Telegram HTML, re-splitting
-    where the HTML outgrows `limit` UTF-16 units. Every part's raw HTML, hence also its text
-    after entity parsing (what Telegram counts), is at most `limit` units."""
-    return split_rendered(md, limit, _TELEGRAM)
-
-
-def split_rendered_slack(md: str, limit: int = 3900) -> list[str]:
-    """Like `split_rendered_telegram`, for Slack mrkdwn; parts are at most `limit` units."""
-    return split_rendered(md, limit, _SLACK)
-
-
-def split_rendered_discord(md: str, limit: int = 2000) -> list[str]:
-    """Like `split_rendered_telegram`, for Discord; parts are at most `limit` units."""
-    return split_rendered(md, limit, _DISCORD)

@@ -1,5 +1,6 @@
-"""The parsed-Markdown model, its renderers (Telegram HTML, Slack mrkdwn, plain text, monospace
-tables) and the fitting of rendered parts to a size limit. `markup` parses into these nodes."""
+"""The parsed-Markdown model (`markup` parses into these nodes), what every platform's renderer
+shares (plain text, monospace tables, HTML escaping, joining blocks), and the fitting of
+rendered parts to a size limit. Each platform package renders the nodes its own way."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
-from html.parser import HTMLParser
 
 from hermes_gateway.text.splitter import iter_chunks, split_message, utf16_len
 
@@ -81,16 +81,17 @@ Block = Paragraph | Heading | CodeBlock | Quote | Table | Rule
 
 RULE_TEXT = "———"
 # Telegram refuses or mangles hrefs that are not absolute URLs; others are shown as text.
-_SAFE_URL = re.compile(r"(?i)(?:https?|ftp|tg|mailto):[^\s<>]+")
-_TICKS = re.compile(r"`{3,}")
-_LANG = re.compile(r"[\w+#.-]{1,32}")
+SAFE_URL = re.compile(r"(?i)(?:https?|ftp|tg|mailto):[^\s<>]+")
+CODE_LANG = re.compile(r"[\w+#.-]{1,32}")
 
 
-def _esc(text: str) -> str:
+def esc_html(text: str) -> str:
+    """Text for HTML: ``& < >`` escaped, quotes kept."""
     return escape(text, quote=False)
 
 
-def _join(blocks: tuple[Block, ...] | list[Block], render_one: Callable[[Block], str]) -> str:
+def join_blocks(blocks: tuple[Block, ...] | list[Block], render_one: Callable[[Block], str]) -> str:
+    """Rendered blocks, a blank line between two where the Markdown had one."""
     out: list[str] = []
     for block in blocks:
         if out:
@@ -132,142 +133,6 @@ def table_text(table: Table) -> str:
     if table.header and len(lines) > 1:
         lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(line.rstrip() for line in lines)
-
-
-def telegram_inline(nodes: tuple[Inline, ...], in_link: bool = False) -> str:
-    out: list[str] = []
-    for node in nodes:
-        if isinstance(node, Text):
-            out.append(_esc(node.text))
-        elif isinstance(node, Code):
-            # Telegram forbids code inside a link; the text still shows.
-            out.append(_esc(node.text) if in_link else f"<code>{_esc(node.text)}</code>")
-        elif isinstance(node, Styled):
-            out.append(f"<{node.tag}>{telegram_inline(node.children, in_link)}</{node.tag}>")
-        elif in_link or not _SAFE_URL.fullmatch(node.url):
-            out.append(_esc(plain((node,))))
-        else:
-            label = telegram_inline(node.children or (Text(node.url),), True)
-            out.append(f'<a href="{escape(node.url)}">{label or _esc(node.url)}</a>')
-    return "".join(out)
-
-
-class TelegramRenderer:
-    """Blocks to Telegram Bot API HTML; blockquotes are flattened since they cannot nest."""
-
-    def __init__(self, in_quote: bool = False) -> None:
-        self.in_quote = in_quote
-
-    def __call__(self, block: Block) -> str:
-        if isinstance(block, Paragraph):
-            return telegram_inline(block.inline)
-        if isinstance(block, Heading):
-            return f"<b>{telegram_inline(block.inline)}</b>"
-        if isinstance(block, CodeBlock):
-            lang = _LANG.match(block.lang)
-            if lang is None:
-                return f"<pre>{_esc(block.code)}</pre>"
-            return f'<pre><code class="language-{lang.group()}">{_esc(block.code)}</code></pre>'
-        if isinstance(block, Quote):
-            inner = _join(block.blocks, TelegramRenderer(in_quote=True))
-            return inner if self.in_quote else f"<blockquote>{inner}</blockquote>"
-        if isinstance(block, Table):
-            return f"<pre>{_esc(table_text(block))}</pre>"
-        return RULE_TEXT
-
-
-def render_telegram(blocks: list[Block]) -> str:
-    return _join(blocks, TelegramRenderer())
-
-
-def slack_escape(text: str) -> str:
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    # Slack reads ``` anywhere as a code-block delimiter and has no escape for it: a run of
-    # three or more backticks in text or code would open or close a block (fuzzing)
-    return _TICKS.sub(lambda m: "\u200b".join(m.group()), text) if "```" in text else text
-
-
-def _slack_url(url: str) -> str:
-    return slack_escape(url).replace("|", "%7C")
-
-
-def slack_inline(nodes: tuple[Inline, ...], in_bold: bool = False) -> str:
-    marks = {"b": "*", "i": "_", "s": "~"}
-    out: list[str] = []
-    for node in nodes:
-        if isinstance(node, Text):
-            out.append(slack_escape(node.text))
-        elif isinstance(node, Code):
-            out.append(f"`{slack_escape(node.text)}`")
-        elif isinstance(node, Styled):
-            inner = slack_inline(node.children, in_bold or node.tag == "b")
-            # `*` inside `*...*` would end the bold early: nested bold is just its text.
-            mark = "" if in_bold and node.tag == "b" else marks[node.tag]
-            out.append(f"{mark}{inner}{mark}")
-        elif not _SAFE_URL.fullmatch(node.url):
-            out.append(slack_escape(plain((node,))))
-        else:
-            label = plain(node.children).replace("\n", " ").strip()
-            url = _slack_url(node.url)
-            out.append(f"<{url}|{slack_escape(label)}>" if label and label != node.url else url)
-    return "".join(out)
-
-
-class SlackRenderer:
-    """Blocks to Slack mrkdwn: code blocks lose their language, tables become code blocks,
-    nested quotes are flattened (Slack has one quote level)."""
-
-    def __init__(self, in_quote: bool = False) -> None:
-        self.in_quote = in_quote
-
-    def __call__(self, block: Block) -> str:
-        if isinstance(block, Paragraph):
-            return slack_inline(block.inline)
-        if isinstance(block, Heading):
-            return f"*{slack_inline(block.inline, in_bold=True)}*"
-        if isinstance(block, CodeBlock):
-            return f"```\n{slack_escape(block.code)}\n```"
-        if isinstance(block, Quote):
-            inner = _join(block.blocks, SlackRenderer(in_quote=True))
-            if self.in_quote:
-                return inner
-            return "\n".join(f"> {line}" if line else ">" for line in inner.split("\n"))
-        if isinstance(block, Table):
-            return f"```\n{slack_escape(table_text(block))}\n```"
-        return RULE_TEXT
-
-
-def render_slack(blocks: list[Block]) -> str:
-    return _join(blocks, SlackRenderer())
-
-
-class _PlainText(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out: list[str] = []
-        self.links: list[tuple[str, int]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.links.append((dict(attrs).get("href") or "", len(self.out)))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self.links:
-            href, at = self.links.pop()
-            if href and "".join(self.out[at:]) != href:
-                self.out.append(f" ({href})")
-
-    def handle_data(self, data: str) -> None:
-        self.out.append(data)
-
-
-def telegram_html_to_plain(html: str) -> str:
-    """Tags stripped and entities decoded, for the plain-text retry when Telegram cannot parse
-    the HTML; a link keeps its URL in parentheses after its text. Never longer than `html`."""
-    parser = _PlainText()
-    parser.feed(html)
-    parser.close()
-    return "".join(parser.out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_gateway.text.markup import (
-    split_rendered_discord,
-    split_rendered_slack,
-    split_rendered_telegram,
-    telegram_html_to_plain,
-)
+from adapters.discord.render import split_rendered_discord
+from adapters.slack.render import split_rendered_slack
+from adapters.telegram.render import split_rendered_telegram, telegram_html_to_plain
 from hermes_gateway.text.splitter import utf16_len
 from tests.fakes.telegram import check_text
 from tests.fuzz.strategies import examples

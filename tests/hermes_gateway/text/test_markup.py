@@ -9,13 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_gateway.text.markup import (
-    split_rendered_discord,
-    split_rendered_slack,
+from adapters.discord.render import split_rendered_discord, to_discord
+from adapters.slack.render import split_rendered_slack, to_slack_mrkdwn
+from adapters.telegram.render import (
     split_rendered_telegram,
     telegram_html_to_plain,
-    to_discord,
-    to_slack_mrkdwn,
     to_telegram_html,
 )
 from hermes_gateway.text.splitter import utf16_len
