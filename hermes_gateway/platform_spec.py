@@ -95,6 +95,9 @@ class PlatformSpec:
     probe: str | None = None
     menu: bool = False  # shows the gateway's chat commands in a platform menu
     capabilities: Capabilities = Capabilities()
+    # the platform's credentials as they show in text (a log line, a URL, a payload): every
+    # log redacts what matches, whether or not the platform is enabled
+    token_patterns: tuple[str, ...] = ()
     limits: Limits = Limits()
     order: int = 100  # where it comes in listings, checks and start order (then by name)
 

@@ -15,5 +15,7 @@ SPEC = PlatformSpec(
     menu=True,
     capabilities=Capabilities(can_edit=True, has_threads=True),
     limits=Limits(message_chars=2000),
+    # the bot token in an Authorization header; an interaction token ("interaction:" base64)
+    token_patterns=(r"(?<=Bot )[A-Za-z0-9._-]{24,}", r"\baW50ZXJhY3Rpb246[A-Za-z0-9._-]+"),
     order=2,
 )

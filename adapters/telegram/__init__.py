@@ -16,5 +16,7 @@ SPEC = PlatformSpec(
     menu=True,
     capabilities=Capabilities(can_edit=True, has_threads=True),
     limits=Limits(message_chars=4096),  # UTF-16 units, as Telegram counts them
+    # a bot token, also inside the Bot API's /bot<token>/ URLs
+    token_patterns=(r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}",),
     order=1,
 )

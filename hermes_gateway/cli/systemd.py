@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_gateway.config import Config
+from hermes_gateway.platform_spec import platform_specs
 
 SERVICE = "hermes-gateway.service"
 SELFCHECK_SERVICE = "hermes-gateway-selfcheck.service"
@@ -182,14 +183,17 @@ def unit_dir(user_unit: bool) -> Path:
     return Path("/etc/systemd/system")
 
 
-ENV_TEMPLATE = """\
-# Secrets for the Hermes Gateway service (read by systemd; keep this file mode 600).
-# OPENAI_API_KEY=
-# TELEGRAM_BOT_TOKEN=
-# DISCORD_BOT_TOKEN=
-# SLACK_BOT_TOKEN=
-# SLACK_APP_TOKEN=
-"""
+def env_template() -> str:
+    """The service's secrets file, every variable a setting can come from listed empty: the
+    model's key, then each installed platform's (its `PlatformSpec.secrets`)."""
+    names = ["OPENAI_API_KEY"]
+    for spec in platform_specs():
+        names += [env for env in spec.secrets.values() if env and env not in names]
+    lines = [
+        "# Secrets for the Hermes Gateway service (read by systemd; keep this file mode 600).",
+        *(f"# {name}=" for name in names),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 class ServiceManager:
@@ -281,7 +285,7 @@ class ServiceManager:
         path = Path(self.params.env_file)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(ENV_TEMPLATE)
+            path.write_text(env_template())
             os.chmod(path, 0o600)
 
     def _run_all(self, commands: list[list[str]], stop_on_error: bool = True) -> int:

@@ -21,15 +21,13 @@ import structlog
 
 from hermes_gateway.config import Config
 from hermes_gateway.logs.bounds import ForeignRecordLimiter, cap_fields, capped, cut_foreign
+from hermes_gateway.platform_spec import platform_specs
 
-_TOKEN_PATTERNS = re.compile(
-    r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}"  # Telegram bot token, also inside /bot<token>/
-    r"|\bsk-[A-Za-z0-9_-]{16,}"  # OpenAI-style API key
-    r"|\bxox[abprs]-[A-Za-z0-9-]{8,}"  # Slack bot/user token
-    r"|\bxapp-[A-Za-z0-9-]{8,}"  # Slack app token
-    r"|(?<=Bearer )[A-Za-z0-9._~+/=-]{8,}"
-    r"|(?<=Bot )[A-Za-z0-9._-]{24,}"  # Discord Authorization header
-    r"|\baW50ZXJhY3Rpb246[A-Za-z0-9._-]+"  # Discord interaction token ("interaction:" base64)
+# what is shaped like a credential whatever the platform; each platform adds its own
+# (`PlatformSpec.token_patterns`: a Telegram bot token, Slack's xoxb-/xapp-, Discord's)
+_GENERIC_TOKENS = (
+    r"\bsk-[A-Za-z0-9_-]{16,}",  # OpenAI-style API key
+    r"(?<=Bearer )[A-Za-z0-9._~+/=-]{8,}",
 )
 # Discord interaction and webhook tokens travel in URLs and in gateway payloads, and discord.py
 # logs both at debug: the part after the prefix (a URL path; a "token" key, quoted as in a repr
@@ -43,9 +41,13 @@ _PREFIXED_TOKENS = re.compile(
 
 
 class Redactor:
-    """Replaces known secrets and anything shaped like a token with ``***``."""
+    """Replaces known secrets and anything shaped like a token with ``***``: the generic
+    shapes and ``patterns`` (by default every installed platform's `token_patterns`)."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), patterns: Iterable[str] | None = None) -> None:
+        if patterns is None:
+            patterns = [p for spec in platform_specs() for p in spec.token_patterns]
+        self._tokens = re.compile("|".join([*_GENERIC_TOKENS, *patterns]))
         # each secret also as it appears inside a JSON string (quotes, backslashes, non-ASCII
         # escaped); longest first, so a secret that contains another is removed whole
         forms = set()
@@ -61,7 +63,7 @@ class Redactor:
             if secret in text:
                 text = text.replace(secret, "***")
         text = _PREFIXED_TOKENS.sub(lambda m: f"{m[1] or m[2]}***", text)
-        return _TOKEN_PATTERNS.sub("***", text)
+        return self._tokens.sub("***", text)
 
 
 class _RedactingFormatter(structlog.stdlib.ProcessorFormatter):

@@ -1,5 +1,5 @@
-"""The toy platform's spec: a config section, a secret with its environment default, an
-adapter and a doctor probe, all named here and nowhere in the gateway."""
+"""The toy platform's spec: a config section, a secret with its environment default, the shape
+of its tokens, an adapter and a doctor probe, all named here and nowhere in the gateway."""
 
 from hermes_gateway.platforms import Capabilities, Limits, PlatformSection, PlatformSpec
 
@@ -18,4 +18,5 @@ SPEC = PlatformSpec(
     probe="hermes_toy.adapter:probe",
     capabilities=Capabilities(can_ask_approval=True),  # replies go back to the same chat
     limits=Limits(message_chars=1000),
+    token_patterns=(r"\btoy-live-[a-z]{8}\b",),  # what its tokens look like, for the logs
 )
