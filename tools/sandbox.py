@@ -245,8 +245,10 @@ class Sandboxed:
         unreaped = self.proc.returncode is None
         if self.mode == "namespace":
             # the namespace's PID 1 dies with its parent (--kill-child), taking every process
-            # of the namespace with it; once the parent has exited, so has all of it
+            # of the namespace with it; once the parent has exited, so has all of it. PID 1,
+            # orphaned, is reparented to us (the subreaper): it is ours to reap
             if unreaped:
+                killed = set(sandbox_procs.descendants(self.proc.pid))
                 self.proc.send_signal(signal.SIGKILL)
         else:
             if unreaped:

@@ -81,21 +81,32 @@ def kill_marked(marker: str, token: str, seen: dict[int, int]) -> set[int]:
     return killed
 
 
-def reap(pids: set[int]) -> None:
+def reap(pids: set[int], within_s: float = 5.0) -> None:
     """Wait for killed processes that became our children (we are their subreaper); the
-    child that a Popen owns is left to it."""
-    deadline = time.monotonic() + 1.0
-    pending = {pid for pid in pids if (st := _stat(pid)) is not None and st[0] == os.getpid()}
-    while pending and time.monotonic() < deadline:
-        for pid in list(pending):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                pending.discard(pid)
-        if pending:
-            time.sleep(0.01)
+    child that a Popen owns is left to it (the caller leaves it out of ``pids``).
+
+    Which ones become ours is looked at again each round: a process killed along with its
+    parent is reparented to us only once that parent is gone, and on a loaded machine that
+    can be well after the kill. Read once, those were never waited for and stayed zombies
+    of the gateway for good (a fork bomb left a hundred and more)."""
+    me = os.getpid()
+    deadline = time.monotonic() + within_s
+    left = set(pids)
+    while left:
+        for pid in list(left):
+            st = _stat(pid)
+            if st is None:  # gone: reaped (by us, or by a parent that outlived it)
+                left.discard(pid)
+            elif st[0] == me:
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # not ours after all (a pid reused meanwhile)
+                    done = pid
+                if done:
+                    left.discard(pid)
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
 
 
 def tighten_permissions(path: Path) -> None:
