@@ -89,16 +89,31 @@ def test_a_fork_bomb_is_contained(ctx: ToolContext, mode: str) -> None:
     assert time.monotonic() - started < 30
     assert "started more than 16 processes" in content or "timed out" in content
 
-    def left() -> dict[int, int]:
+    def left() -> dict[int, str]:
+        """What the bomb left running: new descendants that are alive, each with its state
+        and command line (a zombie is dead; `tests/tools/test_sandbox_reap.py` covers its
+        reaping)."""
         after = sandbox_procs.descendants(os.getpid())
-        return {pid: at for pid, at in after.items() if before.get(pid) != at}
+        alive = {}
+        for pid, at in after.items():
+            st = sandbox_procs._stat(pid)
+            if before.get(pid) != at and st is not None and st[1] != "Z":
+                alive[pid] = f"{st[1]} {_cmdline(pid)}"
+        return alive
 
-    # killed, each still takes a moment to go on a loaded machine (and to be reaped)
+    # killed, each still takes a moment to go on a loaded machine
     deadline = time.monotonic() + 15
     while left() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left() == {}
     assert gone_from(ctx.workspace)  # in fallback mode orphans are not our descendants
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"
 
 
 def test_unbounded_allocation_fails_in_the_script(ctx: ToolContext) -> None:
