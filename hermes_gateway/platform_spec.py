@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from tools.spec import installed_specs
+
 if TYPE_CHECKING:
     import httpx
 
@@ -115,26 +117,9 @@ def load_ref(ref: str) -> Any:
 @functools.cache
 def platform_specs() -> tuple[PlatformSpec, ...]:
     """Every installed platform's spec, by `PlatformSpec.order` then name; loaded once."""
-    specs: dict[str, PlatformSpec] = {}
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            spec = point.load()
-        except Exception as exc:  # an installed platform that cannot load is a broken install
-            raise RuntimeError(
-                f"platform {point.name} ({point.value}) cannot be loaded: {exc}"
-            ) from exc
-        if not isinstance(spec, PlatformSpec) or spec.name != point.name:
-            raise RuntimeError(
-                f"entry point {point.name} = {point.value} is not the PlatformSpec named "
-                f"{point.name!r}"
-            )
-        specs.setdefault(spec.name, spec)  # the same distribution seen twice on the path
-    if not specs:
-        raise RuntimeError(
-            f"no platform is installed (entry point group {ENTRY_POINT_GROUP}): "
-            "reinstall the package, e.g. pip install -e ."
-        )
-    return tuple(sorted(specs.values(), key=lambda s: (s.order, s.name)))
+    points = entry_points(group=ENTRY_POINT_GROUP)
+    specs = installed_specs(points, ENTRY_POINT_GROUP, PlatformSpec, "platform")
+    return tuple(sorted(specs, key=lambda s: (s.order, s.name)))
 
 
 def platform_spec(name: str) -> PlatformSpec | None:

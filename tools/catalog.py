@@ -18,7 +18,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel
 
 from tools.registry import Tool, ToolRegistry
-from tools.spec import ENTRY_POINT_GROUP, ToolSpec
+from tools.spec import ENTRY_POINT_GROUP, ToolSpec, installed_specs
 
 Approval = Literal["off", "dangerous", "always"]
 _M = TypeVar("_M", bound=BaseModel)
@@ -90,25 +90,9 @@ class ToolSettings:
 @functools.cache
 def tool_specs() -> tuple[ToolSpec, ...]:
     """Every installed tool's spec, by name; loaded once (spec modules import no tool)."""
-    specs: dict[str, ToolSpec] = {}
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            spec = point.load()
-        except Exception as exc:  # an installed tool that cannot load is a broken install
-            raise RuntimeError(
-                f"tool {point.name} ({point.value}) cannot be loaded: {exc}"
-            ) from exc
-        if not isinstance(spec, ToolSpec) or spec.name != point.name:
-            raise RuntimeError(
-                f"entry point {point.name} = {point.value} is not the ToolSpec named {point.name!r}"
-            )
-        specs.setdefault(spec.name, spec)  # the same distribution seen twice on the path
-    if not specs:
-        raise RuntimeError(
-            f"no tool is installed (entry point group {ENTRY_POINT_GROUP}): "
-            "reinstall the package, e.g. pip install -e ."
-        )
-    return tuple(sorted(specs.values(), key=lambda s: s.name))
+    points = entry_points(group=ENTRY_POINT_GROUP)
+    specs = installed_specs(points, ENTRY_POINT_GROUP, ToolSpec, "tool")
+    return tuple(sorted(specs, key=lambda s: s.name))
 
 
 def tool_names() -> tuple[str, ...]:

@@ -221,7 +221,7 @@ class TelegramAdapter:
         finally:
             self._standby = False
         assert self.poller is not None
-        self.poller.offset = None
+        self.poller.forget_offset()
         self.monitor.reset()
         log.info("telegram.poller_leading", bot=me.username)
 
@@ -358,5 +358,5 @@ class TelegramAdapter:
         """Fetch an attachment into ``<home>/media`` (never at intake), streamed; a file over
         `media_max_bytes` (as announced, as getFile says, or as it arrives) raises
         `PermanentAdapterError`."""
-        self.files.cap = self.config.media_max_bytes  # the cap in force: a reload may change it
+        self.files.set_cap(self.config.media_max_bytes)  # the cap in force: a reload may change it
         return await self.files.fetch(attachment, locate=locator(self.app.bot))

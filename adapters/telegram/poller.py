@@ -77,6 +77,11 @@ class Poller:
         self.offset: int | None = None  # the next update wanted: confirms all before it
         self._confirmed: int | None = None  # the offset Telegram last saw
 
+    def forget_offset(self) -> None:
+        """Poll from what Telegram keeps for the bot: another instance led polling meanwhile,
+        so an offset of ours may be behind what it confirmed."""
+        self.offset = None
+
     async def run(self) -> None:
         """Poll until cancelled. A rejected token ends it with `AdapterAuthError`; every other
         failure is reported to ``on_error`` and retried with a growing pause."""

@@ -39,6 +39,10 @@ class PollMonitor:
     def begin(self) -> None:
         self.in_flight_since = self.last_started = time.monotonic()
 
+    def end(self) -> None:
+        """The call is over, however it went (`ok` or `failed` says how)."""
+        self.in_flight_since = None
+
     def ok(self) -> None:
         self.last_ok = time.monotonic()
         self.last_error = ""
@@ -105,7 +109,7 @@ class PollRequest(AiohttpRequest):
             self.monitor.failed(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            self.monitor.in_flight_since = None
+            self.monitor.end()
         if code == 200:
             self.monitor.ok()
         else:

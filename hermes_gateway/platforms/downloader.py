@@ -124,6 +124,10 @@ class Downloader:
         self._session: aiohttp.ClientSession | None = None
         self._closed = asyncio.Event()
 
+    def set_cap(self, cap: int) -> None:
+        """The size limit for the downloads from now on (a reload may change it)."""
+        self.cap = cap
+
     async def fetch(
         self,
         attachment: Attachment,
