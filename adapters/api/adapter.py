@@ -170,7 +170,7 @@ class ApiAdapter:
             ignored,
         )
         try:
-            await self._submit(event)
+            await self._submit(event, stream)
             if sink is not None:
                 return await stream_response(request, sink, meta)
             return _json_answer(await fut, meta)
@@ -311,9 +311,11 @@ class ApiAdapter:
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         return event, bool(body.get("stream")), include_usage, ignored
 
-    async def _submit(self, event: MessageEvent) -> None:
+    async def _submit(self, event: MessageEvent, stream: bool) -> None:
         outcome = await self.host.submit(event)
         if outcome == "duplicate":
+            if await self._follow_first(event, stream):
+                return
             raise RequestError(409, f"message {event.message_id} was already received", "duplicate")
         if outcome == "closed":
             raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
@@ -323,6 +325,21 @@ class ApiAdapter:
             )
         if outcome != "accepted":
             raise RequestError(400, f"message not accepted: {outcome}", outcome)
+
+    async def _follow_first(self, event: MessageEvent, stream: bool) -> bool:
+        """Cluster mode: a retry (same Idempotency-Key) of a request another instance took
+        gets that one's answer, from wherever its session runs or from the store once it is
+        answered, as a retry on the same instance joins the first (`_same_as`). A stream
+        cannot be joined halfway, here as there."""
+        peers = self.host.peers
+        if peers is None or stream:
+            return False
+        inbox_id = await peers.entry(event)
+        if inbox_id is None:
+            return False
+        log.info("api.retry_followed", session_key=event.session_key, inbox_id=inbox_id)
+        self.follow(event, inbox_id)
+        return True
 
     async def _same_as(
         self, first: asyncio.Future[Answer], message_id: str, stream: bool

@@ -58,6 +58,12 @@ class Carry:
     def holds(self, session_key: str) -> bool:
         return self.holder.held(session_key)
 
+    async def entry(self, event: MessageEvent) -> int | None:
+        try:
+            return await self.store.entry_of(event)
+        except StoreError:
+            return None
+
     async def take(self, session_key: str, inbox_id: int) -> Whereabouts:
         """Under the session's lease (taken now if free; its token recorded before the entry
         is read, like every route) the entry is run here unless it is here already."""

@@ -228,6 +228,7 @@ class Ownership:
                     await self.coordinator.release(lease)
                 raise CoordinationUnavailable(f"cannot record the lease: {exc}") from exc
             lease = await self._fresh(lease)
+            self.keeping.runner.forget(key)  # whatever ran it meanwhile, the store has it
         self.keeping.hold(key, lease)
         return True
 

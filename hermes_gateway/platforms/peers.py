@@ -54,6 +54,11 @@ class Peers(Protocol):
         an entry already here is not run again), else say where it is answered."""
         ...
 
+    async def entry(self, event: MessageEvent) -> int | None:
+        """The inbox id under which ``event`` (same platform, chat and message id) was stored,
+        by whichever instance took it; None if there is none or the store cannot say."""
+        ...
+
     def call(
         self, to: str, path: str, body: Mapping[str, Any], read_s: float
     ) -> AsyncGenerator[dict[str, Any], None]:

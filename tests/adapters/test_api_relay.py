@@ -40,6 +40,9 @@ class ScriptedPeers:
     def holds(self, session_key: str) -> bool:
         return False
 
+    async def entry(self, event: MessageEvent) -> int | None:
+        return None
+
     async def take(self, session_key: str, inbox_id: int) -> Whereabouts:
         return self.where.pop(0) if len(self.where) > 1 else self.where[0]
 
