@@ -20,8 +20,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from adapters.api.feed import Feeds, unasked
-from adapters.api.relay import CARRY_PATH, Hop, beat_for, follow, pump, stored
+from adapters.api.feed import Feeds, shared, unasked
+from adapters.api.relay import CARRY_PATH, FEED_PATH, Hop, beat_for, follow, pump, stored
 from adapters.api.stream import Item, SseSink, StreamMeta, stream_response
 from adapters.api.wire import (
     Ended,
@@ -41,6 +41,7 @@ from hermes_gateway.platforms import (
     MessageEvent,
     OutboundMessage,
     Peers,
+    PeerUnreachable,
     PermanentAdapterError,
     RequestError,
     StreamSink,
@@ -50,6 +51,7 @@ from hermes_gateway.platforms import (
 )
 
 log = structlog.get_logger("hermes.adapters.api")
+SHARE_READ_S = 5.0  # an instance that takes longer to take a feed item misses it
 Answer = OutboundMessage | Ended
 
 
@@ -75,6 +77,8 @@ class ApiAdapter:
         host.bus.subscribe(self._on_lifecycle, ["processing_complete"], name="api-adapter")
         if host.peers is not None:  # cluster: requests other instances took, signed by them
             host.add_route("POST", CARRY_PATH, self.carried, access="public")
+            host.add_route("POST", FEED_PATH, self.shared_here, access="public")
+        self._sharing: set[asyncio.Task[None]] = set()  # feed items on their way to the others
 
     async def start(self) -> None:
         if self.host.peers is not None:  # while it serves the API, its peers can reach it
@@ -89,6 +93,9 @@ class ApiAdapter:
         for key in [*self._waiters, *self._sinks]:
             self._end(key, Ended("shutting_down"))
         self.feeds.close()
+        for task in list(self._sharing):
+            task.cancel()
+        await asyncio.gather(*self._sharing, return_exceptions=True)
         if self.host.peers is not None:
             await self.host.peers.close()
 
@@ -109,6 +116,10 @@ class ApiAdapter:
             item = unasked(message.chat_id, message.text, message.kind, message.run_id or None)
             listening = self.feeds.publish(message.chat_id, item)
             log.info("api.unasked", session=message.chat_id, kind=message.kind, feeds=listening)
+            if self.host.peers is not None:  # its clients may be listening on another instance
+                task = asyncio.create_task(self._share(self.host.peers, message.chat_id, item))
+                self._sharing.add(task)
+                task.add_done_callback(self._sharing.discard)
             return
         delivered = False
         for message_id in message.answers:
@@ -266,6 +277,30 @@ class ApiAdapter:
                 await write({"moved": where.why or f"the session runs on {where.owner}"})
         finally:
             self._unlisten(key, fut, sink)
+
+    async def _share(self, peers: Peers, name: str, item: dict[str, Any]) -> None:
+        """Hand an unasked item to every other instance's feeds of the session, side by side;
+        one that cannot be reached misses it (the history has it)."""
+        body = {"session": name, "item": item}
+
+        async def share(to: str) -> None:
+            try:
+                async for _ in peers.call(to, FEED_PATH, body, read_s=SHARE_READ_S):
+                    pass
+            except PeerUnreachable as exc:
+                log.info("api.feed_not_shared", to=to, session=name, error=str(exc))
+
+        await asyncio.gather(*(share(to) for to in peers.others()))
+
+    async def shared_here(self, request: web.Request) -> web.Response:
+        """Another instance said something unasked in a session: this one's feeds get it."""
+        peers = self._peers()
+        raw = await request.read()
+        peers.verify(request.headers, request.path, raw)
+        name, item = shared(loads(raw))
+        listening = self.feeds.publish(name, item)
+        log.info("api.unasked_shared", session=name, feeds=listening)
+        return web.Response(text=json.dumps({"feeds": listening}) + "\n")
 
     def _peers(self) -> Peers:
         if self.host.peers is None:

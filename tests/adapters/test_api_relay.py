@@ -40,6 +40,9 @@ class ScriptedPeers:
     def holds(self, session_key: str) -> bool:
         return False
 
+    def others(self) -> list[str]:
+        return []
+
     async def entry(self, event: MessageEvent) -> int | None:
         return None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 import uuid
@@ -17,10 +18,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from adapters.api.adapter import ApiAdapter
 from adapters.telegram.adapter import TelegramAdapter
 from hermes_gateway.cluster import ownership
 from hermes_gateway.core.sessions import Pending
-from hermes_gateway.events import MessageEvent
+from hermes_gateway.events import Chat, MessageEvent, OutboundMessage
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, last_user_text, text
 from tests.fakes.telegram import FakeTelegram
@@ -378,3 +380,30 @@ async def test_an_instance_that_ran_a_session_before_sees_the_turns_run_elsewher
     asked = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] != "system"]
     assert asked == ["three", "echo: three", "four"]  # the new session, as b left it
     assert on_b_after == ["three", "echo: three", "four", "echo: four"]
+
+
+async def test_what_one_instance_says_unasked_reaches_feeds_open_on_another(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """A scheduled job's answer is sent by whichever instance runs the job; a client may be
+    listening to the session's feed on any instance: a's unasked message reaches b's feed."""
+    async with (
+        cluster(tmp_path, fake_llm, tg) as (a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        api_a, api_b = a.adapters["api"], b.adapters["api"]
+        assert isinstance(api_a, ApiAdapter) and isinstance(api_b, ApiAdapter)
+        assert a.ownership is not None
+        await eventually(lambda: len(a.ownership.instances()) == 2, timeout=15)
+        url = f"http://127.0.0.1:{b.control.port}/v1/events"
+        async with http.get(url, params={"user": "kim"}) as feed:
+            assert feed.status == 200
+            await eventually(lambda: len(api_b.feeds) == 1)
+            said = OutboundMessage.to(Chat("api", "kim", None, "cron:j1"), "it is 7:30", "reply")
+            await api_a.send(said)
+            while not (line := (await asyncio.wait_for(feed.content.readline(), 10))).startswith(
+                b"data: "
+            ):
+                pass
+    item = json.loads(line[6:])
+    assert (item["session"], item["content"]) == ("kim", "it is 7:30")
