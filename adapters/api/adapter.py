@@ -20,8 +20,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from adapters.api.feed import Feeds, unasked
-from adapters.api.relay import CARRY_PATH, Hop, beat_for, follow, pump, stored
+from adapters.api.feed import Feeds, shared, unasked
+from adapters.api.relay import CARRY_PATH, FEED_PATH, Hop, beat_for, follow, pump, stored
 from adapters.api.stream import Item, SseSink, StreamMeta, stream_response
 from adapters.api.wire import (
     Ended,
@@ -41,6 +41,7 @@ from hermes_gateway.platforms import (
     MessageEvent,
     OutboundMessage,
     Peers,
+    PeerUnreachable,
     PermanentAdapterError,
     RequestError,
     StreamSink,
@@ -50,6 +51,7 @@ from hermes_gateway.platforms import (
 )
 
 log = structlog.get_logger("hermes.adapters.api")
+SHARE_READ_S = 5.0  # an instance that takes longer to take a feed item misses it
 Answer = OutboundMessage | Ended
 
 
@@ -75,6 +77,8 @@ class ApiAdapter:
         host.bus.subscribe(self._on_lifecycle, ["processing_complete"], name="api-adapter")
         if host.peers is not None:  # cluster: requests other instances took, signed by them
             host.add_route("POST", CARRY_PATH, self.carried, access="public")
+            host.add_route("POST", FEED_PATH, self.shared_here, access="public")
+        self._sharing: set[asyncio.Task[None]] = set()  # feed items on their way to the others
 
     async def start(self) -> None:
         if self.host.peers is not None:  # while it serves the API, its peers can reach it
@@ -89,6 +93,9 @@ class ApiAdapter:
         for key in [*self._waiters, *self._sinks]:
             self._end(key, Ended("shutting_down"))
         self.feeds.close()
+        for task in list(self._sharing):
+            task.cancel()
+        await asyncio.gather(*self._sharing, return_exceptions=True)
         if self.host.peers is not None:
             await self.host.peers.close()
 
@@ -109,6 +116,10 @@ class ApiAdapter:
             item = unasked(message.chat_id, message.text, message.kind, message.run_id or None)
             listening = self.feeds.publish(message.chat_id, item)
             log.info("api.unasked", session=message.chat_id, kind=message.kind, feeds=listening)
+            if self.host.peers is not None:  # its clients may be listening on another instance
+                task = asyncio.create_task(self._share(self.host.peers, message.chat_id, item))
+                self._sharing.add(task)
+                task.add_done_callback(self._sharing.discard)
             return
         delivered = False
         for message_id in message.answers:
@@ -170,7 +181,7 @@ class ApiAdapter:
             ignored,
         )
         try:
-            await self._submit(event)
+            await self._submit(event, stream)
             if sink is not None:
                 return await stream_response(request, sink, meta)
             return _json_answer(await fut, meta)
@@ -267,6 +278,30 @@ class ApiAdapter:
         finally:
             self._unlisten(key, fut, sink)
 
+    async def _share(self, peers: Peers, name: str, item: dict[str, Any]) -> None:
+        """Hand an unasked item to every other instance's feeds of the session, side by side;
+        one that cannot be reached misses it (the history has it)."""
+        body = {"session": name, "item": item}
+
+        async def share(to: str) -> None:
+            try:
+                async for _ in peers.call(to, FEED_PATH, body, read_s=SHARE_READ_S):
+                    pass
+            except PeerUnreachable as exc:
+                log.info("api.feed_not_shared", to=to, session=name, error=str(exc))
+
+        await asyncio.gather(*(share(to) for to in peers.others()))
+
+    async def shared_here(self, request: web.Request) -> web.Response:
+        """Another instance said something unasked in a session: this one's feeds get it."""
+        peers = self._peers()
+        raw = await request.read()
+        peers.verify(request.headers, request.path, raw)
+        name, item = shared(loads(raw))
+        listening = self.feeds.publish(name, item)
+        log.info("api.unasked_shared", session=name, feeds=listening)
+        return web.Response(text=json.dumps({"feeds": listening}) + "\n")
+
     def _peers(self) -> Peers:
         if self.host.peers is None:
             raise RequestError(404, "not in a cluster", "unknown_url")
@@ -311,9 +346,11 @@ class ApiAdapter:
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         return event, bool(body.get("stream")), include_usage, ignored
 
-    async def _submit(self, event: MessageEvent) -> None:
+    async def _submit(self, event: MessageEvent, stream: bool) -> None:
         outcome = await self.host.submit(event)
         if outcome == "duplicate":
+            if await self._follow_first(event, stream):
+                return
             raise RequestError(409, f"message {event.message_id} was already received", "duplicate")
         if outcome == "closed":
             raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
@@ -323,6 +360,21 @@ class ApiAdapter:
             )
         if outcome != "accepted":
             raise RequestError(400, f"message not accepted: {outcome}", outcome)
+
+    async def _follow_first(self, event: MessageEvent, stream: bool) -> bool:
+        """Cluster mode: a retry (same Idempotency-Key) of a request another instance took
+        gets that one's answer, from wherever its session runs or from the store once it is
+        answered, as a retry on the same instance joins the first (`_same_as`). A stream
+        cannot be joined halfway, here as there."""
+        peers = self.host.peers
+        if peers is None or stream:
+            return False
+        inbox_id = await peers.entry(event)
+        if inbox_id is None:
+            return False
+        log.info("api.retry_followed", session_key=event.session_key, inbox_id=inbox_id)
+        self.follow(event, inbox_id)
+        return True
 
     async def _same_as(
         self, first: asyncio.Future[Answer], message_id: str, stream: bool

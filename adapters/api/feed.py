@@ -1,6 +1,7 @@
 """The local API's session feeds: `GET /v1/events?user=NAME` streams, as server-sent events,
 what the gateway says in that session unasked (a scheduled job's answer), for `hermes chat` to
-show when it comes. The session's history keeps it too, for a client that was not listening."""
+show when it comes. The session's history keeps it too, for a client that was not listening.
+In a cluster the instance that sends it shares it with the others, whose clients listen too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from adapters.api.wire import session_name
 from hermes_gateway.platforms import RequestError
 
 log = structlog.get_logger("hermes.adapters.api")
@@ -113,3 +115,16 @@ def unasked(session_name: str, text: str, kind: str, run_id: str | None) -> dict
         "run_id": run_id,
         "at": time.time(),
     }
+
+
+def shared(body: Any) -> tuple[str, dict[str, Any]]:
+    """The session and item another instance shared (`FEED_PATH`), checked: signed calls come
+    only from the cluster's own instances, but a malformed one must not reach a client."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "a shared feed item is a JSON object", "invalid_request_error")
+    name, item = body.get("session"), body.get("item")
+    if not isinstance(item, dict) or item.get("type") != "message":
+        raise RequestError(400, "a shared feed item needs an item of type message", "bad_item")
+    if item.get("session") != name:
+        raise RequestError(400, "the item is for another session", "bad_item")
+    return session_name(name), item

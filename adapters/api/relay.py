@@ -28,6 +28,7 @@ from hermes_gateway.platforms import (
 
 log = structlog.get_logger("hermes.adapters.api")
 CARRY_PATH = "/cluster/v1/chat"  # signed calls between instances only (never a client's)
+FEED_PATH = "/cluster/v1/feed"  # what one instance said unasked, for the others' feeds
 Answer = OutboundMessage | Ended
 Write = Callable[[dict[str, Any]], Awaitable[None]]
 UNAVAILABLE = "The gateway cannot coordinate with its other instances right now; retry soon."

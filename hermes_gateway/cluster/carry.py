@@ -23,6 +23,8 @@ class Holder(Protocol):
 
     async def own(self, key: str) -> bool: ...
 
+    def instances(self) -> list[str]: ...
+
 
 class Carry:
     """`hermes_gateway.platforms.peers.Peers` over the session leases and the shared inbox."""
@@ -57,6 +59,15 @@ class Carry:
 
     def holds(self, session_key: str) -> bool:
         return self.holder.held(session_key)
+
+    def others(self) -> list[str]:
+        return [name for name in self.holder.instances() if name != self.instance]
+
+    async def entry(self, event: MessageEvent) -> int | None:
+        try:
+            return await self.store.entry_of(event)
+        except StoreError:
+            return None
 
     async def take(self, session_key: str, inbox_id: int) -> Whereabouts:
         """Under the session's lease (taken now if free; its token recorded before the entry

@@ -103,6 +103,7 @@ class Keeping:
             return  # renewed, released or lost meanwhile
         if self._idle(key):  # nothing to stop: let it go as the next round would have
             self._drop(key)
+            self.runner.forget(key)
             return
         late = time.monotonic() - (lease.deadline - self.margin_s)
         self._lose(key, "deadline", late_s=round(late, 3))
@@ -129,6 +130,8 @@ class Keeping:
         self._pause = self.coordinator.lease_s / 3
         idle = [key for key in self.leases if self._idle(key)]
         released = [lease for key in idle if (lease := self._drop(key)) is not None]
+        for lease in released:  # forgotten before another instance can take it
+            self.runner.forget(lease.key)
         if released:
             with contextlib.suppress(CoordinationUnavailable):
                 await self.coordinator.release_all(released)

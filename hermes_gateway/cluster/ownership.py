@@ -206,6 +206,10 @@ class Ownership:
         self._tasks.append(task)
         task.add_done_callback(self._tasks.remove)
 
+    def instances(self) -> list[str]:
+        """The instances alive at the last survey (none before the first)."""
+        return [] if self.survey is None else list(self.survey.instances)
+
     def held(self, key: str) -> bool:
         """Whether this instance holds the session's lease now."""
         return self.keeping.held(key)
@@ -228,6 +232,7 @@ class Ownership:
                     await self.coordinator.release(lease)
                 raise CoordinationUnavailable(f"cannot record the lease: {exc}") from exc
             lease = await self._fresh(lease)
+            self.keeping.runner.forget(key)  # whatever ran it meanwhile, the store has it
         self.keeping.hold(key, lease)
         return True
 

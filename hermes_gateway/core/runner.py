@@ -394,7 +394,16 @@ class GatewayRunner:
             # given up, not crashed: its attempt must not count toward quarantine
             self._background(self.store.undo_attempt(inbox_ids(run.items)))
         self.agents.evict(key)  # its history may hold a turn the store refused
+        self.store.forget_session(key)
         return dropped
+
+    def forget(self, key: str) -> None:
+        """The session's lease was let go while idle, or is newly taken: its cached context
+        and current session row are read again from the store, since another instance may
+        have run turns of it (or started a new session with /new) meanwhile."""
+        if self._table.active(key) is None:  # a running turn's context is its own
+            self.agents.evict(key)
+        self.store.forget_session(key)
 
     def extend(self, key: str, until: float) -> None:
         """The session's lease was renewed: its run may go on calling the model until then."""

@@ -31,6 +31,11 @@ class LeaseHolder(Protocol):
         """The lease was lost: the session's run and what waits are dropped, unwritten."""
         ...
 
+    def forget(self, key: str) -> None:
+        """The lease was let go (the session idle) or is newly taken: another instance may
+        have run the session meanwhile, so what is cached of it is read again from the store."""
+        ...
+
 
 class SessionLeases(Protocol):
     """The leases the runner's sessions run under, given to it when it is built; the runner

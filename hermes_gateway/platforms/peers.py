@@ -54,6 +54,15 @@ class Peers(Protocol):
         an entry already here is not run again), else say where it is answered."""
         ...
 
+    def others(self) -> list[str]:
+        """The other instances alive at the last look at the cluster (every few seconds)."""
+        ...
+
+    async def entry(self, event: MessageEvent) -> int | None:
+        """The inbox id under which ``event`` (same platform, chat and message id) was stored,
+        by whichever instance took it; None if there is none or the store cannot say."""
+        ...
+
     def call(
         self, to: str, path: str, body: Mapping[str, Any], read_s: float
     ) -> AsyncGenerator[dict[str, Any], None]:

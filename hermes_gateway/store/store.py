@@ -193,6 +193,21 @@ class Store(InboxGuard):
 
         return await self._query(run)
 
+    async def entry_of(self, ev: MessageEvent) -> int | None:
+        """The inbox id ``ev`` was stored under (its platform, chat and message id), or None:
+        a retry told it is a duplicate finds the first copy's entry to wait on."""
+        stmt = select(_INBOX.c.id).where(
+            _INBOX.c.platform == ev.platform,
+            _INBOX.c.chat_id == ev.chat_id,
+            _INBOX.c.message_id == ev.message_id,
+        )
+
+        async def run(conn: AsyncConnection) -> int | None:
+            found = (await conn.execute(stmt)).scalar()
+            return None if found is None else int(found)
+
+        return await self._query(run)
+
     async def settled(self, inbox_id: int) -> tuple[str, str, str, str] | None:
         """The entry's session key, status, stored reply ("" if none) and run id; None if there
         is no such entry (a cluster instance asking where another's request ended up)."""
@@ -307,6 +322,11 @@ class Store(InboxGuard):
         )
         self._sids.pop(session_key, None)
         await self._tx(lambda conn: conn.execute(stmt))
+
+    def forget_session(self, session_key: str) -> None:
+        """Drop what this process remembers of the key's current session row: in a cluster,
+        another instance may start a new one (`/new`) while this one does not hold it."""
+        self._sids.pop(session_key, None)
 
     async def _session_id(self, db: HotPath, key: str, *, create: bool) -> int | None:
         """The current session row of ``key``; remembered, since it changes only on /new."""

@@ -40,6 +40,12 @@ class ScriptedPeers:
     def holds(self, session_key: str) -> bool:
         return False
 
+    def others(self) -> list[str]:
+        return []
+
+    async def entry(self, event: MessageEvent) -> int | None:
+        return None
+
     async def take(self, session_key: str, inbox_id: int) -> Whereabouts:
         return self.where.pop(0) if len(self.where) > 1 else self.where[0]
 

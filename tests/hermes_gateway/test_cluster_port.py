@@ -99,7 +99,7 @@ def test_each_side_implements_the_port_it_is_passed_as() -> None:
     from hermes_gateway.core.session_leases import LeaseHolder, SessionLeases, SoleLeases
 
     assert _members(SessionLeases) == ["bind", "fence_for", "until", "lost"]
-    assert _members(LeaseHolder) == ["knows", "idle", "extend", "relinquish"]
+    assert _members(LeaseHolder) == ["knows", "idle", "extend", "relinquish", "forget"]
     for side, port in (
         (Keeping, SessionLeases),
         (SoleLeases, SessionLeases),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 import uuid
@@ -17,10 +18,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from adapters.api.adapter import ApiAdapter
 from adapters.telegram.adapter import TelegramAdapter
 from hermes_gateway.cluster import ownership
 from hermes_gateway.core.sessions import Pending
-from hermes_gateway.events import MessageEvent
+from hermes_gateway.events import Chat, MessageEvent, OutboundMessage
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, last_user_text, text
 from tests.fakes.telegram import FakeTelegram
@@ -324,3 +326,84 @@ async def test_a_reply_computed_by_an_owner_that_died_is_sent_by_the_next_withou
     assert reply["text"] == "echo: hello" and sent == ["echo: hello"]
     assert len(fake_llm.requests) == 1  # the stored reply, not a new run
     assert to_run == [] and to_send == []
+
+
+async def test_a_retry_that_reaches_another_instance_gets_the_first_requests_answer(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """A client whose connection to a broke retries with the same Idempotency-Key, and the
+    retry lands on b while a still answers the first: b gets a's answer for it (not 409),
+    and the model is asked once. A retry once it was answered gets the stored answer."""
+    fake_llm.push(text("the one answer", delay=1.5))
+    async with (
+        cluster(tmp_path, fake_llm, tg) as (a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
+        on_b = Client(http, f"http://127.0.0.1:{b.control.port}")
+        first = asyncio.create_task(on_a.chat("only once", user="kim", key="retry-1"))
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        retried = await on_b.chat("only once", user="kim", key="retry-1")
+        answered = await first
+        again = await on_b.chat("only once", user="kim", key="retry-1")
+    assert answered["status"] == 200 and answered["text"] == "the one answer"
+    assert retried["status"] == 200 and retried["text"] == "the one answer", retried
+    assert again["status"] == 200 and again["text"] == "the one answer", again
+    assert len(fake_llm.requests) == 1
+
+
+async def test_an_instance_that_ran_a_session_before_sees_the_turns_run_elsewhere_since(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """a answers kim, lets the lease go once idle, b answers kim's next request (and starts
+    a new session after it with /new, then one more turn), and a answers again: a's model
+    request and its /v1/history hold b's turns, not what a cached before, and a's turn is
+    written to the session b started."""
+    async with (
+        cluster(tmp_path, fake_llm, tg) as (a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        on_a = Client(http, f"http://127.0.0.1:{a.control.port}")
+        on_b = Client(http, f"http://127.0.0.1:{b.control.port}")
+        key = "api:dm:kim"
+        assert a.ownership is not None and b.ownership is not None
+        assert (await on_a.chat("one", user="kim"))["text"] == "echo: one"
+        await eventually(lambda: not a.ownership.held(key), timeout=10)
+        assert (await on_b.chat("two", user="kim"))["text"] == "echo: two"
+        seen_on_a = [m["content"] for m in await on_a.history("kim")]
+        assert (await on_b.chat("/new", user="kim"))["status"] == 200
+        assert (await on_b.chat("three", user="kim"))["text"] == "echo: three"
+        await eventually(lambda: not b.ownership.held(key), timeout=10)
+        assert (await on_a.chat("four", user="kim"))["text"] == "echo: four"
+        on_b_after = [m["content"] for m in await on_b.history("kim")]
+    assert seen_on_a == ["one", "echo: one", "two", "echo: two"]
+    asked = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] != "system"]
+    assert asked == ["three", "echo: three", "four"]  # the new session, as b left it
+    assert on_b_after == ["three", "echo: three", "four", "echo: four"]
+
+
+async def test_what_one_instance_says_unasked_reaches_feeds_open_on_another(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    """A scheduled job's answer is sent by whichever instance runs the job; a client may be
+    listening to the session's feed on any instance: a's unasked message reaches b's feed."""
+    async with (
+        cluster(tmp_path, fake_llm, tg) as (a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        api_a, api_b = a.adapters["api"], b.adapters["api"]
+        assert isinstance(api_a, ApiAdapter) and isinstance(api_b, ApiAdapter)
+        assert a.ownership is not None
+        await eventually(lambda: len(a.ownership.instances()) == 2, timeout=15)
+        url = f"http://127.0.0.1:{b.control.port}/v1/events"
+        async with http.get(url, params={"user": "kim"}) as feed:
+            assert feed.status == 200
+            await eventually(lambda: len(api_b.feeds) == 1)
+            said = OutboundMessage.to(Chat("api", "kim", None, "cron:j1"), "it is 7:30", "reply")
+            await api_a.send(said)
+            while not (line := (await asyncio.wait_for(feed.content.readline(), 10))).startswith(
+                b"data: "
+            ):
+                pass
+    item = json.loads(line[6:])
+    assert (item["session"], item["content"]) == ("kim", "it is 7:30")
