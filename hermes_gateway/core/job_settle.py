@@ -15,8 +15,7 @@ import structlog
 from agent_core import RunResult
 from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.core.delivery import Delivery
-from hermes_gateway.core.job_turns import AnswerLedger, JobAnswer, TurnOutcome
-from hermes_gateway.core.run import Run
+from hermes_gateway.core.job_turns import AnswerLedger, JobAnswer, JobTicket, TurnOutcome
 from hermes_gateway.errors import FencedOut, StoreError
 from hermes_gateway.events import OutboundMessage
 from hermes_gateway.platform_spec import capabilities
@@ -37,11 +36,12 @@ class JobSettle:
         self.ledger = ledger
         self.outcomes: Counter[str] = Counter()  # how deliveries ended (not those taken over)
 
-    async def settle(self, run: Run, ctx: SessionContext, result: RunResult) -> TurnOutcome | None:
+    async def settle(
+        self, ticket: JobTicket, ctx: SessionContext, result: RunResult, *, shutdown: bool
+    ) -> TurnOutcome | None:
         """Store the turn in the job's session; its outcome (None: stopped by a shutdown)."""
-        ticket = run.job
-        assert ticket is not None
-        if result.status == "interrupted" and run.shutdown:
+        key = ticket.turn.session_key
+        if result.status == "interrupted" and shutdown:
             return None
         if result.compaction is not None:  # older turns were summarized
             ctx.history = result.compaction.history
@@ -51,10 +51,10 @@ class JobSettle:
             messages = [result.compaction.marker, *messages]
         try:
             await self.store.complete_turn(
-                run.key, messages, [], result.text, f"cron-{ticket.turn.run_id}"
+                key, messages, [], result.text, f"cron-{ticket.turn.run_id}"
             )
         except StoreError as exc:  # the answer still goes out; the next run will not see it
-            log.error("job.persist_failed", error=str(exc), session_key=run.key)
+            log.error("job.persist_failed", error=str(exc), session_key=key)
         if result.status == "done":
             return TurnOutcome("succeeded", result.text.strip())
         if result.status == "interrupted":

@@ -275,7 +275,8 @@ class GatewayRunner:
                 status, error, usage = result.status, result.error, result.usage
                 self._begin_settling(run, result)
                 if run.job is not None:
-                    run.job.resolve(await self.jobs.settle(run, ctx, result))
+                    outcome = await self.jobs.settle(run.job, ctx, result, shutdown=run.shutdown)
+                    run.job.resolve(outcome)
                 else:
                     await self.settler.settle(run, ctx, result)
             else:
