@@ -5,10 +5,11 @@ hands the runner (`JobTurn`) and gets back (`TurnOutcome`), the port it does so 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from hermes_gateway.core.sessions import Pending
 from hermes_gateway.events import Chat, MessageEvent, OutboundKind
 
 SILENT = "[SILENT]"  # a job's answer that says there is nothing worth telling: nothing is sent
@@ -124,3 +125,11 @@ def job_event(turn: JobTurn) -> MessageEvent:
         text=turn.text,
         session_key=turn.session_key,
     )
+
+
+def withdraw(items: Iterable[Pending], why: str) -> None:
+    """Job turns dropped before they ran (a stop of their session, the `latest` policy, a
+    full queue): their outcome says why; there is nobody else to tell."""
+    for item in items:
+        if item.job is not None:
+            item.job.resolve(TurnOutcome("failed", "", why))

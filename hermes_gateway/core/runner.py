@@ -28,6 +28,7 @@ from hermes_gateway.core.job_turns import (
     JobTurn,
     TurnOutcome,
     job_event,
+    withdraw,
 )
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.probation import Probation
@@ -250,6 +251,9 @@ class GatewayRunner:
         status, error = "crashed", None
         usage: dict[str, int] = {}  # the tokens its model calls used, also when interrupted
         try:
+            if run.job is not None and run.job.outcome.done():
+                status = "withdrawn"  # nobody waits for it now: the scheduler stopped
+                return
             # before it can crash us: the next start's verdict reads it
             alone = self.probation.on_probation(run)
             await self.store.begin_attempt(inbox_ids(run.items), probation=alone)
@@ -426,6 +430,7 @@ class GatewayRunner:
             return None
         self.abandon(run)
         dropped = self._table.pop_all(key)
+        withdraw(dropped, "stopped")
         self._table.release(key, run)
         return Stopped(run.items + run.carried + run.steered, dropped, run.persist_task)
 
@@ -441,6 +446,7 @@ class GatewayRunner:
         what was dropped (the run's messages, then those waiting)."""
         run = self._table.active(key)
         dropped = [*(run.items if run is not None else []), *self._table.pop_all(key)]
+        withdraw(dropped, "its session was given up")
         if run is not None:
             self.abandon(run, record=False)
             self._table.release(key, run)

@@ -1,5 +1,6 @@
 """A job's run is a turn of its session through the gateway's runner: it waits behind a chat
-turn running in that session (no two runs of a session overlap), it holds the session while
+turn running in that session (no two runs of a session overlap; the `latest` policy
+supersedes it as it would a queued message, and its run says so), it holds the session while
 it runs and frees it once its timeout cut it short (recorded `timed_out`), and an answer of
 exactly `[SILENT]` is stored in the job's session, delivered nowhere and joins no chat."""
 
@@ -59,6 +60,30 @@ async def test_a_job_turn_waits_behind_a_chat_turn_of_its_session(
         assert fake_llm.stats()["max_in_flight"] == 1  # the job's turn did not overlap the chat's
         firsts = [last_user_text(r) for r in fake_llm.requests]
         assert firsts[0] == "hello" and firsts[1].startswith(PREFACE)
+
+
+async def test_a_waiting_job_turn_superseded_by_the_latest_policy_is_recorded_failed(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.responder = lambda body: text("chat done", delay=1.0)
+    config = scheduling(tmp_path, fake_llm)
+    config = config.model_copy(
+        update={"runner": config.runner.model_copy(update={"busy_policy": "latest"})}
+    )
+    async with running_gateway(config) as (gw, _):
+        job = await desk(gw).create({"prompt": "watch", "schedule": "every 1h"}, None, "operator")
+        await gw.runner.dispatch(replace(dm("1", "hello"), session_key=job.session_key), None)
+        await run_now(gw, job)  # it waits behind the chat's turn
+
+        async def waiting() -> bool:
+            return gw.runner.pending_count(job.session_key) == 1
+
+        await until(waiting, timeout=10)
+        again = replace(dm("2", "again"), session_key=job.session_key)
+        await gw.runner.dispatch(again, None)
+        run = await finished_run(gw, job)
+        assert (run.status, run.error) == ("failed", "superseded")
+        assert not any(last_user_text(r).startswith(PREFACE) for r in fake_llm.requests)
 
 
 async def test_a_timed_out_job_turn_held_its_session_and_frees_it(
