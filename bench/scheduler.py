@@ -29,11 +29,9 @@ import uvloop
 from sqlalchemy import Table, func, insert, select
 
 from hermes_gateway.config.schema import SchedulerConfig
+from hermes_gateway.core.job_turns import JobAnswer, JobTurn, TurnOutcome
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.scheduler.job_turn import Outcome
-from hermes_gateway.scheduler.jobs import Job
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.scheduler import Scheduler
 from hermes_gateway.store.models import CronJobRow, CronRunRow
 from hermes_gateway.store.store import Store
@@ -44,10 +42,13 @@ LAG_TARGET_S, RATIO_TARGET = 0.020, 1.5
 class InstantRunner:
     """A job turn that answers at once (`[SILENT]`: nothing to deliver)."""
 
-    async def run(self, job: Job, run_id: int, slot: int, timeout_s: float) -> Outcome:
-        return Outcome("succeeded", "[SILENT]")
+    async def run_job(self, turn: JobTurn) -> TurnOutcome:
+        return TurnOutcome("succeeded", "[SILENT]")
 
-    def interrupt_all(self) -> None:
+    async def deliver_job(self, answer: JobAnswer) -> str:
+        return "skipped"  # nothing is delivered
+
+    def stop_jobs(self) -> None:
         pass
 
 
@@ -136,8 +137,7 @@ async def measure(url: str, n: int) -> dict[str, Any]:
         await add_due_jobs(store, n, now)
         config = SchedulerConfig(enabled=True, max_parallel=8)
         ledger = Ledger(store, "bench:1:x", config.lease_s)
-        outbox = JobOutbox(None, {}, ledger)  # type: ignore[arg-type]  # nothing is delivered
-        sched = Scheduler(lambda: config, ledger, InstantRunner(), outbox, workers=9)  # type: ignore[arg-type]
+        sched = Scheduler(lambda: config, ledger, InstantRunner(), workers=9)
         stop, idle, busy, lags, idle_lags = asyncio.Event(), [], [], [], []
         baseline = [
             asyncio.create_task(chat_ops(store, stop, idle)),

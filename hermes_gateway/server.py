@@ -162,6 +162,7 @@ class Gateway(Lifecycle):
             runs=self.runs,
             on_turn=self.memory.turn_done if config.memory.auto_retain else None,
             leases=None if self.ownership is None else self.ownership.keeping,
+            job_ledger=None if self.desk is None else self.desk.ledger,
         )
         self.commands = Commands(
             self.live,
@@ -186,24 +187,15 @@ class Gateway(Lifecycle):
         self.inbox = InboxRoutes(self.store, self.route)
         self.scheduler: SchedulerService | None = None
         if self.desk is not None:
-            from hermes_gateway.scheduler.job_turn import JobRunner
-            from hermes_gateway.scheduler.outbox import JobOutbox
             from hermes_gateway.scheduler.service import SchedulerService
 
-            job_runner = JobRunner(self.store, self.agents, self.pool, config.runner.stop_grace_s)
             live = self.live
             self.scheduler = SchedulerService(
                 self.desk,
-                runner=job_runner,
-                outbox=JobOutbox(
-                    self.delivery,
-                    self.adapters,
-                    self.desk.ledger,
-                    join_chat=job_runner.join_chat,
-                    per_user=lambda: live.now.runner.group_sessions_per_user,
-                ),
+                turns=self.runner,  # a job's run is a turn of its session, like a message
                 metrics=self.metrics,
                 workers=config.runner.workers,
+                per_user=lambda: live.now.runner.group_sessions_per_user,
             )
 
     def _build_faces(self, config: Config) -> None:

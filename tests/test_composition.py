@@ -20,12 +20,12 @@ RECORDS = {
     "hermes_gateway/cluster/local.py": {"self.hub"},  # the in-process cluster's shared state
     "hermes_gateway/control/aiohttp_shim.py": {"request"},  # aiohttp's own request, patched
     "hermes_gateway/core/commands.py": {"ctx"},
+    "hermes_gateway/core/job_settle.py": {"ctx"},
     "hermes_gateway/core/runner.py": {"run"},
     "hermes_gateway/core/sessions.py": {"slot"},
     "hermes_gateway/core/settle.py": {"ctx", "run"},
     "hermes_gateway/logs/bounds.py": {"record", "bucket", "self._keys[key]"},
     "hermes_gateway/logs/__init__.py": {"record"},
-    "hermes_gateway/scheduler/job_turn.py": {"ctx"},
     "hermes_gateway/platforms/pairing.py": {"row"},
     "hermes_gateway/store/engine.py": {"engine"},  # the engine's own write gate (same module)
     "hermes_gateway/store/migrate.py": {"dbapi_conn"},  # the driver's connection, as opened

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from agent_core import RunControl, RunResult
+from hermes_gateway.core.job_turns import JobTicket
 from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.store.fence import Fence
@@ -117,6 +118,11 @@ class Run:
     def primary(self) -> MessageEvent:
         return self.items[-1].event
 
+    @property
+    def job(self) -> JobTicket | None:
+        """The scheduled job's turn this run is (never merged with another), if it is one."""
+        return self.items[0].job
+
 
 @dataclass(frozen=True, slots=True)
 class SessionView:
@@ -167,14 +173,15 @@ class LiveRuns:
         self.table: SessionTable[Run] = table if table is not None else SessionTable()
 
     def current_event(self, key: str) -> MessageEvent | None:
-        """The message the session's live run answers (the newest merged one), if any."""
+        """The message the session's live run answers (the newest merged one), if any; a
+        job's turn answers none (its tools act for no chat, as before it ran here)."""
         run = self.table.active(key)
-        return None if run is None or run.stopped else run.primary
+        return None if run is None or run.stopped or run.job else run.primary
 
     def current_messages(self, key: str) -> list[MessageEvent]:
         """All the messages the session's active run answers, oldest first."""
         run = self.table.active(key)
-        return [p.event for p in run.items] if run is not None else []
+        return [p.event for p in run.items] if run is not None and not run.job else []
 
     def counts(self) -> dict[str, int]:
         """Sessions with a run (``active``), messages waiting, sessions tracked."""

@@ -20,6 +20,16 @@ from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.config import RunnerConfig
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.job_settle import JobSettle
+from hermes_gateway.core.job_turns import (
+    AnswerLedger,
+    JobAnswer,
+    JobTicket,
+    JobTurn,
+    TurnOutcome,
+    job_event,
+    withdraw,
+)
 from hermes_gateway.core.pool import AgentPool
 from hermes_gateway.core.probation import Probation
 from hermes_gateway.core.progress import Progress
@@ -69,6 +79,7 @@ class GatewayRunner:
         leases: SessionLeases | None = None,
         runs: LiveRuns | None = None,
         on_turn: TurnDone | None = None,
+        job_ledger: AnswerLedger | None = None,
     ) -> None:
         self.config = config
         # a platform may have a policy of its own (the local API's is `queue`)
@@ -79,6 +90,7 @@ class GatewayRunner:
         self.agents = agents
         self.metrics = metrics
         self.settler = Settler(store, delivery, metrics, on_turn)
+        self.jobs = JobSettle(store, delivery, agents, job_ledger)  # scheduled jobs' turns
         self.runs = runs if runs is not None else LiveRuns()  # what the tools read of it
         self._table: SessionTable[Run] = self.runs.table
         self._stream_for = stream_for or (lambda event: None)
@@ -141,16 +153,48 @@ class GatewayRunner:
         run.steered.append(Pending(with_text(event, text), inbox_id))
         return True
 
+    # -- scheduled jobs' turns (`hermes_gateway.core.job_turns.JobTurns`) -----------------
+
+    async def run_job(self, turn: JobTurn) -> TurnOutcome:
+        """A job's run as a turn of its session: it waits behind what runs or waits there
+        (whatever the busy policy: it interrupts, steers and merges with nothing), then runs
+        like a message; returns its outcome once its turn is stored."""
+        if self.draining:
+            return TurnOutcome("failed", "", "the gateway is stopping")
+        ticket = JobTicket(turn, asyncio.get_running_loop().create_future())
+        item = Pending(job_event(turn), None, separate=True, job=ticket)
+        if self._table.active(turn.session_key) is None:
+            self.start([item])
+        else:
+            self._table.push(turn.session_key, item)
+        return await ticket.outcome
+
+    async def deliver_job(self, answer: JobAnswer) -> str:
+        """A job run's answer to its target (`JobSettle.deliver`)."""
+        return await self.jobs.deliver(answer)
+
+    def stop_jobs(self) -> None:
+        """The scheduler stops: job turns running stop at their next safe point."""
+        for run in list(self._table.active_runs()):
+            if run.job is not None:
+                run.control.interrupt()
+
     # -- runs ---------------------------------------------------------------------------
 
     def start(self, items: list[Pending], carried: list[Pending] | None = None) -> Run:
         run = Run(items[0].event.session_key, items, carried or [])
-        run.fence = self.fence_for(run.key)
-        run.control.expire_at(self.leases.until(run.key))
+        self._lease(run)
         if not self._table.acquire(run.key, run):
             raise RuntimeError(f"session {run.key} already has an active run")
         self._spawn(run)
         return run
+
+    def _lease(self, run: Run) -> None:
+        """A run writes under its session's lease; a job's turn under its run's claim in the
+        run ledger, which no other instance takes while it lives."""
+        if run.job is None:
+            run.fence = self.fence_for(run.key)
+            run.control.expire_at(self.leases.until(run.key))
 
     def _spawn(self, run: Run) -> None:
         run.abandon = asyncio.get_running_loop().create_future()
@@ -165,6 +209,8 @@ class GatewayRunner:
         run.task = asyncio.create_task(self._execute(run), name=f"run:{run.key}:{run.run_id}")
         self._tasks.add(run.task)
         run.task.add_done_callback(self._tasks.discard)
+        if run.job is not None:  # its wall-clock timeout: interrupted, then abandoned
+            run.job.arm(lambda: self.interrupt(run, grace=self.config.stop_grace_s))
         if self.probation.on_probation(run):
             log.info("run.probation", run_id=run.run_id, inbox_ids=inbox_ids(run.items))
             run.task.add_done_callback(lambda _t: self._probation_over(run))
@@ -205,6 +251,9 @@ class GatewayRunner:
         status, error = "crashed", None
         usage: dict[str, int] = {}  # the tokens its model calls used, also when interrupted
         try:
+            if run.job is not None and run.job.outcome.done():
+                status = "withdrawn"  # nobody waits for it now: the scheduler stopped
+                return
             # before it can crash us: the next start's verdict reads it
             alone = self.probation.on_probation(run)
             await self.store.begin_attempt(inbox_ids(run.items), probation=alone)
@@ -213,7 +262,8 @@ class GatewayRunner:
             except StoreError as exc:  # its history cannot load: say so, not "crashed"
                 log.error("run.history_unavailable", error=str(exc))
                 status = "store_unavailable"
-                await self.settler.reply(run, STORE_DOWN, "error", status)
+                if run.job is None:
+                    await self.settler.reply(run, STORE_DOWN, "error", status)
                 return
             try:
                 result = await self._call_agent(run, ctx)
@@ -228,15 +278,21 @@ class GatewayRunner:
                 # also after a /stop that raced with the answer: it was ready, so it goes out
                 status, error, usage = result.status, result.error, result.usage
                 self._begin_settling(run, result)
-                await self.settler.settle(run, ctx, result)
+                if run.job is not None:
+                    outcome = await self.jobs.settle(run.job, ctx, result, shutdown=run.shutdown)
+                    run.job.resolve(outcome)
+                else:
+                    await self.settler.settle(run, ctx, result)
             else:
                 status = "abandoned"
         except Exception:
             log.exception("run.crashed")
-            if not run.stopped and not run.shutdown:
+            if not run.stopped and not run.shutdown and run.job is None:
                 await self.settler.reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
         finally:  # cancelled by a shutdown that stopped waiting for it: not a crash
             status = "interrupted" if status == "crashed" and run.shutdown else status
+            if run.job is not None:
+                run.job.resolve(run.job.ended(status))
             elapsed = time.monotonic() - run.started
             self.metrics.run_duration.labels(status).observe(elapsed)
             say, why = (log.warning, {"error": error}) if error else (log.info, {})
@@ -290,8 +346,8 @@ class GatewayRunner:
         merge = self._policy_for(run.items[0].event.platform) not in ("queue", "latest")
         items = [] if self.draining else self._table.take_turn(run.key, merge=merge)
         if items:
-            nxt = Run(run.key, items, run.carry_forward, fence=self.fence_for(run.key))
-            nxt.control.expire_at(self.leases.until(run.key))
+            nxt = Run(run.key, items, run.carry_forward)
+            self._lease(nxt)
             self._table.hand_over(run.key, run, nxt)
             self._spawn(nxt)
             return
@@ -321,7 +377,8 @@ class GatewayRunner:
             return
         log.warning("run.abandoned", reason="interrupt_grace", run_id=run.run_id)
         self.abandon(run)
-        run.carry_forward = run.carried + run.items + run.steered
+        if run.job is None:  # a job's turn answers nobody: its outcome says it was stopped
+            run.carry_forward = run.carried + run.items + run.steered
         self._next(run)
 
     def abandon(self, run: Run, *, record: bool = True) -> None:
@@ -373,6 +430,7 @@ class GatewayRunner:
             return None
         self.abandon(run)
         dropped = self._table.pop_all(key)
+        withdraw(dropped, "stopped")
         self._table.release(key, run)
         return Stopped(run.items + run.carried + run.steered, dropped, run.persist_task)
 
@@ -388,6 +446,7 @@ class GatewayRunner:
         what was dropped (the run's messages, then those waiting)."""
         run = self._table.active(key)
         dropped = [*(run.items if run is not None else []), *self._table.pop_all(key)]
+        withdraw(dropped, "its session was given up")
         if run is not None:
             self.abandon(run, record=False)
             self._table.release(key, run)

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from hermes_gateway.events import MessageEvent
+
+if TYPE_CHECKING:
+    from hermes_gateway.core.job_turns import JobTicket
 
 R = TypeVar("R")
 
@@ -24,6 +27,7 @@ class Pending:
     event: MessageEvent
     inbox_id: int | None
     separate: bool = False  # a `/queue` turn: never merged with its neighbours
+    job: JobTicket | None = None  # a scheduled job's turn (no inbox entry: the run ledger's)
 
 
 @dataclass(slots=True)

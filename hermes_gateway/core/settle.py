@@ -13,6 +13,7 @@ import structlog
 from agent_core import RunResult
 from hermes_gateway.agents.cache import SessionContext
 from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.job_turns import withdraw
 from hermes_gateway.core.run import EMPTY_ANSWER, Run, inbox_ids
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import FencedOut, StoreError
@@ -136,6 +137,9 @@ class Settler:
         await self.delivery.send(out, ids, outcome=outcome, event=event, fence=run.fence)
 
     async def tell_dropped(self, item: Pending, text: str, reason: str) -> None:
+        if item.job is not None:  # a job's turn: its outcome says so, to the scheduler
+            withdraw([item], reason)
+            return
         self.metrics.dropped.labels(item.event.platform, reason).inc()
         log.info("message.dropped", reason=reason, message_id=item.event.message_id)
         await self.delivery.send(

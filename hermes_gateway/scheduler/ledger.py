@@ -109,8 +109,10 @@ class Ledger:
             gone = await db.execute(delete(JOBS).where(JOBS.c.id == job_id))
             return int(gone.rowcount or 0)  # type: ignore[attr-defined]
 
+        removed = await self._write(run) == 1
+        # after the delete: a tick reading the due jobs meanwhile would set it aside again
         self.set_aside.pop(job_id, None)
-        return await self._write(run) == 1
+        return removed
 
     async def due(self, now: float, limit: int = 500) -> list[Job]:
         """Active jobs whose slot has come, earliest first. A job whose stored schedule cannot

@@ -1,6 +1,7 @@
 """`hermes cron run ID` while the gateway is down (an exported systemd timer fired): the job's
-turn runs in this process, on the same store and config, claimed like any run; its answer is
-recorded `pending` with the lease let go, so the gateway delivers it at its next start."""
+turn runs in this process, on the same store and config, claimed like any run, through a runner
+of its own (as in the gateway); its answer is recorded `pending` with the lease let go, so the
+gateway delivers it at its next start."""
 
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ import time
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.agents.factory import AgentFactory, confine_tools
 from hermes_gateway.config import Config
+from hermes_gateway.core.bus import EventBus
+from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.job_turns import SILENT
 from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.errors import StoreError
-from hermes_gateway.scheduler.job_turn import SILENT, JobRunner
+from hermes_gateway.metrics import Metrics
+from hermes_gateway.scheduler.job_turn import turn_of
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.store.store import Store
 
@@ -63,12 +69,11 @@ async def _run(
     if run_id is None or not await ledger.start(run_id, now):
         print(f"hermes: job {job_id} is running already", file=sys.stderr)
         return EXIT_FAILURE
-    agents = AgentCache(factory.make, store.history, max_size=1, idle_ttl_s=60)
-    runner = JobRunner(store, agents, pool, config.runner.stop_grace_s)
+    runner = _runner(config, store, factory, pool)
     beat = asyncio.create_task(_heartbeat(ledger, run_id))
     try:
         timeout = job.timeout_s or config.scheduler.run_timeout_s
-        outcome = await runner.run(job, run_id, int(now), timeout)
+        outcome = await runner.run_job(turn_of(job, run_id, int(now), timeout))
     finally:
         beat.cancel()
     silent = outcome.status == "succeeded" and outcome.text == SILENT
@@ -79,6 +84,20 @@ async def _run(
     if delivery == "pending":
         print("the answer is delivered by the gateway (at once if it runs, else at its start)")
     return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILURE
+
+
+def _runner(config: Config, store: Store, factory: AgentFactory, pool: AgentPool) -> GatewayRunner:
+    """A runner for the one turn: no adapters (nothing is delivered from here)."""
+    bus, metrics = EventBus(timeout=config.hook_timeout_s), Metrics()
+    return GatewayRunner(
+        config.runner,
+        store=store,
+        bus=bus,
+        pool=pool,
+        agents=AgentCache(factory.make, store.history, max_size=1, idle_ttl_s=60),
+        delivery=Delivery({}, store, bus, metrics),
+        metrics=metrics,
+    )
 
 
 async def _heartbeat(ledger: Ledger, run_id: int) -> None:

@@ -1,8 +1,9 @@
 """The ticker: every `scheduler.tick_s` (or at once when woken) it reaps runs whose lease
 expired, takes over answers left undelivered, and claims the slots that came due, by the
 catch-up plan; claimed runs wait in a queue (as rows claimed in the store, not as tasks) for
-one of `scheduler.max_parallel` workers, which run them on the shared pool, always leaving a
-thread for chats. The clock is injected (tests move it)."""
+one of `scheduler.max_parallel` workers, which hand each to the runner as a turn of the job's
+session (`JobTurns`), always leaving a pool thread for chats, and record how it ended. The
+clock is injected (tests move it)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from typing import Any
 import structlog
 
 from hermes_gateway.config.schema import SchedulerConfig
+from hermes_gateway.core.job_turns import SILENT, JobTurns, TurnOutcome
 from hermes_gateway.errors import StoreError
 from hermes_gateway.events import OutboundKind
-from hermes_gateway.scheduler.job_turn import SILENT, JobRunner, Outcome
+from hermes_gateway.scheduler.job_turn import answer_of, turn_of
 from hermes_gateway.scheduler.jobs import Job, Plan, RunRecord, plan
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.schedule import UNUSABLE
 
 log = structlog.get_logger("hermes.scheduler")
@@ -40,17 +41,21 @@ class Scheduler:
         self,
         config: Callable[[], SchedulerConfig],
         ledger: Ledger,
-        runner: JobRunner,
-        outbox: JobOutbox,
+        turns: JobTurns,
         *,
         workers: int,
         clock: Callable[[], float] = time.time,
         on_outcome: Callable[[str], None] = lambda outcome: None,
+        per_user: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``turns``: the runner, which runs claimed runs and delivers their answers;
+        ``per_user``: whether a group chat has a session per user
+        (`runner.group_sessions_per_user`), to name the chat an answer joins."""
         self._config = config
         self.ledger = ledger
-        self.runner = runner
-        self.outbox = outbox
+        self.turns = turns
+        self.per_user = per_user
+        self.deliveries: Counter[str] = Counter()  # how deliveries ended (not those taken)
         self.clock = clock
         # a chat message never waits behind jobs: jobs leave one pool thread free
         self.parallel = max(1, min(config().max_parallel, workers - 1))
@@ -169,7 +174,7 @@ class Scheduler:
                 log.warning("job.missed", job_id=job.id, run_id=run_id, slot=p.slot)
                 when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(p.slot))
                 text = MISSED.format(name=job.name, id=job.id, when=when)
-                self._spawn(self.outbox.deliver(job, run_id, text, "notice"), run_id, job.id)
+                self._spawn(self._deliver(job, run_id, text, "notice"), run_id, job.id)
 
     async def run_now(self, job: Job) -> int | None:
         """ "Run now", whatever the schedule says; None while its previous run is live."""
@@ -192,9 +197,7 @@ class Scheduler:
                 log.info(
                     "job.redelivering", job_id=job.id, run_id=left.id, in_doubt=doubt is not None
                 )
-                await self.outbox.deliver(
-                    job, left.id, left.output, parts_sent=left.parts_sent, doubt=doubt
-                )
+                await self._deliver(job, left.id, left.output, "reply", left.parts_sent, doubt)
 
         self._spawn(send(), left.id, left.job_id)
 
@@ -231,10 +234,10 @@ class Scheduler:
         self.running += 1
         try:
             timeout = job.timeout_s or self.config.run_timeout_s
-            outcome = await self.runner.run(job, run_id, slot, timeout)
+            outcome = await self.turns.run_job(turn_of(job, run_id, slot, timeout))
         except Exception as exc:
             log.exception("job.crashed", job_id=job.id, run_id=run_id)
-            outcome = Outcome("failed", "", f"crashed: {type(exc).__name__}")
+            outcome = TurnOutcome("failed", "", f"crashed: {type(exc).__name__}")
         finally:
             self.running -= 1
         silent = outcome.status == "succeeded" and outcome.text == SILENT
@@ -252,8 +255,27 @@ class Scheduler:
             return False
         # a delivery and its retries take minutes at worst: not on a worker
         kind: OutboundKind = "reply" if outcome.status == "succeeded" else "notice"
-        self._spawn(self.outbox.deliver(job, run_id, text, kind), run_id, job.id)
+        self._spawn(self._deliver(job, run_id, text, kind), run_id, job.id)
         return True
+
+    async def _deliver(
+        self,
+        job: Job,
+        run_id: int,
+        text: str,
+        kind: OutboundKind,
+        parts_sent: int = 0,
+        doubt: str | None = None,
+    ) -> str:
+        """The answer to the job's target, through the runner's delivery (which records it on
+        the run); taken up after a crash, from ``parts_sent`` with ``doubt`` checked first."""
+        answer = answer_of(
+            job, run_id, text, kind, per_user=self.per_user(), parts_sent=parts_sent, doubt=doubt
+        )
+        final = await self.turns.deliver_job(answer)
+        if final != "taken":  # another gateway adopted it: not ours to count either
+            self.deliveries[final] += 1
+        return final
 
     def _spawn(self, coro: Any, run_id: int, job_id: str) -> None:
         self._live[run_id] = job_id
@@ -276,7 +298,7 @@ class Scheduler:
         left to the next start."""
         live = list(self._live)
         self._queue.clear()  # queued runs are abandoned with the running ones
-        self.runner.interrupt_all()
+        self.turns.stop_jobs()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -306,7 +328,7 @@ class Scheduler:
             "max_parallel": self.parallel,
             "outcomes": dict(self.outcomes),
             "late_starts": self.late_starts,
-            "deliveries": self.outbox.snapshot(),
+            "deliveries": dict(self.deliveries),
             **self.counts,
         }
 

@@ -1,6 +1,6 @@
 """The scheduler inside a running gateway: the desk the `cronjob` tool and `/cron` share (built
-first), the scheduler around it (from the gateway's store, agent cache, shared pool and
-delivery), the operator's routes, and what it shows in /status, /readyz and /metrics."""
+first), the scheduler around it (handing its runs to the gateway's runner as turns of their
+jobs' sessions), the operator's routes, and what it shows in /status, /readyz and /metrics."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from prometheus_client import Counter
 
+from hermes_gateway.core.job_turns import JobTurns
 from hermes_gateway.scheduler.board import JobBoard
 from hermes_gateway.scheduler.desk import JobDesk, Kicks
-from hermes_gateway.scheduler.job_turn import JobRunner
 from hermes_gateway.scheduler.jobs import Job
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.routes import JobRoutes
 from hermes_gateway.scheduler.scheduler import Scheduler
 
@@ -83,28 +82,28 @@ class LaterKicks:
 
 
 class SchedulerService:
-    """Builds the scheduler around the desk, from the parts it runs jobs with and delivers
-    their answers through."""
+    """Builds the scheduler around the desk, from the runner its runs are turns of (which
+    delivers their answers too)."""
 
     def __init__(
         self,
         desk: JobDesk,
         *,
-        runner: JobRunner,
-        outbox: JobOutbox,
+        turns: JobTurns,
         metrics: Metrics,
         workers: int,
+        per_user: Callable[[], bool],
     ) -> None:
         self.host = socket.gethostname()[:64]
-        self.desk, self.ledger, self.outbox = desk, desk.ledger, outbox
+        self.desk, self.ledger = desk, desk.ledger
         self._runs = _runs_counter(metrics)
         self.scheduler = Scheduler(
             lambda: desk.config,
             self.ledger,
-            runner,
-            outbox,
+            turns,
             workers=workers,
             on_outcome=self._count,
+            per_user=per_user,
         )
         self.board = JobBoard(desk)  # the dashboard's Jobs page, when it is on
         self._register(metrics)

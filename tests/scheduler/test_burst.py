@@ -13,11 +13,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from hermes_gateway.config.schema import SchedulerConfig
+from hermes_gateway.core.job_turns import JobAnswer, JobTurn, TurnOutcome
 from hermes_gateway.scheduler import schedule as schedule_module
-from hermes_gateway.scheduler.job_turn import Outcome
 from hermes_gateway.scheduler.jobs import Job, Origin, new_job, plan
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.schedule import parse
 from hermes_gateway.scheduler.scheduler import Scheduler
 from hermes_gateway.store.store import Store
@@ -33,12 +32,15 @@ class Gate:
         self.open = asyncio.Event()
         self.ran: list[str] = []
 
-    async def run(self, job: Job, run_id: int, slot: int, timeout_s: float) -> Outcome:
-        self.ran.append(job.id)
+    async def run_job(self, turn: JobTurn) -> TurnOutcome:
+        self.ran.append(turn.session_key.removeprefix("cron:"))
         await self.open.wait()
-        return Outcome("succeeded", "[SILENT]")
+        return TurnOutcome("succeeded", "[SILENT]")
 
-    def interrupt_all(self) -> None:
+    async def deliver_job(self, answer: JobAnswer) -> str:
+        return "skipped"  # nothing is delivered
+
+    def stop_jobs(self) -> None:
         pass
 
 
@@ -55,8 +57,7 @@ async def test_a_burst_waits_in_a_queue_for_the_workers_not_as_tasks(tmp_path: P
         clock, gate = Clock(T0), Gate()
         config = SchedulerConfig(enabled=True, max_parallel=3)
         ledger = Ledger(store, "host:1:t", config.lease_s)
-        outbox = JobOutbox(None, {}, ledger)  # type: ignore[arg-type]  # nothing is delivered
-        sched = Scheduler(lambda: config, ledger, gate, outbox, workers=8, clock=clock)  # type: ignore[arg-type]
+        sched = Scheduler(lambda: config, ledger, gate, workers=8, clock=clock)
         jobs = [hourly(i) for i in range(30)]
         for job in jobs:
             await ledger.add(job, T0)
@@ -137,8 +138,7 @@ async def test_a_stop_abandons_the_queued_runs_with_the_running_ones(tmp_path: P
         clock, gate = Clock(T0), Gate()
         config = SchedulerConfig(enabled=True, max_parallel=2)
         ledger = Ledger(store, "host:1:t", config.lease_s)
-        outbox = JobOutbox(None, {}, ledger)  # type: ignore[arg-type]  # nothing is delivered
-        sched = Scheduler(lambda: config, ledger, gate, outbox, workers=8, clock=clock)  # type: ignore[arg-type]
+        sched = Scheduler(lambda: config, ledger, gate, workers=8, clock=clock)
         for i in range(10):
             await ledger.add(hourly(i), T0)
         clock.now = T0 + 3600

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
+from hermes_gateway.core.job_settle import JobSettle
 from hermes_gateway.metrics import Metrics
+from hermes_gateway.scheduler.job_turn import answer_of
 from hermes_gateway.scheduler.jobs import plan
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.store.store import Store
 from tests.hermes_gateway.core.test_parts import SplittingAdapter
 from tests.scheduler.test_ledger import T0, hourly
@@ -51,8 +53,10 @@ async def test_a_delivery_adopted_elsewhere_sends_no_further_part(tmp_path: Path
 
         adapter.send_part = then_adopted  # type: ignore[assignment]
         delivery = Delivery({"telegram": adapter}, store, EventBus(timeout=1), Metrics())
-        outbox = JobOutbox(delivery, {"telegram": adapter}, paused)  # type: ignore[dict-item]
-        assert await outbox.deliver(job, run_id, ANSWER) == "taken"
+        agents = AgentCache(lambda key: None, store.history, max_size=1, idle_ttl_s=60)  # type: ignore[arg-type,return-value]
+        outbox = JobSettle(store, delivery, agents, paused)  # the runner's delivery of jobs
+        answer = answer_of(job, run_id, ANSWER, "reply", per_user=True)
+        assert await outbox.deliver(answer) == "taken"
         assert sent == ["one"]  # not "two" and "three" as well: the adopter sends those
         [run] = await adopter.runs()
         assert (run.delivery, run.parts_sent) == ("pending", 1)  # not recorded failed

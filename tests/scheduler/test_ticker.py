@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from hermes_gateway.config.schema import SchedulerConfig
-from hermes_gateway.scheduler.job_turn import Outcome
-from hermes_gateway.scheduler.jobs import Job, Origin, new_job
+from hermes_gateway.core.job_turns import JobAnswer, JobTurn, TurnOutcome
+from hermes_gateway.scheduler.jobs import Origin, new_job
 from hermes_gateway.scheduler.ledger import Ledger
-from hermes_gateway.scheduler.outbox import JobOutbox
 from hermes_gateway.scheduler.schedule import parse
 from hermes_gateway.scheduler.scheduler import Scheduler
 from hermes_gateway.store.store import Store
@@ -36,19 +35,21 @@ class Turns:
     def __init__(self) -> None:
         self.slots: list[int] = []
 
-    async def run(self, job: Job, run_id: int, slot: int, timeout_s: float) -> Outcome:
-        self.slots.append(slot)
-        return Outcome("succeeded", "[SILENT]")
+    async def run_job(self, turn: JobTurn) -> TurnOutcome:
+        self.slots.append(turn.slot)
+        return TurnOutcome("succeeded", "[SILENT]")
 
-    def interrupt_all(self) -> None:
+    async def deliver_job(self, answer: JobAnswer) -> str:
+        return "skipped"  # nothing is delivered
+
+    def stop_jobs(self) -> None:
         pass
 
 
 def ticker(store: Store, clock: Clock, turns: Turns, catch_up: str = "one") -> Scheduler:
     config = SchedulerConfig(enabled=True, catch_up=catch_up)  # type: ignore[arg-type]
     ledger = Ledger(store, "host:1:t", config.lease_s)
-    outbox = JobOutbox(None, {}, ledger)  # type: ignore[arg-type]  # nothing is delivered
-    return Scheduler(lambda: config, ledger, turns, outbox, workers=4, clock=clock)  # type: ignore[arg-type]
+    return Scheduler(lambda: config, ledger, turns, workers=4, clock=clock)
 
 
 @pytest.mark.parametrize(("policy", "expected"), [("one", 1), ("skip", 0)])
@@ -92,5 +93,5 @@ def test_a_ticker_that_stopped_ticking_is_stalled() -> None:
 
 def test_jobs_always_leave_a_pool_thread_to_chats() -> None:
     config = SchedulerConfig(enabled=True, max_parallel=8)
-    assert Scheduler(lambda: config, None, None, None, workers=4).parallel == 3  # type: ignore[arg-type]
-    assert Scheduler(lambda: config, None, None, None, workers=64).parallel == 8  # type: ignore[arg-type]
+    assert Scheduler(lambda: config, None, None, workers=4).parallel == 3  # type: ignore[arg-type]
+    assert Scheduler(lambda: config, None, None, workers=64).parallel == 8  # type: ignore[arg-type]
