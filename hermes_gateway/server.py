@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import AsyncExitStack
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -51,6 +50,7 @@ from hermes_gateway.platforms.adapter import Adapter, StreamSink
 from hermes_gateway.platforms.pairing import PairingBook
 from hermes_gateway.platforms.peers import Peers
 from hermes_gateway.store.store import Store
+from tools.host import ToolHost
 
 if TYPE_CHECKING:
     from hermes_gateway.dashboard import Dashboard
@@ -119,7 +119,7 @@ class Gateway(Lifecycle):
             config,
             config_path,
             clients=clients,
-            host=replace(self.tool_host.host, **self.memory.callables()),
+            host=ToolHost.provided_by(self.tool_host, self.memory),
             owner=self.memory.owner,
         )
         self.agents = AgentCache(
