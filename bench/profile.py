@@ -35,7 +35,7 @@ ACTIVITIES = (
     ("store (SQLAlchemy + aiosqlite)", ("hermes_gateway/store", "aiosqlite/", "sqlalchemy/")),
     ("model call (openai SDK, pool thread)", ("agent_core/llm.py", "complete (bench/floor.py")),
     ("agent loop (pool thread)", ("agent_core/", "hermes_gateway/core/pool.py")),
-    ("typing indicator (sendChatAction)", ("hermes_gateway/core/indicator.py",)),
+    ("typing indicator (sendChatAction)", ("hermes_gateway/platforms/indicator.py",)),
     (
         "reply delivery (sendMessage)",
         ("hermes_gateway/core/delivery.py", "telegram_delivery.py", "on_text (bench/floor.py"),

@@ -1,4 +1,5 @@
-"""The daemon's lifecycle: startup -> main -> shutdown, signals and reload, for `Gateway`.
+"""The daemon's lifecycle: startup -> main -> shutdown, signals and reload, of the parts the
+composition root (`Gateway`) builds and hands it (`LifecycleParts`).
 
 Shutdown order: stop intake -> drain with timeout -> interrupt agents -> stop the pool ->
 close adapters -> flush the store: the adapters stop first, then each part `startup` started
@@ -35,12 +36,10 @@ from hermes_gateway.liveness.watchdog import LoopWatchdog
 from hermes_gateway.platforms.adapter import adapter_class, load_adapter
 
 if TYPE_CHECKING:
-    from agent_core import LLMClient
     from hermes_gateway.agents.cache import AgentCache
     from hermes_gateway.agents.factory import AgentFactory
     from hermes_gateway.agents.tool_host import GatewayToolHost
     from hermes_gateway.cluster.ownership import Ownership
-    from hermes_gateway.config import Config
     from hermes_gateway.config.live import LiveConfig
     from hermes_gateway.control.app import ControlServer
     from hermes_gateway.core.bus import EventBus
@@ -65,47 +64,56 @@ FORCE_POLL_S = 0.1  # how often a wait checks for a forced stop (a second signal
 FORCE_GRACE_S = 5.0  # a forced stop: what the shutdown still does (no drain) gets this long
 
 
+@dataclass(frozen=True, slots=True)
+class LifecycleParts:
+    """What the lifecycle starts, runs and stops, built by the composition root
+    (`hermes_gateway.server.Gateway`); each adapter is built with the `Reception`."""
+
+    live: LiveConfig
+    first_start: bool  # nothing of the gateway's was there before this start
+    intake_closed: asyncio.Event  # set once the adapters stopped: nothing new is taken
+    metrics: Metrics
+    bus: EventBus
+    store: Store
+    pairing: PairingBook
+    pool: AgentPool
+    agent_factory: AgentFactory
+    agents: AgentCache
+    adapters: dict[str, Adapter]  # filled here at the start, one per enabled platform
+    gate: Gatekeeper
+    delivery: Delivery
+    runner: GatewayRunner
+    ownership: Ownership | None
+    reception: Reception
+    tool_host: GatewayToolHost
+    memory: MemoryHost
+    inbox: InboxRoutes
+    dashboard: Dashboard | None
+    control: ControlServer
+    scheduler: SchedulerService | None
+    notifier: SystemdNotifier
+
+
 class Lifecycle:
-    """`Gateway`'s startup, main and shutdown; the parts it starts and stops are built by
-    `Gateway.__init__` (declared here for the type checker); each adapter is built with the
-    `Reception`."""
+    """Startup -> main -> shutdown of the parts it is given, signals and reload; what it
+    starts it owns (the loop's watchdog and sentinel, the background tasks, each part's
+    stop)."""
 
-    if TYPE_CHECKING:
-        live: LiveConfig
-        config_path: str | None
-        first_start: bool
-        should_exit: asyncio.Event
-        force_exit: bool
-        exit_code: int
-        intake_closed: asyncio.Event
-        metrics: Metrics
-        bus: EventBus
-        store: Store
-        pairing: PairingBook
-        pool: AgentPool
-        agent_factory: AgentFactory
-        llm: LLMClient
-        agents: AgentCache
-        adapters: dict[str, Adapter]
-        gate: Gatekeeper
-        delivery: Delivery
-        runner: GatewayRunner
-        ownership: Ownership | None
-        reception: Reception
-        tool_host: GatewayToolHost
-        memory: MemoryHost
-        inbox: InboxRoutes
-        dashboard: Dashboard | None
-        control: ControlServer
-        scheduler: SchedulerService | None
-        notifier: SystemdNotifier
-        watchdog: LoopWatchdog | None
-        sentinel: Sentinel | None
-        _background: list[asyncio.Task[Any]]
-        _stops: AsyncExitStack
+    def __init__(self, parts: LifecycleParts, config_path: str | None = None) -> None:
+        self.parts = parts
+        self.config_path = config_path  # the file a SIGHUP reads again (None: defaults)
+        self.should_exit = asyncio.Event()
+        self.force_exit = False
+        self.exit_code = 0
+        self.watchdog: LoopWatchdog | None = None
+        self.sentinel: Sentinel | None = None
+        self._background: list[asyncio.Task[Any]] = []
+        self._stops = AsyncExitStack()  # each started part's stop, pushed as it starts
 
-        @property
-        def config(self) -> Config: ...
+    @property
+    def config(self) -> Config:
+        """The config in force (a SIGHUP reload swaps it)."""
+        return self.parts.live.now
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
@@ -183,14 +191,14 @@ class Lifecycle:
     async def reload(self) -> None:
         """SIGHUP: take new access rules and log level from the config file; sessions, runs
         and connections are untouched (other keys need a restart)."""
-        if await self.live.reload(self.config_path):
-            self.gate.reconfigure()  # the one part that derives state
+        if await self.parts.live.reload(self.config_path):
+            self.parts.gate.reconfigure()  # the one part that derives state
 
     async def _listen(self) -> None:
         """Open the control port; an address we cannot listen on is the operator's to fix, so
         it is a configuration error (exit 78: systemd must not restart into the same wall)."""
         try:
-            await self.control.start()
+            await self.parts.control.start()
         except OSError as exc:
             where = f"{self.config.control.host}:{self.config.control.port}"
             raise ConfigError(
@@ -202,96 +210,106 @@ class Lifecycle:
         cut short, by a failure or a signal, is stopped too): the shutdown stops them in
         reverse."""
         stops = self._stops
-        stops.callback(self.notifier.close)
+        stops.callback(self.parts.notifier.close)
         await self._prepare(stops)
-        replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
-        if self.ownership is None:  # in a cluster each session is replayed under its lease
+        replayer = Replayer(
+            self.parts.store,
+            self.parts.runner,
+            self.parts.delivery,
+            self.parts.adapters,
+            self.parts.live,
+        )
+        if self.parts.ownership is None:  # in a cluster each session is replayed under its lease
             await replayer.load()  # before intake: what this run takes is not a leftover
-        await self.inbox.load()  # what that quarantined, and what earlier starts did
+        await self.parts.inbox.load()  # what that quarantined, and what earlier starts did
         for name in self.config.platforms.enabled():
             cls = await asyncio.to_thread(adapter_class, name)  # SDK imports stay off the loop
-            adapter = self.adapters[name] = load_adapter(name, self.reception, cls)
+            adapter = self.parts.adapters[name] = load_adapter(name, self.parts.reception, cls)
             if (close := getattr(adapter, "close", None)) is not None:
                 stops.push_async_callback(_quietly, close, "adapter.close")
-        if self.dashboard is not None:
-            stops.push_async_callback(self.dashboard.stop)
-            await self.dashboard.start()
-        stops.push_async_callback(self.control.stop)
+        if self.parts.dashboard is not None:
+            stops.push_async_callback(self.parts.dashboard.stop)
+            await self.parts.dashboard.start()
+        stops.push_async_callback(self.parts.control.stop)
         await self._listen()
         stops.push_async_callback(self._end_background)
-        stops.push_async_callback(asyncio.to_thread, self.pool.shutdown)
+        stops.push_async_callback(asyncio.to_thread, self.parts.pool.shutdown)
         # undelivered replies wait in the inbox for the next start
-        stops.push_async_callback(self.delivery.close)
-        for name, adapter in self.adapters.items():  # stopped first, by `shutdown` itself
+        stops.push_async_callback(self.parts.delivery.close)
+        for name, adapter in self.parts.adapters.items():  # stopped first, by `shutdown` itself
             await adapter.start()
             log.info("adapter.started", platform=name)
         await self._start_runs(replayer, stops)
-        self._spawn(Housekeeper(self.live, self.agents, self.store).run(), "housekeeping")
-        if self.scheduler is not None:  # adapters up: its answers can go out
+        self._spawn(
+            Housekeeper(self.parts.live, self.parts.agents, self.parts.store).run(), "housekeeping"
+        )
+        if self.parts.scheduler is not None:  # adapters up: its answers can go out
             # no new job runs; running ones are recorded stopped
-            stops.push_async_callback(_quietly, self.scheduler.stop, "scheduler.stop")
-            await self.scheduler.start(self._spawn)
+            stops.push_async_callback(_quietly, self.parts.scheduler.stop, "scheduler.stop")
+            await self.parts.scheduler.start(self._spawn)
         self._spawn(self._warm_up(), "warm-up")
-        self.notifier.notify("READY=1")
-        self.bus.emit("gateway_startup", session_key="", version=__version__)
+        self.parts.notifier.notify("READY=1")
+        self.parts.bus.emit("gateway_startup", session_key="", version=__version__)
         self._announce_ready()
 
     async def _start_runs(self, replayer: Replayer, stops: AsyncExitStack) -> None:
         """What earlier runs left is taken up (in a cluster, under each session's lease);
         stopping lets the runs in progress finish, then interrupts the rest, before the
         leases go."""
-        if self.ownership is None:
+        if self.parts.ownership is None:
             self._spawn(replayer.run(), "replay")
         else:  # its first sweep takes over the leftovers of sessions no instance owns
             # the leases go at once: another instance takes over
-            stops.push_async_callback(self.ownership.close)
-            await self.ownership.start()
+            stops.push_async_callback(self.parts.ownership.close)
+            await self.parts.ownership.start()
         stops.push_async_callback(self._stop_runs)
 
     async def _prepare(self, stops: AsyncExitStack) -> None:
         """The guards first, then what intake needs: dirs, tools, the store, memory, hooks."""
         loop = asyncio.get_running_loop()
-        self.tool_host.bind(loop)
-        self.memory.bind(loop)
-        self.watchdog = LoopWatchdog(loop, self.config.watchdog, self.metrics, self.notifier)
+        self.parts.tool_host.bind(loop)
+        self.parts.memory.bind(loop)
+        self.watchdog = LoopWatchdog(
+            loop, self.config.watchdog, self.parts.metrics, self.parts.notifier
+        )
         stops.callback(self.watchdog.stop)
         self.watchdog.start()
         self.sentinel = Sentinel.for_config(loop, self.config)  # sees what a thread cannot
         stops.push_async_callback(self.sentinel.stop)
         self.sentinel.start()
-        stops.callback(self.agent_factory.close)  # after the pool: no run is left to use it
+        stops.callback(self.parts.agent_factory.close)  # after the pool: no run is left to use it
         await asyncio.to_thread(self._prepare_dirs)
         # tool modules are imported off the loop, before the first agent needs them
         await asyncio.to_thread(
-            lambda: [self.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
+            lambda: [self.parts.agent_factory.toolset(p) for p in self.config.platforms.enabled()]
         )
-        stops.push_async_callback(self.store.close)
-        await self.store.open()
-        if self.memory.service is not None:
+        stops.push_async_callback(self.parts.store.close)
+        await self.parts.store.open()
+        if self.parts.memory.service is not None:
             # auto-retains in flight finish before the store closes
-            stops.push_async_callback(self.memory.service.close)
-            await self.memory.service.archive.open()  # pgvector or not, found once, here
+            stops.push_async_callback(self.parts.memory.service.close)
+            await self.parts.memory.service.archive.open()  # pgvector or not, found once, here
         hooks = await asyncio.to_thread(
             collect_hooks, self.config.hooks, self.config.home_path / "hooks"
         )
-        install_hooks(self.bus, hooks)
-        stops.push_async_callback(self.bus.aclose)
-        await self.memory.find_legacy(self.config.home_path)
+        install_hooks(self.parts.bus, hooks)
+        stops.push_async_callback(self.parts.bus.aclose)
+        await self.parts.memory.find_legacy(self.config.home_path)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
-        await self.pairing.load()
+        await self.parts.pairing.load()
 
     def _announce_ready(self) -> None:
         log.info(
             "gateway.ready",
             version=__version__,
-            port=self.control.port,
-            platforms=list(self.adapters),
+            port=self.parts.control.port,
+            platforms=list(self.parts.adapters),
             model=self.config.model.name,
             workers=self.config.runner.workers,
             home=str(self.config.home_path),
             config=str(config_path(self.config_path) or "built-in defaults"),
         )
-        ready = self.agent_factory.llm.configured
+        ready = self.parts.agent_factory.llm.configured
         if not ready:
             env_file = self.config.home_path / "gateway.env"
             log.warning(
@@ -299,19 +317,24 @@ class Lifecycle:
                 hint="every chat is answered with how to set one: put model.api_key (or "
                 f"OPENAI_API_KEY in {env_file}) or a local model.base_url in the config",
             )
-        started = Started(config_path(self.config_path), self.control.port, self.first_start, ready)
+        started = Started(
+            config_path(self.config_path),
+            self.parts.control.port,
+            self.parts.first_start,
+            ready,
+        )
         if text := next_steps(self.config, started):
             self._spawn(asyncio.to_thread(_tell, text), "next-steps")
 
     async def shutdown(self) -> None:
         """Stop intake, then what `startup` started, in reverse: the runs drain (or are
         interrupted), the leases go, delivery and the pool stop, ... the store closes last."""
-        self.notifier.notify("STOPPING=1")
-        self.bus.emit("gateway_shutdown", session_key="")
+        self.parts.notifier.notify("STOPPING=1")
+        self.parts.bus.emit("gateway_shutdown", session_key="")
         # stop intake first: anything an adapter fetched meanwhile still lands in the inbox
-        for adapter in self.adapters.values():
+        for adapter in self.parts.adapters.values():
             await _quietly(adapter.stop, "adapter.stop")
-        self.intake_closed.set()
+        self.parts.intake_closed.set()
         await self._stops.aclose()
         if self.exit_code >= 0:
             log.info("gateway.stopped", exit_code=self.exit_code)
@@ -321,7 +344,7 @@ class Lifecycle:
         drained = await self._drain(drain)
         if not drained:
             log.warning("gateway.drain_timeout", seconds=drain)
-        await self.runner.interrupt_all()
+        await self.parts.runner.interrupt_all()
 
     async def _end_background(self) -> None:
         for task in self._background:
@@ -332,7 +355,7 @@ class Lifecycle:
             await asyncio.wait(self._background, timeout=2)
 
     async def _drain(self, timeout: float) -> bool:
-        drain = asyncio.create_task(self.runner.drain(timeout))
+        drain = asyncio.create_task(self.parts.runner.drain(timeout))
         while not drain.done():
             await asyncio.wait({drain}, timeout=0.1)
             if self.force_exit:
@@ -346,7 +369,7 @@ class Lifecycle:
         ~100 MB of objects that live forever, and scanning it made every full collection a
         ~100 ms pause of the loop (measured: 107 ms before, under 1 ms after)."""
         try:
-            await asyncio.to_thread(self.llm.warm)
+            await asyncio.to_thread(self.parts.agent_factory.llm.warm)
         finally:
             gc.freeze()  # no collect first: that would itself be the pause we are avoiding
             gc.enable()  # off while the command imported and started (`hermes_gateway.__main__`)

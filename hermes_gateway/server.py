@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import AsyncExitStack
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
@@ -39,10 +37,8 @@ from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.run import LiveRuns
 from hermes_gateway.core.runner import GatewayRunner
 from hermes_gateway.events import MessageEvent
-from hermes_gateway.lifecycle import Lifecycle
+from hermes_gateway.lifecycle import Lifecycle, LifecycleParts
 from hermes_gateway.liveness.sdnotify import SystemdNotifier
-from hermes_gateway.liveness.sentinel import Sentinel
-from hermes_gateway.liveness.watchdog import LoopWatchdog
 from hermes_gateway.memory.routes import MemoryRoutes
 from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
@@ -51,6 +47,7 @@ from hermes_gateway.platforms.adapter import Adapter, StreamSink
 from hermes_gateway.platforms.pairing import PairingBook
 from hermes_gateway.platforms.peers import Peers
 from hermes_gateway.store.store import Store
+from tools.host import ToolHost
 
 if TYPE_CHECKING:
     from hermes_gateway.dashboard import Dashboard
@@ -68,12 +65,8 @@ class Gateway(Lifecycle):
         self, config: Config, config_path: str | None = None, *, first_start: bool = False
     ) -> None:
         self.live = LiveConfig(config)  # what every part reads; SIGHUP swaps what it holds
-        self.config_path = config_path
         self.first_start = first_start  # nothing of the gateway's was there before this start
-        self.should_exit = asyncio.Event()
         self.intake_closed = asyncio.Event()  # the adapters have stopped: nothing new is taken
-        self.force_exit = False
-        self.exit_code = 0
         self.started_at = time.time()
         self.metrics = Metrics()
         self.bus = EventBus(timeout=config.hook_timeout_s)
@@ -87,10 +80,7 @@ class Gateway(Lifecycle):
         self._build_core(config)
         self._build_faces(config)
         self.notifier = SystemdNotifier(systemd_notify_socket())
-        self.watchdog: LoopWatchdog | None = None
-        self.sentinel: Sentinel | None = None
-        self._background: list[asyncio.Task[Any]] = []
-        self._stops = AsyncExitStack()  # each started part's stop, pushed as it starts
+        super().__init__(self._lifecycle_parts(), config_path)  # what it starts and stops
         self.vitals.register_gauges()
 
     def _build_hands(self, config: Config, config_path: str | None) -> None:
@@ -119,7 +109,7 @@ class Gateway(Lifecycle):
             config,
             config_path,
             clients=clients,
-            host=replace(self.tool_host.host, **self.memory.callables()),
+            host=ToolHost.provided_by(self.tool_host, self.memory),
             owner=self.memory.owner,
         )
         self.agents = AgentCache(
@@ -238,6 +228,33 @@ class Gateway(Lifecycle):
             self.dashboard = self._dashboard(config)
             self.dashboard.mount(self.control)
 
+    def _lifecycle_parts(self) -> LifecycleParts:
+        return LifecycleParts(
+            live=self.live,
+            first_start=self.first_start,
+            intake_closed=self.intake_closed,
+            metrics=self.metrics,
+            bus=self.bus,
+            store=self.store,
+            pairing=self.pairing,
+            pool=self.pool,
+            agent_factory=self.agent_factory,
+            agents=self.agents,
+            adapters=self.adapters,
+            gate=self.gate,
+            delivery=self.delivery,
+            runner=self.runner,
+            ownership=self.ownership,
+            reception=self.reception,
+            tool_host=self.tool_host,
+            memory=self.memory,
+            inbox=self.inbox,
+            dashboard=self.dashboard,
+            control=self.control,
+            scheduler=self.scheduler,
+            notifier=self.notifier,
+        )
+
     def _vital_parts(self) -> VitalParts:
         return VitalParts(
             live=self.live,
@@ -285,10 +302,6 @@ class Gateway(Lifecycle):
         """The desk's way to the scheduler, built after it (see `LaterKicks`)."""
         assert self.scheduler is not None
         return self.scheduler.scheduler
-
-    @property
-    def config(self) -> Config:
-        return self.live.now
 
     def _peer_url(self) -> str:
         """Where the other instances reach this one (read once the control port listens)."""

@@ -106,3 +106,31 @@ def test_the_checks_see_what_they_look_for() -> None:
     ):
         assert gateway_imports(ast.parse(source)), source
     assert not gateway_imports(ast.parse("from hermes_gateway.core import reception"))
+
+
+def declared_for_the_checker(cls: ast.ClassDef) -> list[str]:
+    """Attributes ``cls`` declares under `if TYPE_CHECKING:` in its body with no value: ones it
+    expects to find set by someone else (a subclass, a caller)."""
+    return [
+        ast.unparse(stmt.target)
+        for node in cls.body
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is None
+    ]
+
+
+def test_no_class_declares_attributes_for_the_type_checker_alone() -> None:
+    """A base class that declares its subclass's parts for the type checker (as `Lifecycle`
+    did with `Gateway`'s) is finished from outside: it takes them by its constructor instead."""
+    offenders = [
+        f"{name}: class {node.name}: {', '.join(declared)}"
+        for name, tree in _files()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and (declared := declared_for_the_checker(node))
+    ]
+    assert not offenders, offenders
+    base = ast.parse("class B:\n    if TYPE_CHECKING:\n        store: Store\n        n: int = 1")
+    assert declared_for_the_checker(next(n for n in base.body if isinstance(n, ast.ClassDef))) == [
+        "store"
+    ]

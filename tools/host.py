@@ -9,7 +9,7 @@ a call sees only the callables its tool's spec needs (`HOST_NEEDS`, `narrowed`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,31 +110,41 @@ Forget = Callable[[str, ForgetRequest], Forgotten]
 
 @dataclass(frozen=True, slots=True)
 class ToolHost:
-    """The gateway's services for tools; each is optional."""
+    """The gateway's services for tools; each is optional. A service is declared here once,
+    by a field whose ``need`` is the key of `HOST_NEEDS` (and of `ToolSpec.needs`) that opens
+    it; the gateway lends it by a method of the same name on one of its providers
+    (`provided_by`), so adding one changes nothing else here or in the gateway's wiring."""
 
-    ask_approval: AskApproval | None = None
-    search_history: SearchHistory | None = None
-    fetch_attachment: FetchAttachment | None = None
-    describe_image: DescribeImage | None = None
-    manage_jobs: ManageJobs | None = None
-    user_of: UserOf | None = None
-    retain: Retain | None = None
-    recall: Recall | None = None
-    reflect: Reflect | None = None
-    forget: Forget | None = None
+    ask_approval: AskApproval | None = field(default=None, metadata={"need": "approvals"})
+    search_history: SearchHistory | None = field(default=None, metadata={"need": "history"})
+    fetch_attachment: FetchAttachment | None = field(default=None, metadata={"need": "attachments"})
+    describe_image: DescribeImage | None = field(default=None, metadata={"need": "vision"})
+    manage_jobs: ManageJobs | None = field(default=None, metadata={"need": "jobs"})
+    user_of: UserOf | None = field(default=None, metadata={"need": "memory"})
+    retain: Retain | None = field(default=None, metadata={"need": "memory"})
+    recall: Recall | None = field(default=None, metadata={"need": "memory"})
+    reflect: Reflect | None = field(default=None, metadata={"need": "memory"})
+    forget: Forget | None = field(default=None, metadata={"need": "memory"})
+
+    @classmethod
+    def provided_by(cls, *providers: object) -> ToolHost:
+        """Each service from the first of ``providers`` that has a callable of its name."""
+        lent: dict[str, Any] = {}
+        for one in fields(cls):
+            found = (getattr(p, one.name, None) for p in providers)
+            lent[one.name] = next((f for f in found if callable(f)), None)
+        return cls(**lent)
 
 
-# what a tool may use (`tools.spec.ToolSpec.needs`) -> the `ToolHost` fields it opens;
-# "delegation" opens `ToolContext.delegate`, and "tools" (a tool that calls the session's other
-# tools) keeps the whole host, since each call it makes is narrowed again to the called tool's
-# own needs
+# what a tool may use (`tools.spec.ToolSpec.needs`) -> the `ToolHost` fields it opens, as the
+# fields declare it; "delegation" opens `ToolContext.delegate`, and "tools" (a tool that calls
+# the session's other tools) keeps the whole host, since each call it makes is narrowed again
+# to the called tool's own needs
 HOST_NEEDS: dict[str, tuple[str, ...]] = {
-    "approvals": ("ask_approval",),
-    "history": ("search_history",),
-    "attachments": ("fetch_attachment",),
-    "vision": ("describe_image",),
-    "jobs": ("manage_jobs",),
-    "memory": ("user_of", "retain", "recall", "reflect", "forget"),
+    **{
+        need: tuple(f.name for f in fields(ToolHost) if f.metadata["need"] == need)
+        for need in dict.fromkeys(f.metadata["need"] for f in fields(ToolHost))
+    },
     "delegation": (),
     "tools": (),
 }

@@ -25,14 +25,14 @@ from hermes_gateway.platforms import (
     OutboundMessage,
     PermanentAdapterError,
     PreviewBook,
+    PreviewRef,
     PreviewWire,
     RateLimitedError,
     Remember,
+    Replier,
     TransientAdapterError,
     header,
-    part_key,
     retry_after_s,
-    send_parts,
     with_retry,
 )
 
@@ -98,6 +98,59 @@ class _Deferred:
     expires: float  # monotonic
 
 
+class ChannelReply:
+    """One reply's primitives in its channel (a `ReplyWire`): the first part references the
+    message answered, and every part is posted with its key as its nonce, so Discord itself
+    answers a second post of a part (a retry, a part in doubt after a crash) with the first."""
+
+    def __init__(self, outbox: DiscordOutbox, channel_id: int, out: OutboundMessage) -> None:
+        self.outbox = outbox
+        self.channel_id = channel_id
+        self.out = out
+
+    def after(self) -> str:
+        return ""  # the nonce settles a part in doubt: no reference to look after
+
+    async def post(self, index: int, part: str, key: str | None) -> None:
+        reply_to = self.outbox.reference(self.out.reply_to) if index == 0 else None
+        await self.outbox.post(self.channel_id, part, reply_to, nonce=key)
+
+    async def edit(self, ref: int, part: str) -> None:
+        await self.outbox.edit(self.channel_id, ref, part)
+
+    async def sent(self, part: str, key: str | None, after: str) -> bool:
+        return False  # posted again with the same nonce, which Discord does not double
+
+
+class FollowUp:
+    """A slash command's answer, part by part through its interaction's follow-up webhook (a
+    `ReplyWire` with no preview and no lookup: the "thinking..." message is the preview)."""
+
+    def __init__(
+        self,
+        send: Callable[[str], Awaitable[discord.WebhookMessage]],
+        answered: Callable[[int], None],
+    ) -> None:
+        self.send = send  # one follow-up message, retried
+        self.answered = answered  # told the message that answered the interaction
+        self.delivered = 0
+
+    def after(self) -> str:
+        return ""
+
+    async def post(self, index: int, part: str, key: str | None) -> None:
+        message = await self.send(part)
+        self.delivered += 1
+        if index == 0:
+            self.answered(message.id)
+
+    async def edit(self, ref: int, part: str) -> None:
+        raise PermanentAdapterError("a follow-up takes over no preview")
+
+    async def sent(self, part: str, key: str | None, after: str) -> bool:
+        return False
+
+
 class DiscordOutbox:
     """Everything the adapter sends; `client` returns the logged-in client or raises
     `TransientAdapterError` while there is none (a restart in progress)."""
@@ -114,6 +167,7 @@ class DiscordOutbox:
         self._deferred: dict[str, _Deferred] = {}
         self._answered: OrderedDict[str, int] = OrderedDict()
         self.previews: PreviewBook[str, int] = PreviewBook("discord", remember)
+        self.replier = Replier(self.previews)
         # messages being admitted: a refusal answers a message plainly in its channel and a
         # slash command privately (its interaction), as neither was acknowledged yet
         self._held: dict[str, discord.Interaction[Any] | None] = {}
@@ -253,11 +307,7 @@ class DiscordOutbox:
     async def _via_interaction(
         self, key: str, deferred: _Deferred, out: OutboundMessage, parts: list[str]
     ) -> bool:
-        delivered = 0
-
-        async def one(index: int, part: str) -> None:
-            nonlocal delivered
-
+        async def send(part: str) -> discord.WebhookMessage:
             async def call() -> discord.WebhookMessage:
                 try:
                     return await deferred.followup().send(part, wait=True)
@@ -266,17 +316,13 @@ class DiscordOutbox:
                         raise PermanentAdapterError(f"discord followup: {exc.text}") from exc
                     raise
 
-            message = await self._call(call, "followup", True)
-            delivered += 1
-            if index == 0:
-                self._answered[key] = message.id
-                while len(self._answered) > _REMEMBERED:
-                    self._answered.popitem(last=False)
+            return await self._call(call, "followup", True)
 
+        wire = FollowUp(send, partial(self._answer, key))
         try:
-            await send_parts(out, parts, one)
+            await self.replier.send(out, parts, wire)
         except PermanentAdapterError as exc:
-            if delivered or out.skip_parts:
+            if wire.delivered or out.skip_parts:
                 raise
             log.warning("discord.followup_failed", error=str(exc), interaction_id=key)
             return False
@@ -284,6 +330,11 @@ class DiscordOutbox:
             self._deferred[key] = deferred  # the redelivery answers through it too
             raise
         return True
+
+    def _answer(self, key: str, message_id: int) -> None:
+        self._answered[key] = message_id
+        while len(self._answered) > _REMEMBERED:
+            self._answered.popitem(last=False)
 
     # -- replies ------------------------------------------------------------------------------
 
@@ -305,16 +356,8 @@ class DiscordOutbox:
         shown = await primary.finish() if primary is not None else None
         if shown is None and orphans and deferred is None:
             shown = orphans[0]  # a replay finishes the preview its crashed run left
-
-        async def one(index: int, part: str) -> None:
-            if index == 0 and shown is not None:
-                edit = partial(self.edit, channel_id, shown, part)
-                if await self.previews.into(out.answers[0], shown, edit):
-                    return
-            reply_to = self.reference(out.reply_to) if index == 0 else None
-            await self.post(channel_id, part, reply_to, nonce=part_key(out, index, part))
-
-        await send_parts(out, parts, one)
+        preview = PreviewRef(out.answers[0], shown) if shown is not None else None
+        await self.replier.send(out, parts, ChannelReply(self, channel_id, out), preview)
 
     def adopt(self, event: MessageEvent, ref: str) -> None:
         if ref.isdigit():

@@ -47,6 +47,7 @@ from hermes_gateway.platforms import (
     MessageEvent,
     OutboundMessage,
     PreviewBook,
+    Replier,
     RetryLater,
     StoreError,
     StreamSink,
@@ -97,6 +98,7 @@ class SlackAdapter:
         self._threads = Recent()  # (channel, thread_ts) of threads the bot answers in
         self._unstored: set[str] = set()  # event ids left with Slack: not acked
         self._previews: PreviewBook[str, str] = PreviewBook("slack", host.remember_preview)
+        self._replier = Replier(self._previews)
         self.files = file_downloader(self.config, host.config.home_path / "media")
         mode = self.config.progress if self.config.typing else "none"
         self._progress = Progress(mode, self.config.progress_reaction)
@@ -342,7 +344,7 @@ class SlackAdapter:
         on its own (earlier parts are never sent twice). A streamed preview becomes part 1."""
         if self.web is None:
             raise TransientAdapterError("slack: not started")
-        await post_reply(self.web, self._previews, message, self.config.message_limit)
+        await post_reply(self.web, self._replier, message, self.config.message_limit)
 
     async def download(self, attachment: Attachment) -> Path:
         """Fetch a file (``url_private``, with the bot token) into ``<home>/media``, never at

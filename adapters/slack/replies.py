@@ -4,39 +4,56 @@ posted again."""
 
 from __future__ import annotations
 
-from functools import partial
-
 from adapters.slack.api import SlackWeb
 from adapters.slack.render import split_rendered_slack
 from adapters.slack.sent_check import find_posted, metadata
-from hermes_gateway.platforms import OutboundMessage, PreviewBook, part_key, send_parts
+from hermes_gateway.platforms import OutboundMessage, PreviewBook, PreviewRef, Replier
+
+
+class ThreadReply:
+    """One reply's primitives in its thread (a `ReplyWire`): every part carries its key in
+    its metadata, and the ts of the newest part is what the next part's intent records."""
+
+    def __init__(self, web: SlackWeb, message: OutboundMessage) -> None:
+        self.web = web
+        self.message = message
+        self.last = message.reply_to or ""  # the newest ts a part about to go out comes after
+
+    def after(self) -> str:
+        return self.last
+
+    async def post(self, index: int, part: str, key: str | None) -> None:
+        message = self.message
+        ts = await self.web.post(message.chat_id, part, message.thread_id, metadata=metadata(key))
+        self.last = ts or self.last
+
+    async def edit(self, ref: str, part: str) -> None:
+        await self.web.update(self.message.chat_id, ref, part)
+
+    async def sent(self, part: str, key: str | None, after: str) -> bool:
+        if key is None:  # posted without a key: nothing to find it by
+            return False
+        message = self.message
+        found = await find_posted(self.web, message.chat_id, message.thread_id, after, key)
+        self.last = found or self.last
+        return bool(found)
 
 
 async def post_reply(
-    web: SlackWeb, previews: PreviewBook[str, str], message: OutboundMessage, limit: int
+    web: SlackWeb, replier: Replier[str, str], message: OutboundMessage, limit: int
 ) -> None:
     """Each part retried on its own by the caller's retries (earlier parts are never sent
-    twice); the ts of the newest part is what the next part's intent records."""
-    preview_ts = None
-    for answered in message.answers:
-        if (preview_ts := await previews.take(answered)) is not None:
-            break
-
-    last = [message.reply_to or ""]  # the newest ts a part about to go out comes after
-
-    async def one(index: int, part: str) -> None:
-        if index == 0 and preview_ts:
-            edit = partial(web.update, message.chat_id, preview_ts, part)
-            if await previews.into(message.answers[0], preview_ts, edit):
-                return
-        key = part_key(message, index, part)
-        if index == message.skip_parts and message.doubt is not None and key is not None:
-            found = await find_posted(web, message.chat_id, message.thread_id, message.doubt, key)
-            if found:  # it went out before the crash: not twice
-                last[0] = found
-                return
-        ts = await web.post(message.chat_id, part, message.thread_id, metadata=metadata(key))
-        last[0] = ts or last[0]
-
+    twice); the first takes over the preview of the first answered message that has one."""
+    preview = await take_preview(replier.previews, message)
     parts = split_rendered_slack(message.text, limit)
-    await send_parts(message, parts, one, lambda: last[0])
+    await replier.send(message, parts, ThreadReply(web, message), preview)
+
+
+async def take_preview(
+    previews: PreviewBook[str, str], message: OutboundMessage
+) -> PreviewRef[str, str] | None:
+    """The preview of the first answered message that has one (whatever the reply's kind)."""
+    for answered in message.answers:
+        if (ts := await previews.take(answered)) is not None:
+            return PreviewRef(message.answers[0], ts) if ts else None
+    return None

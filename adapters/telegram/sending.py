@@ -5,7 +5,6 @@ when Telegram cannot parse the HTML, bounded retries per part, and the live prev
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any, TypeVar
 
 import structlog
@@ -22,11 +21,12 @@ from hermes_gateway.platforms import (
     OutboundMessage,
     PermanentAdapterError,
     PreviewBook,
+    PreviewRef,
     PreviewWire,
     RateLimitedError,
     Remember,
+    Replier,
     TransientAdapterError,
-    send_parts,
     with_retry,
 )
 from telegram import Bot
@@ -46,6 +46,7 @@ log = structlog.get_logger("hermes.adapters.telegram")
 T = TypeVar("T")
 Op = Callable[[str, str | None], Awaitable[T]]  # (text, parse_mode) -> result
 
+Key = tuple[str, str]  # what a preview answers: (chat id, message id)
 LIMIT = 4096  # UTF-16 units per message, as Telegram counts them
 
 
@@ -188,6 +189,37 @@ class Sender:
         return await with_retry(attempt, what=what, attempts=attempts)
 
 
+class ChatReply:
+    """One reply's primitives in its chat (a `ReplyWire`): the first part replies to the
+    message answered, every id sent is noted, and a part in doubt is probed for."""
+
+    def __init__(self, sender: Sender, known: Known, message: OutboundMessage, limit: int) -> None:
+        self.sender = sender
+        self.known = known
+        self.message = message
+        self.limit = limit  # message ids probed for a part in doubt
+
+    def after(self) -> str:
+        return self.known.newest(self.message.chat_id, self.message.reply_to)
+
+    async def post(self, index: int, part: str, key: str | None) -> None:
+        message = self.message
+        sent = await self.sender.send(
+            message.chat_id,
+            part,
+            thread_id=message.thread_id,
+            reply_to=message.reply_to if index == 0 else None,
+        )
+        self.known.note(message.chat_id, sent)
+
+    async def edit(self, ref: int, part: str) -> None:
+        await self.sender.edit(self.message.chat_id, ref, part)
+
+    async def sent(self, part: str, key: str | None, after: str) -> bool:
+        chat = self.message.chat_id
+        return await find_sent(self.sender, self.known, chat, part, after, self.limit) is not None
+
+
 class Outbox:
     """Replies through one bot: live previews registered by `preview`, settled by `send`."""
 
@@ -199,7 +231,8 @@ class Outbox:
         self.sender = sender
         self.known = Known()
         self.edit_interval = edit_interval
-        self.previews: PreviewBook[tuple[str, str], int] = PreviewBook("telegram", remember)
+        self.previews: PreviewBook[Key, int] = PreviewBook("telegram", remember)
+        self.replier = Replier(self.previews)
 
     def adopt(self, event: MessageEvent, ref: str) -> None:
         if ref.isdigit():
@@ -228,39 +261,18 @@ class Outbox:
         takes over the live preview of its answer as its first part (never a duplicate); a
         notice (`/stop`, an error) leaves a preview showing what was written so far."""
         preview = await self._take_preview(message)
+        wire = ChatReply(self.sender, self.known, message, self.probe_limit)
+        await self.replier.send(message, render(message.text), wire, preview)
 
-        chat = message.chat_id
-
-        async def one(index: int, html: str) -> None:
-            if index == 0 and preview is not None:
-                key = (chat, message.answers[0])
-                edit = partial(self.sender.edit, chat, preview, html)
-                if await self.previews.into(key, preview, edit):
-                    return
-            if index == message.skip_parts and message.doubt is not None:
-                after, limit = message.doubt, self.probe_limit
-                if await find_sent(self.sender, self.known, chat, html, after, limit):
-                    return  # it went out before the crash: not twice
-            sent = await self.sender.send(
-                chat,
-                html,
-                thread_id=message.thread_id,
-                reply_to=message.reply_to if index == 0 else None,
-            )
-            self.known.note(chat, sent)
-
-        anchor = partial(self.known.newest, chat, message.reply_to)
-        await send_parts(message, render(message.text), one, anchor)
-
-    async def _take_preview(self, message: OutboundMessage) -> int | None:
-        """The id of the preview a reply takes over; the other previews it settles go."""
-        found: int | None = None
+    async def _take_preview(self, message: OutboundMessage) -> PreviewRef[Key, int] | None:
+        """The preview a reply takes over; the other previews it settles go."""
+        found: PreviewRef[Key, int] | None = None
         for answered in message.answers:
             message_id = await self.previews.take((message.chat_id, answered))
             if message_id is None or message.kind != "reply":
                 continue
             if found is None:
-                found = message_id
+                found = PreviewRef((message.chat_id, message.answers[0]), message_id)
             else:
                 await self.sender.delete(message.chat_id, message_id)
         return found

@@ -89,7 +89,8 @@ def _escape_hidden(m: re.Match[str]) -> str:
 
 
 class GatewayToolHost:
-    """Builds the `ToolHost` agents are given; owns the open approval requests."""
+    """Lends the tools the services below (each a method named as its `ToolHost` field, found
+    there by `ToolHost.provided_by`); owns the open approval requests."""
 
     def __init__(
         self,
@@ -111,13 +112,7 @@ class GatewayToolHost:
         self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
         self.jobs = jobs  # the scheduler's, when scheduler.enabled
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.host = ToolHost(
-            ask_approval=self.ask_approval,
-            search_history=self.search_history,
-            fetch_attachment=self.fetch_attachment,
-            describe_image=self.describe_image,
-            manage_jobs=self.manage_jobs,
-        )
+        self.host = ToolHost.provided_by(self)  # the `ToolHost` services named as methods here
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -21,6 +21,7 @@ from hermes_gateway.events import MessageEvent
 from hermes_gateway.memory.scope import bank_of, legacy_notice, sole_user, user_ref
 from hermes_gateway.thread_hop import hop
 from tools.errors import ToolError
+from tools.hindsight import UNAVAILABLE
 from tools.host import ForgetRequest, Forgotten, Recalled
 
 if TYPE_CHECKING:
@@ -76,14 +77,6 @@ class MemoryHost:
         self.legacy = await asyncio.to_thread(legacy_notice, home, self.scope)
         if self.legacy is not None:
             log.warning("memory.legacy_file", detail=self.legacy)
-
-    def callables(self) -> dict[str, Any]:
-        """The `ToolHost` fields this provides (the archive's only when it is on)."""
-        found: dict[str, Any] = {"user_of": self.user_of}
-        if self.service is not None:
-            found.update(retain=self.retain, recall=self.recall, reflect=self.reflect)
-            found.update(forget=self.forget)
-        return found
 
     def status(self) -> dict[str, Any]:
         """For /status and `hermes status`."""
@@ -184,24 +177,34 @@ class MemoryHost:
         return found
 
     def retain(self, session_key: str, content: str, context: str, tags: tuple[str, ...]) -> str:
+        self._archive()
         said: str = self._hop(self._retain(session_key, content, context, tags))
         return said
 
     def recall(self, session_key: str, query: str, limit: int) -> Recalled:
+        self._archive()
         found: Recalled = self._hop(self._recall(session_key, query, limit))
         return found
 
     def forget(self, session_key: str, ask: ForgetRequest) -> Forgotten:
+        self._archive()
         done: Forgotten = self._hop(self._forget(session_key, ask))
         return done
 
     def reflect(self, session_key: str, query: str, should_stop: Callable[[], bool]) -> str:
-        assert self.service is not None
-        found = self.recall(session_key, query, self.service.recall_limit)
+        service = self._archive()
+        found = self.recall(session_key, query, service.recall_limit)
         try:
-            return self.service.answer(query, found, should_stop)  # the model call: this thread
+            return service.answer(query, found, should_stop)  # the model call: this thread
         except ModelError as exc:
             raise ToolError(f"the model could not reflect: {exc.user_message}") from None
+
+    def _archive(self) -> MemoryService:
+        """The archive's service. Without one (no platform enables a `hindsight_*` tool) its
+        services answer as if not lent: not available here (`user_of` always is)."""
+        if self.service is None:
+            raise ToolError(UNAVAILABLE)
+        return self.service
 
     def _hop(self, coro: Any) -> Any:
         try:

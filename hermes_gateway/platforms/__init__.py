@@ -15,9 +15,6 @@ if TYPE_CHECKING:
     from hermes_gateway.core.commands import CommandInfo as CommandInfo
     from hermes_gateway.core.commands import menu as menu
     from hermes_gateway.core.commands import parse_command as parse_command
-    from hermes_gateway.core.indicator import TypingIndicator as TypingIndicator
-    from hermes_gateway.core.parts import part_key as part_key
-    from hermes_gateway.core.parts import send_parts as send_parts
     from hermes_gateway.errors import AdapterAuthError as AdapterAuthError
     from hermes_gateway.errors import AdapterError as AdapterError
     from hermes_gateway.errors import CoordinationUnavailable as CoordinationUnavailable
@@ -49,6 +46,7 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.downloader import Locate as Locate
     from hermes_gateway.platforms.downloader import allowed_url as allowed_url
     from hermes_gateway.platforms.downloader import origins as origins
+    from hermes_gateway.platforms.indicator import TypingIndicator as TypingIndicator
     from hermes_gateway.platforms.intake import BotIdentity as BotIdentity
     from hermes_gateway.platforms.intake import Inbound as Inbound
     from hermes_gateway.platforms.intake import Intake as Intake
@@ -59,6 +57,9 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.preview import PreviewBook as PreviewBook
     from hermes_gateway.platforms.preview import PreviewWire as PreviewWire
     from hermes_gateway.platforms.preview import Remember as Remember
+    from hermes_gateway.platforms.reply import PreviewRef as PreviewRef
+    from hermes_gateway.platforms.reply import Replier as Replier
+    from hermes_gateway.platforms.reply import ReplyWire as ReplyWire
     from hermes_gateway.platforms.retry import header as header
     from hermes_gateway.platforms.retry import retry_after_s as retry_after_s
     from hermes_gateway.platforms.retry import with_retry as with_retry
@@ -141,11 +142,14 @@ _WHERE: dict[str, str] = {
     "PlatformSection": "hermes_gateway.platform_spec",
     "PlatformSpec": "hermes_gateway.platform_spec",
     "PreviewBook": "hermes_gateway.platforms.preview",
+    "PreviewRef": "hermes_gateway.platforms.reply",
     "PreviewWire": "hermes_gateway.platforms.preview",
     "Quote": "hermes_gateway.text.render",
     "RULE_TEXT": "hermes_gateway.text.render",
     "RateLimitedError": "hermes_gateway.errors",
     "Remember": "hermes_gateway.platforms.preview",
+    "Replier": "hermes_gateway.platforms.reply",
+    "ReplyWire": "hermes_gateway.platforms.reply",
     "RequestError": "hermes_gateway.errors",
     "RetryLater": "hermes_gateway.platforms.supervisor",
     "Rule": "hermes_gateway.text.render",
@@ -160,7 +164,7 @@ _WHERE: dict[str, str] = {
     "Target": "hermes_gateway.text.render",
     "Text": "hermes_gateway.text.render",
     "TransientAdapterError": "hermes_gateway.errors",
-    "TypingIndicator": "hermes_gateway.core.indicator",
+    "TypingIndicator": "hermes_gateway.platforms.indicator",
     "Whereabouts": "hermes_gateway.platforms.peers",
     "allowed_url": "hermes_gateway.platforms.downloader",
     "body_done": "hermes_gateway.text.jsonbody",
@@ -175,12 +179,10 @@ _WHERE: dict[str, str] = {
     "origins": "hermes_gateway.platforms.downloader",
     "parse_blocks": "hermes_gateway.text.markup",
     "parse_command": "hermes_gateway.core.commands",
-    "part_key": "hermes_gateway.core.parts",
     "plain": "hermes_gateway.text.render",
     "read_json": "hermes_gateway.text.jsonbody",
     "read_object": "hermes_gateway.text.jsonbody",
     "retry_after_s": "hermes_gateway.platforms.retry",
-    "send_parts": "hermes_gateway.core.parts",
     "split_rendered": "hermes_gateway.text.render",
     "table_at": "hermes_gateway.text.markup",
     "table_text": "hermes_gateway.text.render",

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_gateway.core.parts import part_key
 from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.platforms.parts import part_key
 from hermes_gateway.store.sqlite import SqliteFastPath
 from hermes_gateway.store.store import Store
 from tests.fakes.discord import FakeDiscord

@@ -11,7 +11,6 @@ from sqlalchemy import text
 
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
-from hermes_gateway.core.parts import send_parts
 from hermes_gateway.core.replay import by_reply
 from hermes_gateway.errors import (
     PartialDeliveryError,
@@ -22,6 +21,7 @@ from hermes_gateway.errors import (
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platforms.adapter import Health
+from hermes_gateway.platforms.parts import send_parts
 from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.store import Store, Undelivered
 from tests.harness import dm

@@ -8,13 +8,13 @@ import time
 import pytest
 
 from hermes_gateway.core.bus import EventBus, LifecycleEvent
-from hermes_gateway.core.indicator import TypingIndicator
 from hermes_gateway.errors import (
     PermanentAdapterError,
     RateLimitedError,
     TransientAdapterError,
 )
 from hermes_gateway.events import MessageEvent
+from hermes_gateway.platforms.indicator import TypingIndicator
 from hermes_gateway.platforms.retry import with_retry
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
-from hermes_gateway.core.bus import EventBus, LifecycleEvent
 from hermes_gateway.events import MessageEvent
+
+if TYPE_CHECKING:
+    from hermes_gateway.core.bus import EventBus, LifecycleEvent
 
 log = structlog.get_logger("hermes.indicator")
 SendTyping = Callable[[MessageEvent], Awaitable[None]]
