@@ -1,6 +1,6 @@
 """Group commit on the owned SQLite writer: the per-message write transactions that queue
 while one is committing run next as one transaction, each body in a savepoint of its own, so
-a thousand runs in flight cost one fsync-bound commit per group rather than one per write."""
+a thousand runs in flight cost one commit, lock turn and thread hop per group, not per write."""
 
 from __future__ import annotations
 

@@ -193,6 +193,7 @@ def _group(
 def _in_savepoint(
     conn: sqlite3.Connection, body: Callable[[Executor], Any], db: Executor
 ) -> tuple[bool, Any]:
+    """One body of a group: its writes undone alone when it raises, what it raised kept."""
     conn.execute("SAVEPOINT body")
     try:
         result = body(db)
