@@ -7,8 +7,9 @@ into a running loop from the event-loop thread (interrupt, deadline, steer: thre
 from __future__ import annotations
 
 import functools
+import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -163,6 +164,13 @@ class _Turn:
         self.steered = 0
         self.compaction: budget.Compaction | None = None
         self._compaction_tried = False
+        # the next request's messages, encoded: the system prompt and the history (encoded
+        # once, in `History`), then each of `new` encoded once as it is added (`_encoded`).
+        # One list for the turn: a step neither copies the history nor encodes it again.
+        self._wire: list[bytes] = []
+        self._prefix = 0  # how many of `_wire` are the system prompt and the history
+        self._sent = 0  # how many of `new` are in `_wire`
+        self._tools_json: bytes | None = None
         can_delegate = agent.depth < agent.max_depth and "delegate_task" in agent.tools.names
         self.ctx = ToolContext(
             workspace=agent.workspace,
@@ -182,21 +190,22 @@ class _Turn:
             hint = self.agent.llm.settings.setup_hint or NOT_CONFIGURED
             return self._finish("failed", hint, error="model not configured")
         self.history = history if isinstance(history, History) else History(history)
-        prefix = [self.agent.system_json, *self.history.encoded]
+        self._wire = [self.agent.system_json, *self.history.encoded]
+        self._prefix = len(self._wire)
         tool_specs = self.agent.tools.specs() or None
         for _ in range(self.agent.max_iterations):
             self._take_steers()
             if self.control.interrupted:
                 return self._interrupted("")
-            prefix = self._within_budget(prefix, tool_specs)
+            self._within_budget(tool_specs)
             if self.control.interrupted:
                 return self._interrupted("")
             started = time.monotonic()
             try:
                 completion = self.agent.llm.complete(
-                    self.new,
+                    [],
                     tool_specs,
-                    prefix=prefix,
+                    prefix=self._encoded(),
                     should_stop=lambda: self.control.interrupted,
                     on_delta=self.on_delta,
                     wait=self.control.wait,
@@ -225,28 +234,36 @@ class _Turn:
         self.new.append({"role": "assistant", "content": note})
         return self._finish("max_iterations", note)
 
-    def _within_budget(
-        self, prefix: list[bytes], tool_specs: list[dict[str, Any]] | None
-    ) -> list[bytes]:
-        """The prefix for the next call: the history compacted once per turn when the request
-        would pass `context_budget` (the system message stays as it was)."""
+    def _encoded(self) -> list[bytes]:
+        """The next request's messages, encoded: the messages added to `new` since the last
+        call are encoded now, once, and appended."""
+        for message in self.new[self._sent :]:
+            self._wire.append(encode(message))
+        self._sent = len(self.new)
+        return self._wire
+
+    def _within_budget(self, tool_specs: list[dict[str, Any]] | None) -> None:
+        """Compact the history once per turn when the request would pass `context_budget`
+        (the system message stays as it was)."""
         limit = self.agent.context_budget
         if limit <= 0 or self._compaction_tried:
-            return prefix
-        parts = [*prefix, *(encode(m) for m in self.new)]
+            return
+        parts: Iterable[bytes] = self._encoded()
         if tool_specs:
-            parts.append(encode(tool_specs))
+            if self._tools_json is None:  # the same specs all turn: encoded once
+                self._tools_json = encode(tool_specs)
+            parts = itertools.chain(parts, [self._tools_json])
         estimate = budget.estimate_tokens(parts)
         if estimate <= limit:
-            return prefix
+            return
         self._compaction_tried = True
         try:
             compaction = self.agent.compact(self.history, self.control)
         except ModelError as exc:
             log.warning("context.compaction_failed", error=str(exc), tokens=estimate)
-            return prefix
+            return
         if compaction is None:
-            return prefix
+            return
         self.compaction = compaction
         log.info(
             "context.compacted",
@@ -254,7 +271,9 @@ class _Turn:
             summarized=compaction.summarized,
             kept=len(compaction.history) - 1,
         )
-        return [self.agent.system_json, *compaction.history.encoded]
+        added = self._wire[self._prefix :]
+        self._wire = [self.agent.system_json, *compaction.history.encoded, *added]
+        self._prefix = len(self._wire) - len(added)
 
     def _delegate(self, request: DelegateRequest) -> str:
         """Run a child agent inline on this thread; its summary is the observation."""

@@ -180,7 +180,8 @@ class LLMClient:
         if self.settings.stream:
             extra["stream"] = True
             extra["stream_options"] = {"include_usage": True}
-        parts = [*prefix, *(encode(m) for m in messages)]
+        # all of them encoded already (an agent's turn): joined as they are, not copied first
+        parts = [*prefix, *(encode(m) for m in messages)] if messages else prefix
         body = b'{"messages":[' + b",".join(parts) + b"]," + encode(extra)[1:]
         if tools:
             body = body[:-1] + b',"tools":' + self._tools_json(tools) + b"}"

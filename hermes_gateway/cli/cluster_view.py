@@ -9,9 +9,10 @@ from typing import Any, TextIO
 def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
     coordination = "ok" if c.get("available") else "UNREACHABLE (new messages wait)"
     owned = c.get("owned") or {}
+    count = c.get("owned_count", len(owned))
     out.write(
         f"cluster      instance {c.get('instance')}, coordination {coordination}, "
-        f"{len(owned)} session lease(s) here\n"
+        f"{count} session lease(s) here\n"
     )
     shares = c.get("shares") or {}
     for role, led in sorted((c.get("roles") or {}).items()):
@@ -56,6 +57,7 @@ def render_cluster(c: dict[str, Any], out: TextIO, everything: bool) -> None:
             led = survey["leaders"].get(f"{role}:{n}")
             out.write(f"  {n:<28} {led['owner'] if led else 'nobody (being taken over)'}\n")
     if owned:
-        out.write("sessions here (s left on the lease)\n")
+        shown = f", the first {len(owned)}" if count > len(owned) else ""
+        out.write(f"sessions here (s left on the lease{shown})\n")
         for key, left in sorted(owned.items()):
             out.write(f"  {key:<28} {left}\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -40,6 +41,7 @@ WAITING = (
 )
 SURVEY_EVERY_S = 5.0  # at most this often a scan of the coordination store (for /status)
 TELL_WAITING_AFTER_S = 30.0  # default of `cluster.waiting_notice_s`
+OWNED_SHOWN = 200  # session leases listed by `/status` (all of them are counted)
 SWEEP_TAKES = 8  # sessions a sweep takes over at the same time
 CLOSE_WAIT_S = 2.0  # for the loops to end at a stop, before and after their connections close
 
@@ -121,12 +123,18 @@ class Ownership:
             await asyncio.wait(stuck, timeout=CLOSE_WAIT_S)
 
     def status(self) -> dict[str, Any]:
-        """For `/status`: this instance, whether coordination answers, the sessions it owns."""
+        """For `/status`: this instance, whether coordination answers, how many sessions it
+        owns and the first `OWNED_SHOWN` of them with their leases' seconds left."""
         now = time.monotonic()
         return {
             "instance": self.me,
             "available": self.coordinator.available,
-            "owned": {k: round(lease.deadline - now, 1) for k, lease in self.leases.items()},
+            "owned_count": len(self.leases),
+            # a page of them: `/status` must not cost a walk over a thousand leases
+            "owned": {
+                k: round(lease.deadline - now, 1)
+                for k, lease in itertools.islice(self.leases.items(), OWNED_SHOWN)
+            },
             "survey": None if self.survey is None else self.survey.as_dict(),
             "survey_age_s": round(now - self.surveyed, 1) if self.survey is not None else None,
         }

@@ -37,10 +37,14 @@ class _Slot(Generic[R]):
 
 
 class SessionTable(Generic[R]):
-    """Active guard + pending messages per session_key; idle sessions take no memory."""
+    """Active guard + pending messages per session_key; idle sessions take no memory. The
+    counts (`stats`) are kept as the table changes: `/status`, the metrics and the dashboard
+    read them often, and a walk over a thousand sessions each time is theirs to pay."""
 
     def __init__(self) -> None:
         self._slots: dict[str, _Slot[R]] = {}
+        self._active = 0  # slots with an active run
+        self._pending = 0  # messages waiting, over every slot
 
     def active(self, key: str) -> R | None:
         slot = self._slots.get(key)
@@ -52,6 +56,7 @@ class SessionTable(Generic[R]):
         if slot.active is not None:
             return False
         slot.active = run
+        self._active += 1
         return True
 
     def hand_over(self, key: str, old: R, new: R) -> None:
@@ -66,17 +71,20 @@ class SessionTable(Generic[R]):
         if slot is None or slot.active is not run:
             return
         slot.active = None
+        self._active -= 1
         if not slot.pending:
             del self._slots[key]
 
     def push(self, key: str, item: Pending) -> int:
         slot = self._slots.setdefault(key, _Slot())
         slot.pending.append(item)
+        self._pending += 1
         return len(slot.pending)
 
     def push_front(self, key: str, items: list[Pending]) -> None:
         slot = self._slots.setdefault(key, _Slot())
         slot.pending.extendleft(reversed(items))
+        self._pending += len(items)
 
     def pending_count(self, key: str) -> int:
         slot = self._slots.get(key)
@@ -88,7 +96,10 @@ class SessionTable(Generic[R]):
 
     def pop_one(self, key: str) -> Pending | None:
         slot = self._slots.get(key)
-        return slot.pending.popleft() if slot and slot.pending else None
+        if not slot or not slot.pending:
+            return None
+        self._pending -= 1
+        return slot.pending.popleft()
 
     def take_turn(self, key: str, *, merge: bool) -> list[Pending]:
         """What the next run answers: the first pending message, with (``merge``) those after
@@ -112,6 +123,7 @@ class SessionTable(Generic[R]):
             return []
         items = list(slot.pending)
         slot.pending.clear()
+        self._pending -= len(items)
         return items
 
     def replace_pending(self, key: str, item: Pending) -> list[Pending]:
@@ -131,6 +143,4 @@ class SessionTable(Generic[R]):
         return (slot.active for slot in self._slots.values() if slot.active is not None)
 
     def stats(self) -> dict[str, int]:
-        active = sum(1 for s in self._slots.values() if s.active is not None)
-        pending = sum(len(s.pending) for s in self._slots.values())
-        return {"active": active, "pending": pending, "tracked": len(self._slots)}
+        return {"active": self._active, "pending": self._pending, "tracked": len(self._slots)}

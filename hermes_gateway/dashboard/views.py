@@ -4,6 +4,7 @@ message's reply context) can reach a page by accident."""
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.errors import StoreError
@@ -16,6 +17,7 @@ PREVIEW_CHARS = 200
 HISTORY_SHOWN = 30
 INBOX_SHOWN = 50  # entries per Inbox list, the most recently changed
 WAITING_AFTER_S = 10.0
+SESSIONS_SHOWN = 200  # rows of the Sessions page; the counts above it are of every session
 
 
 def overview(gateway: DashboardParts, series: TimeSeries) -> dict[str, Any]:
@@ -43,10 +45,12 @@ def overview(gateway: DashboardParts, series: TimeSeries) -> dict[str, Any]:
 
 
 def sessions(gateway: DashboardParts) -> dict[str, Any]:
+    """The first `SESSIONS_SHOWN` sessions the runner tracks (the longest tracked first), and
+    the counts of them all: each viewer reads this every second, so it is bounded."""
     runner = gateway.runner
     policy = gateway.config.runner.busy_policy
     rows = []
-    for key in runner.session_keys():
+    for key in itertools.islice(runner.session_keys(), SESSIONS_SHOWN):
         view = runner.describe(key)
         messages = runner.current_messages(key)
         first = messages[-1] if messages else None
@@ -65,7 +69,7 @@ def sessions(gateway: DashboardParts) -> dict[str, Any]:
             }
         )
     rows.sort(key=lambda r: -float(r["seconds"]))
-    return {"sessions": rows, "counts": runner.counts()}
+    return {"sessions": rows, "counts": runner.counts(), "shown": len(rows)}
 
 
 async def history(gateway: DashboardParts, key: str) -> tuple[list[dict[str, str]], str | None]:

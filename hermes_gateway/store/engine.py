@@ -30,6 +30,7 @@ from hermes_gateway.store import hotpath
 from hermes_gateway.store import migrate as store_migrate
 from hermes_gateway.store.circuit import StoreCircuit
 from hermes_gateway.store.executor import EngineExecutor, Executor
+from hermes_gateway.store.group import GroupCommit
 from hermes_gateway.store.hotpath import HotPath
 from hermes_gateway.store.sqlite import SqliteFastPath, sqlite_pragmas
 from hermes_gateway.store.writes import DatabaseFileGone
@@ -64,6 +65,7 @@ class StoreEngine:
         self._hot_idle.set()
         self._hot_turn = _HotTurn(self)
         self._fast: SqliteFastPath | None = None
+        self._groups: GroupCommit | None = None  # the owned writer's per-message writes
         self._probe_engine: AsyncEngine | None = None
         self.circuit = StoreCircuit(None, self._write_probe)
         self._file: tuple[str, int, int] | None = None  # SQLite: path, device, inode at open
@@ -116,6 +118,7 @@ class StoreEngine:
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: {exc}") from exc
         if opened:
             self._fast = fast
+            self._groups = GroupCommit(fast.group, self._write_lock)
         else:
             log.warning("store.fast_path_unavailable", reason="the database is not in WAL mode")
 
@@ -176,6 +179,9 @@ class StoreEngine:
         if self._probe_engine is not None:
             await self._probe_engine.dispose()
             self._probe_engine = None
+        if self._groups is not None:
+            await self._groups.close()
+            self._groups = None
         if self._fast is not None:
             await self._fast.close()
             self._fast = None
@@ -293,20 +299,31 @@ class StoreEngine:
     async def _fast_tx(
         self, fast: SqliteFastPath, fn: Callable[[HotPath], Awaitable[T]], *, read: bool
     ) -> T:
-        """Like `_tx`, on the owned SQLite writer (reads too: it is one connection). A read is
-        never skipped while writes are: WAL readers do not wait for another process's writer,
-        and a session's history must load."""
-        async with self._hot_lock():
-            started = self.circuit.check(write=not read)
+        """Like `_tx`, on the owned SQLite writer. A read is never skipped while writes are:
+        WAL readers do not wait for another process's writer, and a session's history must
+        load. Writes go through `GroupCommit`: those queued while one commits share the next
+        transaction (each body in a savepoint), which takes the write lock for them all."""
+        if read:
+            async with self._hot_lock():
+                started = self.circuit.check(write=False)
+                try:
+                    return await fn(HotPath(fast.transaction))
+                except sqlite3.Error as exc:
+                    raise self.circuit.failed(exc, started, "read") from exc
+        assert self._groups is not None
+        self._hot_turn.arrive()  # background writes wait until no per-message one does
+        try:
+            started = self.circuit.check()
             try:
-                result = await fn(HotPath(fast.transaction))
+                result = await fn(HotPath(_Grouped(self._groups, fast)))
             except sqlite3.IntegrityError:  # a redelivery, for the caller to answer
                 raise
             except sqlite3.Error as exc:
-                raise self.circuit.failed(exc, started, "read" if read else "write") from exc
-            if not read:
-                self.circuit.wrote()
+                raise self.circuit.failed(exc, started, "write") from exc
+            self.circuit.wrote()
             return result
+        finally:
+            self._hot_turn.leave()
 
     def _hot_lock(self) -> _HotTurn:
         return self._hot_turn
@@ -335,6 +352,22 @@ class _EngineTransact:
         return await self._conn.run_sync(_on_connection, body)
 
 
+class _Grouped:
+    """`hotpath.Transact` on the owned SQLite writer: a write joins the next group commit; a
+    read (no transaction) is one hop to the writer's thread."""
+
+    __slots__ = ("_fast", "_groups")
+
+    def __init__(self, groups: GroupCommit, fast: SqliteFastPath) -> None:
+        self._groups = groups
+        self._fast = fast
+
+    async def __call__(self, body: Callable[[Executor], T], *, write: bool = True) -> T:
+        if write:
+            return await self._groups.transaction(body)
+        return await self._fast.transaction(body, write=False)
+
+
 def _on_connection(conn: Connection, body: Callable[[Executor], T]) -> T:
     return body(EngineExecutor(conn))
 
@@ -355,20 +388,24 @@ class _HotTurn:
         self._engine = engine
 
     async def __aenter__(self) -> None:
-        engine = self._engine
-        engine._hot_writes += 1
-        engine._hot_idle.clear()
+        self.arrive()
         try:
-            await engine._write_lock.acquire()
+            await self._engine._write_lock.acquire()
         except BaseException:
-            self._leave()
+            self.leave()
             raise
 
     async def __aexit__(self, *_exc: object) -> None:
         self._engine._write_lock.release()
-        self._leave()
+        self.leave()
 
-    def _leave(self) -> None:
+    def arrive(self) -> None:
+        """A per-message write waits or is under way (a group commit takes the lock)."""
+        engine = self._engine
+        engine._hot_writes += 1
+        engine._hot_idle.clear()
+
+    def leave(self) -> None:
         engine = self._engine
         engine._hot_writes -= 1
         if not engine._hot_writes:

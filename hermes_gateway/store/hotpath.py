@@ -121,8 +121,9 @@ class Transact(Protocol):
 
 class HotPath:
     """What one message costs the store. Each call is one transaction body run by
-    ``transact``: on the owned SQLite writer each is its own transaction (one hop to its
-    thread); on the engine they share the transaction `StoreEngine._hot` opened."""
+    ``transact``: on the owned SQLite writer each is its own transaction, or a savepoint in a
+    group commit under load (`group.GroupCommit`); on the engine they share the transaction
+    `StoreEngine._hot` opened."""
 
     __slots__ = ("_run",)
 

@@ -138,6 +138,13 @@ class SqliteFastPath:
         assert self._executor is not None, "the SQLite writer is not open"
         return await self._db.call(_transaction if write else _read, body, self._executor)
 
+    async def group(self, bodies: list[Callable[[Executor], Any]]) -> list[tuple[bool, Any]]:
+        """``bodies`` in one write transaction, each in a savepoint: for each, (True, its
+        result) or (False, what it raised, its writes rolled back); raises when the
+        transaction itself fails (nothing of it committed). `group.GroupCommit` calls it."""
+        assert self._executor is not None, "the SQLite writer is not open"
+        return await self._db.call(_group, bodies, self._executor)
+
     async def _commit(self, statements: list[tuple[str, Any]]) -> int | None:
         """Plain SQL statements in one transaction (upkeep by hand): the last one's rowid."""
 
@@ -161,6 +168,43 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[Any], T], db: Any) ->
         conn.rollback()
         raise
     return result
+
+
+def _group(
+    conn: sqlite3.Connection, bodies: list[Callable[[Executor], Any]], db: Executor
+) -> list[tuple[bool, Any]]:
+    """On the writer's thread: the bodies of a group, in order, in one transaction. Alone, a
+    body needs no savepoint: it is the transaction (what it raises fails the group of one)."""
+    if len(bodies) == 1:
+        return [(True, _transaction(conn, bodies[0], db))]
+    outcomes: list[tuple[bool, Any]] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for body in bodies:
+            outcomes.append(_in_savepoint(conn, body, db))
+        conn.commit()
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+    return outcomes
+
+
+def _in_savepoint(
+    conn: sqlite3.Connection, body: Callable[[Executor], Any], db: Executor
+) -> tuple[bool, Any]:
+    """One body of a group: its writes undone alone when it raises, what it raised kept."""
+    conn.execute("SAVEPOINT body")
+    try:
+        result = body(db)
+    except Exception as exc:
+        if not conn.in_transaction:  # SQLite rolled the whole transaction back (disk full)
+            raise
+        conn.execute("ROLLBACK TO body")
+        conn.execute("RELEASE body")
+        return (False, exc)
+    conn.execute("RELEASE body")
+    return (True, result)
 
 
 def _read(_conn: sqlite3.Connection, body: Callable[[Executor], T], db: Executor) -> T:

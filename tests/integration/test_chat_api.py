@@ -40,7 +40,8 @@ async def test_reply_and_history(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
 
 
 async def test_streaming_reply_arrives_in_pieces(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
-    fake_llm.push(text("one two three four five six", chunk_size=4))
+    # spaced as a model streams: deltas that reach the loop together go out as one piece
+    fake_llm.push(text("one two three four five six", chunk_size=4, chunk_delay=0.05))
     async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
         result = await client.chat("count", stream=True)
     assert result["text"] == "one two three four five six"

@@ -16,7 +16,8 @@
   H.stream("sessions", {
     sessions(data) {
       H.fill(tbody, data.sessions.map(row));
-      counts.textContent = data.counts.active + " active, " + data.counts.pending + " waiting";
+      const more = data.counts.tracked > data.shown ? " (" + data.shown + " of " + data.counts.tracked + " shown)" : "";
+      counts.textContent = data.counts.active + " active, " + data.counts.pending + " waiting" + more;
     },
   });
 })();

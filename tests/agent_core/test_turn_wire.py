@@ -1,0 +1,58 @@
+"""A turn's steps do not copy or encode the conversation again: each message a step adds is
+encoded once, and every request of the turn is the same list of encoded messages, grown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agent_core.agent
+import agent_core.llm
+from agent_core import AIAgent, LLMClient, LLMSettings
+from agent_core.history import History, encode
+from tests.agent_core.test_agent_tools import Log, NapTool
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
+from tools import ToolRegistry
+
+STEPS = 12
+
+
+@pytest.mark.parametrize("budget", [0, 10**9], ids=["no-budget", "budget"])
+def test_each_message_of_a_turn_is_encoded_once_and_the_requests_share_one_list(
+    fake_llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    encoded: list[Any] = []
+    prefixes: list[Any] = []
+
+    def counting(value: Any) -> bytes:
+        # a message of the turn (not the tools' specs, nor the system prompt, encoded once
+        # per agent as its first request goes)
+        if isinstance(value, dict) and value.get("role") not in (None, "system"):
+            encoded.append(value)
+        return encode(value)
+
+    llm = LLMClient(LLMSettings(fake_llm.base_url, "sk-fake", "m", stream=True, max_retries=0))
+    complete = llm.complete
+
+    def noting(messages: Any, tools: Any = None, **kw: Any) -> Any:
+        prefixes.append(kw["prefix"])
+        return complete(messages, tools, **kw)
+
+    monkeypatch.setattr(llm, "complete", noting)
+    for n in range(STEPS):
+        fake_llm.push(tool_calls(("nap", {"label": str(n)})))
+    fake_llm.push(text("done"))
+    history = History([{"role": "user", "content": "earlier"}] * 50)
+    tools = ToolRegistry([NapTool(Log())])
+    agent = AIAgent(llm, tools, system_prompt="SYS", workspace=Path("/tmp"), context_budget=budget)
+    monkeypatch.setattr(agent_core.agent, "encode", counting)
+    monkeypatch.setattr(agent_core.llm, "encode", counting)
+    result = agent.run_conversation("go", history)
+    assert result.text == "done" and len(fake_llm.requests) == STEPS + 1
+    # the user's message, then each step's call and its result (the final answer is not sent)
+    sent = result.new_messages[:-1]
+    assert len(sent) == 1 + 2 * STEPS
+    assert [id(m) for m in encoded] == [id(m) for m in sent]
+    assert all(p is prefixes[0] for p in prefixes)
