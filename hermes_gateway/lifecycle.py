@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.liveness.sdnotify import SystemdNotifier
+    from hermes_gateway.mcp.manager import McpManager
     from hermes_gateway.memory.host import MemoryHost
     from hermes_gateway.metrics import Metrics
     from hermes_gateway.platforms.access import Gatekeeper
@@ -94,6 +95,7 @@ class Lifecycle:
         reception: Reception
         tool_host: GatewayToolHost
         memory: MemoryHost
+        mcp: McpManager | None
         inbox: InboxRoutes
         dashboard: Dashboard | None
         control: ControlServer
@@ -185,6 +187,8 @@ class Lifecycle:
         and connections are untouched (other keys need a restart)."""
         if await self.live.reload(self.config_path):
             self.gate.reconfigure()  # the one part that derives state
+        if self.mcp is not None:
+            self.mcp.refresh()  # the servers' tool lists, listed again
 
     async def _listen(self) -> None:
         """Open the control port; an address we cannot listen on is the operator's to fix, so
@@ -278,6 +282,9 @@ class Lifecycle:
         stops.push_async_callback(self.bus.aclose)
         await self.memory.find_legacy(self.config.home_path)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
+        if self.mcp is not None:  # after the walls are set up: a stdio server runs in them
+            stops.push_async_callback(self.mcp.stop)
+            await self.mcp.start()
         await self.pairing.load()
 
     def _announce_ready(self) -> None:

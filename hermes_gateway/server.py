@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from hermes_gateway.agents.cache import AgentCache
-from hermes_gateway.agents.factory import AgentFactory, model_clients
+from hermes_gateway.agents.factory import AgentFactory, mcp_manager, model_clients
 from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.cluster.build import coordinator
 from hermes_gateway.cluster.carry import Carry
@@ -54,6 +54,7 @@ from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
     from hermes_gateway.dashboard import Dashboard
+    from hermes_gateway.mcp.manager import McpManager
     from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.scheduler.scheduler import Scheduler
     from hermes_gateway.scheduler.service import SchedulerService
@@ -115,12 +116,14 @@ class Gateway(Lifecycle):
             jobs=self.desk,
         )
         self.memory = build_memory(config, self.store, self.llm, self.runs)
+        self.mcp: McpManager | None = mcp_manager(config)  # unless mcp.servers names one: None
         self.agent_factory = AgentFactory(
             config,
             config_path,
             clients=clients,
             host=replace(self.tool_host.host, **self.memory.callables()),
             owner=self.memory.owner,
+            extra=self.mcp,
         )
         self.agents = AgentCache(
             self.agent_factory.make,
@@ -264,6 +267,7 @@ class Gateway(Lifecycle):
             roles=self.roles,
             closing=self.intake_closed.is_set,
             watchdog=lambda: self.watchdog,
+            mcp=self.mcp,
         )
 
     def _dashboard(self, config: Config) -> Dashboard:

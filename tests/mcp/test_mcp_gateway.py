@@ -1,0 +1,165 @@
+"""MCP servers inside a running gateway, driven by the fake model: a real server over stdio
+(started by the gateway inside the tools' walls) and over streamable HTTP (served by the
+test); the tools' names, calls, approval, a death mid-call, a call that hangs, and the
+hostile cases (a 100 MB answer, a notification flood, a schema bomb, a built-in's name)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
+from tests.harness import Client, eventually, make_config, running_gateway
+from tests.mcp.servers import http_server, write_server
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def stdio_config(tmp_path: Path, llm: FakeOpenAI, **server: Any) -> Any:
+    workspace = tmp_path / "home" / "workspace"
+    script = write_server(workspace)
+    import sys
+
+    entry = {"command": sys.executable, "args": [str(script)], "timeout_s": 20, **server}
+    return make_config(
+        tmp_path,
+        llm.base_url,
+        tools={"enabled": ["read_file", "terminal"]},
+        mcp={"servers": {"demo": entry}},
+    )
+
+
+def observations(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def offered(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+async def call(api: Client, llm: FakeOpenAI, name: str, args: dict[str, Any]) -> str:
+    """One turn in which the model calls ``name``; the observation it got back."""
+    llm.push(tool_calls((name, args)), text("done"))
+    answer = await api.chat(f"please call {name}")
+    assert answer["text"] == "done", answer
+    return observations(llm.requests[-1])[-1]
+
+
+async def test_a_stdio_servers_tools_reach_the_model_named_apart_and_answer(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    config = stdio_config(tmp_path, fake_llm)
+    async with running_gateway(config) as (gw, api):
+        said = await call(api, fake_llm, "mcp_demo_echo", {"text": "hello"})
+        names = offered(fake_llm.requests[-1])
+        wrong = await call(api, fake_llm, "mcp_demo_echo", {"text": 5})
+        status = (await api.get("/status", operator=True))[1]["mcp"]
+    assert said == "echo:hello"
+    assert "invalid arguments for mcp_demo_echo" in wrong
+    # a server's tool named like a built-in stays apart from it; the built-in is still there
+    assert {"terminal", "read_file", "mcp_demo_terminal", "mcp_demo_echo"} <= set(names)
+    assert "mcp_demo_bomb" not in names  # its schema nests 40 deep: refused
+    assert status["demo"]["state"] == "ready"
+    assert "mcp_demo_echo" in status["demo"]["tools"]
+
+
+async def test_a_streamable_http_servers_tools_are_listed_and_called(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    with http_server(tmp_path / "http") as url:
+        config = make_config(
+            tmp_path,
+            fake_llm.base_url,
+            mcp={"servers": {"web": {"url": url, "headers": {"X-Test": "1"}, "eager": True}}},
+        )
+        async with running_gateway(config) as (gw, api):
+            said = await call(api, fake_llm, "mcp_web_echo", {"text": "over http"})
+            names = offered(fake_llm.requests[-1])
+    assert said == "echo:over http"
+    assert "mcp_web_pid" in names
+
+
+async def test_a_server_killed_mid_call_gives_an_error_and_is_restarted(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    async with running_gateway(stdio_config(tmp_path, fake_llm)) as (gw, api):
+        before = await call(api, fake_llm, "mcp_demo_pid", {})
+        died = await call(api, fake_llm, "mcp_demo_die", {})
+        after = await call(api, fake_llm, "mcp_demo_pid", {})
+        status = (await api.get("/status", operator=True))[1]["mcp"]["demo"]
+    assert before.startswith("run-") and after.startswith("run-") and before != after
+    assert died.startswith("Error:") and "went away during the call" in died
+    assert status["state"] == "ready" and status["restarts"] == 1
+
+
+async def test_a_hanging_call_is_cut_by_the_timeout_and_by_stop(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    config = stdio_config(tmp_path, fake_llm, timeout_s=2)
+    async with running_gateway(config) as (gw, api):
+        started = time.monotonic()
+        timed_out = await call(api, fake_llm, "mcp_demo_hang", {})
+        waited = time.monotonic() - started
+        fake_llm.push(tool_calls(("mcp_demo_hang", {})), text("never"))
+        stuck = asyncio.create_task(api.chat("hang again"))
+        await eventually(lambda: gw.pool.busy == 1 and len(fake_llm.requests) >= 3)
+        await asyncio.sleep(0.3)  # the call is in flight on the server
+        stop = await api.chat("/stop")
+        stopped = await stuck
+        fake_llm.reset()  # the stopped turn never asked for its "never"
+        after = await call(api, fake_llm, "mcp_demo_echo", {"text": "still here"})
+    assert "did not answer within 2 s" in timed_out and waited < 15
+    assert stop["text"] == "Stopped." and stopped["text"] == "Stopped."
+    assert after == "echo:still here"
+
+
+async def test_approval_is_asked_for_the_configured_tools_only(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    config = stdio_config(tmp_path, fake_llm, approval=["echo"])
+    async with running_gateway(config) as (gw, api):
+        asked = await call(api, fake_llm, "mcp_demo_echo", {"text": "x"})
+        free = await call(api, fake_llm, "mcp_demo_pid", {})
+    # the local API has no way to ask: the call is refused with the reason, not run
+    assert asked.startswith("Error:") and "approval" in asked
+    assert free.startswith("run-")
+
+
+async def test_hostile_answers_are_bounded_and_the_gateway_keeps_answering(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    config = stdio_config(tmp_path, fake_llm)
+    async with running_gateway(config) as (gw, api):
+        await call(api, fake_llm, "mcp_demo_echo", {"text": "warm"})
+        fake_llm.push(tool_calls(("mcp_demo_big", {"mb": 100})), text("done"))
+        turn = asyncio.create_task(api.chat("a huge answer"))
+        health = []
+        while not turn.done():
+            started = time.monotonic()
+            status, _ = await api.get("/healthz")
+            health.append((status, time.monotonic() - started))
+            await asyncio.sleep(0.2)
+        assert (await turn)["text"] == "done"
+        huge = observations(fake_llm.requests[-1])[-1]
+        flooded = await call(api, fake_llm, "mcp_demo_flood", {"count": 3000})
+        after = await call(api, fake_llm, "mcp_demo_echo", {"text": "fine"})
+    assert huge.startswith("Error:") and len(huge) < 2000
+    assert all(status == 200 and seconds < 5 for status, seconds in health), health
+    assert flooded == "flooded"
+    assert after == "echo:fine"
+
+
+async def test_a_long_answer_is_cut_for_the_model_and_spilled_whole_to_a_file(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    config = stdio_config(tmp_path, fake_llm)
+    async with running_gateway(config) as (gw, api):
+        seen = await call(api, fake_llm, "mcp_demo_long", {"chars": 200_000})
+    assert len(seen) <= 50_000
+    spilled = next((tmp_path / "home" / "workspace" / "mcp-output").iterdir())
+    assert len(spilled.read_text()) == 200_000
+    assert "mcp-output/" in seen and "200000 characters" in seen
