@@ -81,7 +81,12 @@ class McpManager:
             tools = [tool for name in servers for tool in self._tools.get(name, ())]
         return version, tools
 
-    def _first_use(self, servers: Sequence[str]) -> None:
+    def wait_listed(self, server: str) -> None:
+        """Start ``server`` if it waits for its first use, and wait for its first listing
+        (`hermes mcp test`; a worker thread)."""
+        self._first_use([server], self.links[server].config.connect_timeout_s * 2 + 5)
+
+    def _first_use(self, servers: Sequence[str], within_s: float = FIRST_LIST_WAIT_S) -> None:
         """Start the lazy servers among ``servers`` and, off the event loop, wait a moment
         for their first listing (a turn that began before it would not see their tools)."""
         waits: list[concurrent.futures.Future[Any]] = []
@@ -92,7 +97,7 @@ class McpManager:
             if not link.listed.is_set() and self._thread.is_alive():
                 waits.append(asyncio.run_coroutine_threadsafe(link.listed.wait(), self._loop))
         if waits and not _on_event_loop():
-            concurrent.futures.wait(waits, timeout=FIRST_LIST_WAIT_S)
+            concurrent.futures.wait(waits, timeout=within_s)
         for wait in waits:
             wait.cancel()
 
