@@ -64,35 +64,11 @@ def _live_status(url: str, token: str | None) -> tuple[dict[str, Any], str]:
 
 
 def run_test(config: Config, name: str, config_file: str | None) -> int:
-    server = config.mcp.servers.get(name)
-    if server is None:
+    if name not in config.mcp.servers:
         known = ", ".join(config.mcp.servers) or "none"
         print(f"hermes: no MCP server {name!r} in mcp.servers (configured: {known})")
         return EXIT_FAILURE
-    from hermes_gateway.agents.factory import confine_tools, mcp_manager
-
-    confine_tools(config, config_file)  # the walls a stdio server runs in, as in the gateway
-    only = config.model_copy(
-        update={
-            "mcp": config.mcp.model_copy(
-                update={
-                    "servers": {name: server.model_copy(update={"enabled": True, "eager": True})}
-                }
-            )
-        }
-    )
-    manager = mcp_manager(only)
-    assert manager is not None
-    return asyncio.run(_test(manager, name))
-
-
-async def _test(manager: Any, name: str) -> int:
-    await manager.start()
-    try:
-        await asyncio.to_thread(manager.wait_listed, name)
-        status = manager.status()[name]
-    finally:
-        await manager.stop()
+    status = probe(config, config_file, [name])[name]
     if status["state"] != "ready":
         print(f"{name}: {status['state']}: {status['last_error']}", file=sys.stderr)
         return EXIT_FAILURE
@@ -100,3 +76,30 @@ async def _test(manager: Any, name: str) -> int:
     for tool in status["tools"]:
         print(f"  {tool}")
     return EXIT_OK
+
+
+def probe(config: Config, config_file: str | None, names: list[str]) -> dict[str, Any]:
+    """Start the ``names`` servers here, as the gateway would (a stdio one in the tools'
+    walls), wait for their first listing, stop them: each one's status."""
+    from hermes_gateway.agents.factory import confine_tools, mcp_manager
+
+    confine_tools(config, config_file)
+    chosen = {
+        name: config.mcp.servers[name].model_copy(update={"enabled": True, "eager": True})
+        for name in names
+    }
+    only = config.model_copy(update={"mcp": config.mcp.model_copy(update={"servers": chosen})})
+    manager = mcp_manager(only)
+    assert manager is not None
+    return asyncio.run(_probe(manager, names))
+
+
+async def _probe(manager: Any, names: list[str]) -> dict[str, Any]:
+    await manager.start()
+    try:
+        for name in names:
+            await asyncio.to_thread(manager.wait_listed, name)
+        status: dict[str, Any] = manager.status()
+    finally:
+        await manager.stop()
+    return status

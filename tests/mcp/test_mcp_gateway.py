@@ -163,3 +163,44 @@ async def test_a_long_answer_is_cut_for_the_model_and_spilled_whole_to_a_file(
     spilled = next((tmp_path / "home" / "workspace" / "mcp-output").iterdir())
     assert len(spilled.read_text()) == 200_000
     assert "mcp-output/" in seen and "200000 characters" in seen
+
+
+async def test_a_tools_list_changed_notification_refreshes_the_tools_without_a_restart(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    async with running_gateway(stdio_config(tmp_path, fake_llm)) as (gw, api):
+        grown = await call(api, fake_llm, "mcp_demo_grow", {"name": "fresh"})
+        before = offered(fake_llm.requests[-1])
+        await eventually(lambda: "mcp_demo_fresh" in gw.mcp.status()["demo"]["tools"])
+        said = await call(api, fake_llm, "mcp_demo_fresh", {})
+        after = offered(fake_llm.requests[-1])
+        restarts = gw.mcp.status()["demo"]["restarts"]
+    assert grown == "grown" and "mcp_demo_fresh" not in before
+    assert "mcp_demo_fresh" in after and said == "I am fresh"
+    assert restarts == 0
+
+
+async def test_sighup_lists_the_tools_again(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    """A server that changed its tools without saying so: the reload (SIGHUP) lists them."""
+    async with running_gateway(stdio_config(tmp_path, fake_llm)) as (gw, api):
+        grown = await call(api, fake_llm, "mcp_demo_grow_quietly", {"name": "quiet"})
+        await asyncio.sleep(0.5)
+        unseen = "mcp_demo_quiet" not in gw.mcp.status()["demo"]["tools"]
+        await gw.reload()
+        await eventually(lambda: "mcp_demo_quiet" in gw.mcp.status()["demo"]["tools"])
+        said = await call(api, fake_llm, "mcp_demo_quiet", {})
+    assert grown == "grown" and unseen and said == "I am quiet"
+
+
+def test_doctor_starts_each_server_and_says_which_fail(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    from hermes_gateway.cli.doctor import Doctor
+
+    config = stdio_config(tmp_path, fake_llm)
+    servers = {**config.mcp.servers}
+    servers["broken"] = servers["demo"].model_copy(update={"command": "/nonexistent/server"})
+    config = config.model_copy(update={"mcp": config.mcp.model_copy(update={"servers": servers})})
+    check = Doctor(config).mcp()
+    assert check.status == "FAIL"
+    assert "ready: demo (" in check.detail and "broken:" in check.detail

@@ -5,7 +5,10 @@ config's checks."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -108,3 +111,23 @@ def test_the_config_takes_one_transport_and_safe_names() -> None:
         McpConfig.model_validate({"servers": {"Bad-Name": {"command": "x"}}})
     with pytest.raises(ValidationError, match="extra"):
         McpConfig.model_validate({"servers": {"gh": {"command": "x", "colour": "red"}}})
+
+
+def test_a_gateway_without_mcp_servers_never_imports_the_sdk(tmp_path: Path) -> None:
+    """No server configured: building the gateway (and what the start preloads) leaves the
+    SDK and this package unimported, so cold start and idle memory stay as they were."""
+    script = (
+        "import sys\n"
+        "from hermes_gateway.config import load_config\n"
+        "from hermes_gateway.cli.preload import preload\n"
+        "from hermes_gateway.server import Gateway\n"
+        f"config = load_config(None, {{'HOME': {str(tmp_path)!r}}})\n"
+        "preload(config)\n"
+        "Gateway(config)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', "
+        "'httpx2', 'jsonschema') or m.startswith('hermes_gateway.mcp')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
