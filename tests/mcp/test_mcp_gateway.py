@@ -71,16 +71,22 @@ async def test_a_streamable_http_servers_tools_are_listed_and_called(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     with http_server(tmp_path / "http") as url:
+        web = {"url": url, "headers": {"X-Test": "1"}, "eager": True}
         config = make_config(
             tmp_path,
             fake_llm.base_url,
-            mcp={"servers": {"web": {"url": url, "headers": {"X-Test": "1"}, "eager": True}}},
+            mcp={"servers": {"web": web}, "max_message_bytes": 1024 * 1024},
         )
         async with running_gateway(config) as (gw, api):
             said = await call(api, fake_llm, "mcp_web_echo", {"text": "over http"})
             names = offered(fake_llm.requests[-1])
+            huge = await call(api, fake_llm, "mcp_web_big", {"mb": 8})
+            after = await call(api, fake_llm, "mcp_web_echo", {"text": "after"})
     assert said == "echo:over http"
     assert "mcp_web_pid" in names
+    # an answer past mcp.max_message_bytes is refused; the server is reached again after
+    assert huge.startswith("Error:") and len(huge) < 2000, huge[:300]
+    assert after == "echo:after"
 
 
 async def test_a_server_killed_mid_call_gives_an_error_and_is_restarted(
