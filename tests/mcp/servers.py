@@ -88,8 +88,9 @@ SCRIPT = textwrap.dedent(
         deep = {"type": "object", "properties": {"a": deep}}
     srv._tool_manager.get_tool("bomb").parameters = {"type": "object", "properties": {"x": deep}}
     print("test server up", os.getpid(), file=sys.stderr)
-    if len(sys.argv) > 1 and sys.argv[1] == "http":
-        srv.run("streamable-http", port=int(sys.argv[2]))
+    if len(sys.argv) > 1 and sys.argv[1].startswith("http"):
+        # "http-json": each answer one JSON body, not an event stream
+        srv.run("streamable-http", port=int(sys.argv[2]), json_response=sys.argv[1] == "http-json")
     else:
         srv.run()
     '''
@@ -111,15 +112,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(folder: Path) -> Iterator[str]:
-    """The same server over streamable HTTP on 127.0.0.1 (a child process); yields its URL."""
+def http_server(folder: Path, *, json_response: bool = False) -> Iterator[str]:
+    """The same server over streamable HTTP on 127.0.0.1 (a child process); yields its URL.
+    ``json_response``: it answers each request with one JSON body (no event stream)."""
     import subprocess
     import sys
 
     port = free_port()
     script = write_server(folder)
     proc = subprocess.Popen(
-        [sys.executable, str(script), "http", str(port)],
+        [sys.executable, str(script), "http-json" if json_response else "http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -67,10 +67,11 @@ async def test_a_stdio_servers_tools_reach_the_model_named_apart_and_answer(
     assert "mcp_demo_echo" in status["demo"]["tools"]
 
 
-async def test_a_streamable_http_servers_tools_are_listed_and_called(
-    tmp_path: Path, fake_llm: FakeOpenAI
+@pytest.mark.parametrize("json_response", [False, True], ids=["event-stream", "json"])
+async def test_a_streamable_http_servers_tools_are_listed_called_and_bounded(
+    tmp_path: Path, fake_llm: FakeOpenAI, json_response: bool
 ) -> None:
-    with http_server(tmp_path / "http") as url:
+    with http_server(tmp_path / "http", json_response=json_response) as url:
         web = {"url": url, "headers": {"X-Test": "1"}, "eager": True}
         config = make_config(
             tmp_path,
@@ -84,7 +85,8 @@ async def test_a_streamable_http_servers_tools_are_listed_and_called(
             after = await call(api, fake_llm, "mcp_web_echo", {"text": "after"})
     assert said == "echo:over http"
     assert "mcp_web_pid" in names
-    # an answer past mcp.max_message_bytes is refused; the server is reached again after
+    # an answer past mcp.max_message_bytes is refused (a JSON body by the gateway's transport,
+    # an event by the SDK's bound); the server is reached again after
     assert huge.startswith("Error:") and len(huge) < 2000, huge[:300]
     assert after == "echo:after"
 
