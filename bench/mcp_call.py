@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", type=int, default=200, help="calls per run")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
-        with http_server(Path(tmp) / "http") as url:
-            figures = asyncio.run(_measure(Path(tmp) / "workspace", url, args.n, args.runs))
+    # not under /tmp: the walls give a stdio server a private one
+    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp, http_server(Path(tmp) / "http") as url:
+        figures = asyncio.run(_measure(Path(tmp) / "workspace", url, args.n, args.runs))
     for key, value in figures.items():
         print(f"{key:22} {value:8.3f}")
 

@@ -218,3 +218,19 @@ def test_doctor_starts_each_server_and_says_which_fail(
     check = Doctor(config).mcp()
     assert check.status == "FAIL"
     assert "ready: demo (" in check.detail and "broken:" in check.detail
+
+
+async def test_the_dashboards_overview_lists_the_servers(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    from tests.dashboard.test_pages import _first_events
+
+    config = stdio_config(tmp_path, fake_llm, eager=True)
+    async with running_gateway(config) as (gw, api):
+        await eventually(lambda: gw.mcp.status()["demo"]["state"] == "ready", timeout=30)
+        await api.dashboard_login()
+        base = f"http://127.0.0.1:{gw.control.port}/dashboard"
+        events = await _first_events(api.http, f"{base}/events/overview", 3)
+    [status] = [data for kind, data in events if kind == "status"]
+    assert status["mcp"]["demo"]["state"] == "ready"
+    assert "mcp_demo_echo" in status["mcp"]["demo"]["tools"]
