@@ -48,10 +48,8 @@ SCRIPT = textwrap.dedent(
     @srv.tool()
     def long(chars: int) -> str:
         """An answer of this many characters, numbered lines."""
-        out, n = [], 0
-        while sum(map(len, out)) < chars:
-            out.append(f"line {n}\\n"); n += 1
-        return "".join(out)[:chars]
+        lines = "".join(f"line {n}\\n" for n in range(chars // 5 + 1))
+        return lines[:chars]
 
     @srv.tool()
     async def flood(count: int, ctx: Context) -> str:
