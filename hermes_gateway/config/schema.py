@@ -22,6 +22,8 @@ from tools.builtin import (
 )
 from tools.catalog import tool_names, tool_sections, tool_specs
 
+# an MCP server's environment variables whose values the log redactor hides
+_SECRET_NAME = re.compile(r"token|key|secret|password|passwd|auth|credential", re.IGNORECASE)
 BusyPolicy = Literal["interrupt", "queue", "latest", "collect", "steer"]
 _S = TypeVar("_S", bound=BaseModel)
 
@@ -394,7 +396,8 @@ class Config(_Section):
             own = getattr(self.tools, tool.section or "", None)
             values += [str(getattr(own, key)) for key in tool.secrets if own is not None]
         for server in self.mcp.servers.values():
-            values += [*server.env.values(), *server.headers.values()]
+            values += [v for k, v in server.env.items() if _SECRET_NAME.search(k)]
+            values += server.headers.values()
         return [v for v in values if v and len(v) >= 4]
 
 

@@ -51,13 +51,14 @@ class McpManager:
                 self._loop.call_soon_threadsafe(link.start)
 
     async def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        closing = [link.close() for link in self.links.values()]
-        future = asyncio.run_coroutine_threadsafe(_all(closing), self._loop)
-        await asyncio.wrap_future(future)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        await asyncio.to_thread(self._thread.join, 10)
+        if self._thread.is_alive():
+            closing = [link.close() for link in self.links.values()]
+            future = asyncio.run_coroutine_threadsafe(_all(closing), self._loop)
+            await asyncio.wrap_future(future)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join, 10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
 
     def refresh(self) -> None:
         """SIGHUP: list every running server's tools again."""

@@ -131,3 +131,21 @@ def test_a_gateway_without_mcp_servers_never_imports_the_sdk(tmp_path: Path) -> 
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_header_values_and_secret_env_values_are_hidden_from_the_log() -> None:
+    from hermes_gateway.config.schema import Config
+
+    config = Config.model_validate(
+        {
+            "mcp": {
+                "servers": {
+                    "gh": {"url": "https://x/mcp", "headers": {"Authorization": "Bearer abc123"}},
+                    "fs": {"command": "x", "env": {"GH_TOKEN": "ghp_secret", "MODE": "fast"}},
+                }
+            }
+        }
+    )
+    secrets = config.secrets()
+    assert "Bearer abc123" in secrets and "ghp_secret" in secrets
+    assert "fast" not in secrets
