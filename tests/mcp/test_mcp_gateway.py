@@ -234,3 +234,43 @@ async def test_the_dashboards_overview_lists_the_servers(
     [status] = [data for kind, data in events if kind == "status"]
     assert status["mcp"]["demo"]["state"] == "ready"
     assert "mcp_demo_echo" in status["mcp"]["demo"]["tools"]
+
+
+async def test_a_server_that_never_answers_its_start_is_cut_and_retried(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    import sys
+
+    silent = {"command": sys.executable, "args": ["-c", "import time; time.sleep(3600)"]}
+    config = make_config(
+        tmp_path,
+        fake_llm.base_url,
+        mcp={"servers": {"mute": {**silent, "eager": True, "connect_timeout_s": 1}}},
+    )
+    async with running_gateway(config) as (gw, api):
+        await eventually(lambda: gw.mcp.status()["mute"]["restarts"] >= 1, timeout=20)
+        status = gw.mcp.status()["mute"]
+        fake_llm.push(text("answered"))
+        answer = await api.chat("hello")
+    assert "Timeout" in (status["last_error"] or "")
+    assert answer["text"] == "answered"
+
+
+def test_platforms_and_chats_choose_the_sessions_that_get_a_servers_tools(
+    tmp_path: Path,
+) -> None:
+    from hermes_gateway.config.schema import McpConfig
+    from hermes_gateway.mcp.link import Walls
+    from hermes_gateway.mcp.manager import McpManager
+    from tools.registry import ToolRegistry
+
+    servers = {
+        "tg": {"command": "x", "platforms": ["telegram"]},
+        "one": {"command": "x", "chats": ["slack:channel:C1"]},
+    }
+    manager = McpManager(McpConfig.model_validate({"servers": servers}), Walls(tmp_path, {}, 1024))
+    base = ToolRegistry()
+    assert manager.live(base, "api:dm:alice") is base  # neither server: the registry itself
+    assert manager.live(base, "telegram:dm:42") is not base
+    assert manager.live(base, "slack:channel:C1:U7") is not base
+    assert manager.live(base, "slack:channel:C2:U7") is base
