@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.liveness.sdnotify import SystemdNotifier
+    from hermes_gateway.mcp.manager import McpManager
     from hermes_gateway.memory.host import MemoryHost
     from hermes_gateway.metrics import Metrics
     from hermes_gateway.platforms.access import Gatekeeper
@@ -87,6 +88,7 @@ class LifecycleParts:
     reception: Reception
     tool_host: GatewayToolHost
     memory: MemoryHost
+    mcp: McpManager | None  # tools from MCP servers (None: none configured)
     inbox: InboxRoutes
     dashboard: Dashboard | None
     control: ControlServer
@@ -193,6 +195,8 @@ class Lifecycle:
         and connections are untouched (other keys need a restart)."""
         if await self.parts.live.reload(self.config_path):
             self.parts.gate.reconfigure()  # the one part that derives state
+        if self.parts.mcp is not None:
+            self.parts.mcp.refresh()  # the servers' tool lists, listed again
 
     async def _listen(self) -> None:
         """Open the control port; an address we cannot listen on is the operator's to fix, so
@@ -296,6 +300,9 @@ class Lifecycle:
         stops.push_async_callback(self.parts.bus.aclose)
         await self.parts.memory.find_legacy(self.config.home_path)
         await asyncio.to_thread(confine_tools, self.config, self.config_path)
+        if self.parts.mcp is not None:  # after the walls are set up: a stdio server runs in them
+            stops.push_async_callback(self.parts.mcp.stop)
+            await self.parts.mcp.start()
         await self.parts.pairing.load()
 
     def _announce_ready(self) -> None:

@@ -14,7 +14,7 @@ import structlog
 from aiohttp import web
 
 from hermes_gateway.agents.cache import AgentCache
-from hermes_gateway.agents.factory import AgentFactory, model_clients
+from hermes_gateway.agents.factory import AgentFactory, mcp_manager, model_clients
 from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.cluster.build import coordinator
 from hermes_gateway.cluster.carry import Carry
@@ -51,6 +51,7 @@ from tools.host import ToolHost
 
 if TYPE_CHECKING:
     from hermes_gateway.dashboard import Dashboard
+    from hermes_gateway.mcp.manager import McpManager
     from hermes_gateway.scheduler.desk import JobDesk
     from hermes_gateway.scheduler.scheduler import Scheduler
     from hermes_gateway.scheduler.service import SchedulerService
@@ -105,12 +106,14 @@ class Gateway(Lifecycle):
             jobs=self.desk,
         )
         self.memory = build_memory(config, self.store, self.llm, self.runs)
+        self.mcp: McpManager | None = mcp_manager(config)  # unless mcp.servers names one: None
         self.agent_factory = AgentFactory(
             config,
             config_path,
             clients=clients,
             host=ToolHost.provided_by(self.tool_host, self.memory),
             owner=self.memory.owner,
+            extra=self.mcp,
         )
         self.agents = AgentCache(
             self.agent_factory.make,
@@ -248,6 +251,7 @@ class Gateway(Lifecycle):
             reception=self.reception,
             tool_host=self.tool_host,
             memory=self.memory,
+            mcp=self.mcp,
             inbox=self.inbox,
             dashboard=self.dashboard,
             control=self.control,
@@ -273,6 +277,7 @@ class Gateway(Lifecycle):
             roles=self.roles,
             closing=self.intake_closed.is_set,
             watchdog=lambda: self.watchdog,
+            mcp=self.mcp,
         )
 
     def _dashboard(self, config: Config) -> Dashboard:

@@ -48,7 +48,7 @@ RANKS = [
     ["cluster"],
     ["core"],
     ["agents", "platforms"],
-    ["memory"],
+    ["memory", "mcp"],
     ["store", "text", "liveness"],
 ]
 BASE = {

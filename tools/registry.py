@@ -155,6 +155,16 @@ class ToolRegistry:
         kept = [n for n in dict.fromkeys(names) if n in self._tools]
         return ToolRegistry((_narrowed(self._tools[n], kept) for n in kept), self._needs)
 
+    def extended(self, tools: Iterable[Tool], needs: frozenset[str]) -> ToolRegistry:
+        """This registry and ``tools`` (each seeing only the host services of ``needs``): tools
+        that come and go while the gateway runs (an MCP server's) join a session's own."""
+        joined = ToolRegistry((), self._needs)
+        joined._tools, joined._specs = dict(self._tools), list(self._specs)
+        for tool in tools:
+            joined.register(tool)
+            joined._needs[tool.name] = needs
+        return joined
+
     def is_parallel_safe(self, name: str) -> bool:
         tool = self._tools.get(name)
         return bool(tool and tool.parallel_safe)

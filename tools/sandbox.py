@@ -265,6 +265,52 @@ class Sandboxed:
             self._scratch = None
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A command made ready to start inside the walls: `argv`, and what its environment must
+    add (`env`); `release` after it has ended (fallback mode: its escaped processes, its
+    scratch directory)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    mode: Mode
+    token: str
+    scratch: Path | None = None
+
+    def release(self) -> None:
+        if self.mode == "fallback":
+            sandbox_procs.reap(sandbox_procs.kill_marked(MARKER, self.token, {}))
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def prepare(
+    argv: Sequence[str], *, cwd: Path, workspace: Path, limits: Limits = Limits()
+) -> Prepared:
+    """What `spawn` starts, for a caller that starts it itself (an MCP client owning the
+    pipes): `argv` in `cwd` inside the walls of the current mode."""
+    mode = current_mode()
+    token = uuid.uuid4().hex
+    walled = walls()
+    command = [*_with_limits(limits), *argv]
+    scratch = None
+    extra: dict[str, str] = {}
+    if mode == "namespace":
+        wrapped = _in_namespace(command, cwd, workspace, walled)
+    else:
+        # no mount namespace to give it an empty /tmp: a directory of its own instead
+        scratch = Path(tempfile.mkdtemp(prefix="hermes-tool-"))
+        extra = {"TMPDIR": str(scratch), MARKER: token}
+        wrapped = _walled(command, walled, [workspace, scratch], {})
+    # joined outside the namespace, before it is made: nothing inside can leave the group
+    wrapped = [*memory_group.join_step(limits.memory_group), *wrapped]
+    # dies with the gateway (and in a namespace takes everything with it): nothing is
+    # orphaned by a crash
+    if setpriv := shutil.which("setpriv"):
+        wrapped = [setpriv, "--pdeathsig", "KILL", "--", *wrapped]
+    return Prepared(wrapped, extra, mode, token, scratch)
+
+
 def spawn(
     argv: Sequence[str],
     *,
@@ -279,30 +325,12 @@ def spawn(
     """Start `argv` in `cwd` (inside `workspace`) with exactly `env`, inside the walls of the
     current mode. Blocking (fork/exec): call it from a worker thread, never the event loop.
     `pass_fds` stay open in the child under their numbers."""
-    mode = current_mode()
-    token = uuid.uuid4().hex
-    walled = walls()
-    command = [*_with_limits(limits), *argv]
-    scratch = None
-    child_env = dict(env)
+    ready = prepare(argv, cwd=cwd, workspace=workspace, limits=limits)
     try:
-        if mode == "namespace":
-            wrapped = _in_namespace(command, cwd, workspace, walled)
-        else:
-            # no mount namespace to give it an empty /tmp: a directory of its own instead
-            scratch = Path(tempfile.mkdtemp(prefix="hermes-tool-"))
-            child_env.update(TMPDIR=str(scratch), **{MARKER: token})
-            wrapped = _walled(command, walled, [workspace, scratch], {})
-        # joined outside the namespace, before it is made: nothing inside can leave the group
-        wrapped = [*memory_group.join_step(limits.memory_group), *wrapped]
-        # dies with the gateway (and in a namespace takes everything with it): nothing is
-        # orphaned by a crash
-        if setpriv := shutil.which("setpriv"):
-            wrapped = [setpriv, "--pdeathsig", "KILL", "--", *wrapped]
         proc = subprocess.Popen(
-            wrapped,
+            ready.argv,
             cwd=cwd,
-            env=child_env,
+            env={**env, **ready.env},
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
@@ -310,10 +338,10 @@ def spawn(
             pass_fds=tuple(pass_fds),
         )
     except BaseException:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        if ready.scratch is not None:
+            shutil.rmtree(ready.scratch, ignore_errors=True)
         raise
-    return Sandboxed(proc, mode, token, scratch)
+    return Sandboxed(proc, ready.mode, ready.token, ready.scratch)
 
 
 def _covers() -> tuple[list[Path], list[str]]:

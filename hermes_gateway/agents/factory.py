@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -25,6 +26,9 @@ from tools.catalog import (
 from tools.host import ToolHost
 from tools.memory import memory_block, memory_file
 
+if TYPE_CHECKING:
+    from hermes_gateway.mcp.manager import McpManager
+
 log = structlog.get_logger("hermes.gateway")
 
 
@@ -42,6 +46,12 @@ def model_clients(config: Config, config_path: str | None = None) -> ModelClient
     return ModelClients(llm, _vision_llm(config, llm))
 
 
+class SessionTools(Protocol):
+    """Tools a session gets besides its platform's (the MCP servers' it may use)."""
+
+    def live(self, base: ToolRegistry, session_key: str) -> ToolRegistry: ...
+
+
 class AgentFactory:
     """One per gateway; `make` is the agent cache's constructor."""
 
@@ -53,6 +63,7 @@ class AgentFactory:
         clients: ModelClients | None = None,
         host: ToolHost | None = None,
         owner: Callable[[str], str | None] = lambda key: None,
+        extra: SessionTools | None = None,
     ) -> None:
         self.config = config
         clients = clients or model_clients(config, config_path)
@@ -63,6 +74,7 @@ class AgentFactory:
         self.host = host
         # session key -> the user it belongs to alone ("<platform>/<id>"), for per-user memory
         self.owner = owner
+        self.extra = extra
         self._toolsets: dict[str, tuple[ToolRegistry, str]] = {}
 
     def toolset(self, platform: str) -> tuple[ToolRegistry, str]:
@@ -77,6 +89,8 @@ class AgentFactory:
 
     def make(self, session_key: str) -> AIAgent:
         tools, prompt = self.toolset(session_key.split(":", 1)[0])
+        if self.extra is not None:
+            tools = self.extra.live(tools, session_key)
         config = self.config
         home, cap = config.home_path, config.tools.memory_max_chars
         path = memory_file(home, self.owner(session_key), config.memory.scope == "user")
@@ -103,6 +117,18 @@ class AgentFactory:
         self.llm.close()
         if self.vision_llm is not self.llm:
             self.vision_llm.close()
+
+
+def mcp_manager(config: Config) -> McpManager | None:
+    """The MCP servers' manager, when the config enables one (the SDK is imported only then);
+    a stdio server runs in the walls of the tools, with the environment tool processes get."""
+    if not config.mcp.active():
+        return None
+    from hermes_gateway.mcp.link import Walls
+    from hermes_gateway.mcp.manager import McpManager
+
+    walls = Walls(config.workspace_path, tool_environment(config), config.mcp.max_message_bytes)
+    return McpManager(config.mcp, walls)
 
 
 def _llm_settings(config: Config, config_path: str | None = None) -> LLMSettings:

@@ -53,6 +53,7 @@ class Doctor:
             self.embeddings,
             self.walls,
             self.tool_memory,
+            self.mcp,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
         ]
         try:
@@ -184,6 +185,23 @@ class Doctor:
         used = "execute_code" in t.enabled or any("execute_code" in v for v in t.platforms.values())
         weak = memory_group.support().kind == "watcher" and used
         return Check("tool memory", "warn" if weak else "ok", detail)
+
+    def mcp(self) -> Check:
+        """Each enabled MCP server started as the gateway starts it, and listed."""
+        names = list(self.config.mcp.active())
+        if not names:
+            return Check("mcp", "skip", "no MCP server is configured")
+        from hermes_gateway.cli.mcp import probe
+
+        found = probe(self.config, None, names)
+        bad = [
+            f"{n}: {s['last_error'] or s['state']}"
+            for n, s in found.items()
+            if s["state"] != "ready"
+        ]
+        good = [f"{n} ({len(s['tools'])} tools)" for n, s in found.items() if s["state"] == "ready"]
+        detail = "; ".join([*(["ready: " + ", ".join(good)] if good else []), *bad])
+        return Check("mcp", "FAIL" if bad else "ok", detail)
 
     def _platform(self, spec: PlatformSpec) -> Callable[[], Check]:
         """The check of one platform: its spec's probe, run only when it is enabled."""

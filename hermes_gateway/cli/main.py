@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hermes_gateway.cli.cron import add_parser as cron_parser
 
     cron_parser(sub)
+    from hermes_gateway.cli.mcp import add_parser as mcp_parser
+
+    mcp_parser(sub, _with_config)
     _with_config(sub.add_parser("doctor", help="check config, tokens, model, store, port"))
     memory = sub.add_parser("memory", help="per-user memory")
     msub = memory.add_subparsers(dest="action", required=True)
@@ -191,6 +194,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_cron(args, url, token, config)
     if args.command == "doctor":
         return run_doctor(config)
+    if args.command == "mcp":
+        from hermes_gateway.cli.mcp import run_mcp
+
+        return run_mcp(args, url, token, config)
     if args.command == "memory" and args.action == "forget":
         from hermes_gateway.cli.forget import run_forget
 

@@ -29,6 +29,8 @@ def modules_for(config: Config) -> list[str]:
         names.append("hermes_gateway.dashboard")
     if config.scheduler.enabled:
         names.append("hermes_gateway.scheduler.service")
+    if config.mcp.active():  # the MCP SDK (its HTTP client, pydantic models, jsonschema)
+        names.append("hermes_gateway.mcp.manager")
     return names
 
 

@@ -6,10 +6,11 @@ Pure data and validation; reading the file and the environment is `config.py`'s 
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from hermes_gateway.platform_spec import platform_specs
 from tools.builtin import (
@@ -21,6 +22,8 @@ from tools.builtin import (
 )
 from tools.catalog import tool_names, tool_sections, tool_specs
 
+# an MCP server's environment variables whose values the log redactor hides
+_SECRET_NAME = re.compile(r"token|key|secret|password|passwd|auth|credential", re.IGNORECASE)
 BusyPolicy = Literal["interrupt", "queue", "latest", "collect", "steer"]
 _S = TypeVar("_S", bound=BaseModel)
 
@@ -210,6 +213,66 @@ def _check_tool_names(names: tuple[str, ...]) -> None:
         raise ValueError(f"unknown tool {unknown[0]!r} (installed tools: {', '.join(known)})")
 
 
+class McpToolFilter(_Section):
+    include: tuple[str, ...] = ()  # shell-style patterns of the server's tool names; empty = all
+    exclude: tuple[str, ...] = ()
+
+
+class McpServerConfig(_Section):
+    """One MCP server (docs/mcp.md): a command run over stdio, or a streamable HTTP URL."""
+
+    enabled: bool = True
+    command: str = ""  # stdio: run inside the tools' walls
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)  # added to what tool processes get
+    cwd: str = ""  # default: the tools' workspace
+    url: str = ""  # streamable HTTP
+    headers: dict[str, str] = Field(default_factory=dict)  # ${VAR} keeps secrets out of the file
+    tools: McpToolFilter = McpToolFilter()
+    timeout_s: float = Field(60, gt=0)  # one call
+    connect_timeout_s: float = Field(30, gt=0)  # start, initialize and list
+    eager: bool = False  # started with the gateway, not at its first use
+    # off, always, or the server's tool names that ask the user first
+    approval: Literal["off", "always"] | tuple[str, ...] = "off"
+    platforms: tuple[str, ...] = ()  # empty: every platform
+    chats: tuple[str, ...] = ()  # session keys or prefixes (``telegram:dm:42``); empty: all
+    max_tools: int = Field(64, ge=1, le=512)
+    memory_mb: int = Field(2048, ge=0)  # a stdio server's address space; 0 = unlimited
+    max_processes: int = Field(64, ge=1)
+    open_files: int = Field(256, ge=16)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give a server either command (stdio) or url (streamable HTTP)")
+        return self
+
+
+class McpConfig(_Section):
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)  # one message from a server
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        bad = [name for name in value if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,23}", name)]
+        if bad:
+            raise ValueError(
+                f"server name {bad[0]!r}: lower-case letters, digits and _ (at most 24)"
+            )
+        return value
+
+    def active(self) -> dict[str, McpServerConfig]:
+        return {name: server for name, server in self.servers.items() if server.enabled}
+
+
 class SchedulerConfig(_Section):
     """Scheduled jobs (docs/scheduler.md); off unless enabled."""
 
@@ -296,6 +359,7 @@ class Config(_Section):
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
     cluster: ClusterConfig = ClusterConfig()
+    mcp: McpConfig = McpConfig()
     hooks: tuple[str, ...] = ()
     hook_timeout_s: float = Field(5, gt=0)
 
@@ -331,6 +395,9 @@ class Config(_Section):
         for tool in tool_specs():
             own = getattr(self.tools, tool.section or "", None)
             values += [str(getattr(own, key)) for key in tool.secrets if own is not None]
+        for server in self.mcp.servers.values():
+            values += [v for k, v in server.env.items() if _SECRET_NAME.search(k)]
+            values += server.headers.values()
         return [v for v in values if v and len(v) >= 4]
 
 

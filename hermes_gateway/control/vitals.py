@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from hermes_gateway.core.quarantine import InboxRoutes
     from hermes_gateway.core.runner import GatewayRunner
     from hermes_gateway.liveness.watchdog import LoopWatchdog
+    from hermes_gateway.mcp.manager import McpManager
     from hermes_gateway.memory.host import MemoryHost
     from hermes_gateway.metrics import Metrics
     from hermes_gateway.platforms.adapter import Adapter
@@ -49,6 +50,7 @@ class VitalParts:
     roles: Roles
     closing: Callable[[], bool]
     watchdog: Callable[[], LoopWatchdog | None]
+    mcp: McpManager | None = None
 
     @property
     def config(self) -> Config:
@@ -91,8 +93,10 @@ class Vitals:
                 reasons.append(f"{name}: {h.detail or 'not connected'}")
         # a failing model leaves the gateway ready (it still answers, with the model's error
         # as the explanation: see docs/control-api.md), but the reasons say so
-        note = self._model_note()
-        return not reasons, reasons + ([note] if note else [])
+        notes = [note] if (note := self._model_note()) else []
+        # a failing MCP server leaves it ready too: only that server's tools answer with errors
+        notes += g.mcp.problems() if g.mcp is not None else []
+        return not reasons, reasons + notes
 
     def _model_note(self) -> str | None:
         last = self.parts.llm.endpoint.last
@@ -145,6 +149,7 @@ class Vitals:
             "scheduler": g.scheduler.status() if g.scheduler is not None else {"enabled": False},
             "memory": g.memory.status(),
             "cluster": self._cluster(),
+            "mcp": g.mcp.status() if g.mcp is not None else {},
         }
 
     def _cluster(self) -> dict[str, Any] | None:

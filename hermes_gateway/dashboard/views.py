@@ -41,6 +41,7 @@ def overview(gateway: DashboardParts, series: TimeSeries) -> dict[str, Any]:
             "problem": store.problem,
         },
         "latest": series.latest(),
+        "mcp": status["mcp"],  # each MCP server's state and tools (none configured: {})
     }
 
 

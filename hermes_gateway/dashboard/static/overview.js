@@ -72,6 +72,13 @@
       H.el("div", { class: "card platform " + (p.ready ? "up" : "down"), "data-platform": name, "data-ready": String(p.ready) },
         H.el("h3", {}, name), H.el("p", { class: "state" }, p.ready ? "up" : "down"), H.el("p", { class: "detail" }, p.detail || "")));
     document.getElementById("platforms").replaceChildren(...cards);
+    // MCP servers: shown only when the config names one
+    const servers = Object.entries(s.mcp || {});
+    document.getElementById("mcp-section").hidden = servers.length === 0;
+    document.getElementById("mcp").replaceChildren(...servers.map(([name, m]) =>
+      H.el("div", { class: "card platform " + (m.state === "failing" ? "down" : "up"), "data-mcp": name, "data-state": m.state },
+        H.el("h3", {}, name), H.el("p", { class: "state" }, m.state + " (" + m.transport + ", " + m.tools.length + " tools)"),
+        H.el("p", { class: "detail" }, m.last_error || ""))));
   }
 
   H.stream("overview", { series: build, sample: add, status });
