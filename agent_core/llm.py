@@ -55,19 +55,36 @@ class LLMSettings:
     redact: Callable[[str], str] | None = None
     # what a user is told while no model is configured (the host names its config file)
     setup_hint: str = ""
+    # connections the client keeps open and alive: one per run that may call at once (the
+    # host's pool size); None: the SDK's default (1,000, of which 100 are kept alive)
+    connections: int | None = None
 
 
-def sdk_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
+def sdk_client(
+    base_url: str, api_key: str, timeout_s: float, connections: int | None = None
+) -> openai.OpenAI:
     """The openai SDK's client as every caller here uses it: no retries of its own (ours
-    honour interrupts and outages), a placeholder key for a local server that wants none."""
+    honour interrupts and outages), a placeholder key for a local server that wants none.
+    ``connections``: as many connections kept alive, so a burst of that many calls neither
+    waits for a connection nor, at its end, closes all but the SDK's 100 kept alive (the next
+    burst would open them again, TLS handshakes and all)."""
     # imported here: it is the biggest import of the daemon (about 0.6 s), and /healthz
     # should not wait for it
+    import httpx
     import openai
 
     from agent_core import wire
 
+    limits = openai.DEFAULT_CONNECTION_LIMITS
+    if connections is not None:
+        # twice as many open: a run's sub-agents may call the model while it waits on them
+        limits = httpx.Limits(
+            max_connections=2 * connections,
+            max_keepalive_connections=connections,
+            keepalive_expiry=limits.keepalive_expiry,
+        )
     # its connections tell `cutoff` their sockets, so an interrupt can shut a request in flight
-    http = openai.DefaultHttpxClient(transport=wire.transport(openai.DEFAULT_CONNECTION_LIMITS))
+    http = openai.DefaultHttpxClient(transport=wire.transport(limits))
     return openai.OpenAI(
         base_url=base_url,
         api_key=api_key or "no-key",
@@ -104,7 +121,7 @@ class LLMClient:
             with self._lock:
                 if self._client is None:
                     s = self.settings
-                    self._client = sdk_client(s.base_url, s.api_key, s.timeout_s)
+                    self._client = sdk_client(s.base_url, s.api_key, s.timeout_s, s.connections)
         return self._client
 
     def close(self) -> None:

@@ -287,7 +287,7 @@ class Lifecycle:
             port=self.control.port,
             platforms=list(self.adapters),
             model=self.config.model.name,
-            workers=self.config.runner.workers,
+            workers=self.pool.workers,
             home=str(self.config.home_path),
             config=str(config_path(self.config_path) or "built-in defaults"),
         )

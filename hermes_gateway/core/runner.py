@@ -28,6 +28,8 @@ from hermes_gateway.core.run import (
     QUEUE_FULL,
     STORE_DOWN,
     SUPERSEDED,
+    TOO_MANY,
+    WAITING,
     LiveRuns,
     Run,
     RunState,
@@ -35,12 +37,13 @@ from hermes_gateway.core.run import (
     Stopped,
     inbox_ids,
     merge_text,
+    tenant_of,
     with_text,
 )
 from hermes_gateway.core.session_leases import SessionLeases, SoleLeases
 from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.core.settle import Settler, TurnDone
-from hermes_gateway.errors import StoreError
+from hermes_gateway.errors import PoolFull, StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platforms.adapter import StreamSink
@@ -217,6 +220,11 @@ class GatewayRunner:
                 return
             try:
                 result = await self._call_agent(run, ctx)
+            except PoolFull as exc:  # its user or chat has as many waiting as allowed
+                status = "refused"
+                text = TOO_MANY[exc.kind].format(n=exc.cap)
+                await self.settler.reply(run, text, "notice", status)
+                return
             finally:
                 self.agents.release(run.key, ctx)
             if result is not None and run.control.expired and not run.stopped:
@@ -267,6 +275,10 @@ class GatewayRunner:
             control=run.control,
             on_delta=progress.delta if sink is not None else None,
             on_event=progress.event,
+            tenant=tenant_of(run.primary),
+            on_wait=lambda wait: self._background(
+                self.settler.tell_waiting(run, WAITING[wait.reason])
+            ),
         )
         assert run.abandon is not None
         waits: list[asyncio.Future[Any]] = [run.future, run.abandon]

@@ -13,7 +13,7 @@ import structlog
 from agent_core import RunResult
 from agent_core.control import RunControl
 from hermes_gateway.agents.cache import AgentCache
-from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.pool import AgentPool, Tenant
 from hermes_gateway.errors import StoreError
 from hermes_gateway.scheduler.jobs import Job
 from hermes_gateway.store.store import Store
@@ -64,7 +64,11 @@ class JobRunner:
         self._controls.add(control)
         try:
             future = self.pool.submit(
-                ctx.agent.run_conversation, text, ctx.history.snapshot(), control=control
+                ctx.agent.run_conversation,
+                text,
+                ctx.history.snapshot(),
+                control=control,
+                tenant=Tenant(job=True),  # never in the share kept for chats
             )
             result = await self._wait(future, control, timeout_s, key)
             if result is None:

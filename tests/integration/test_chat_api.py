@@ -222,7 +222,8 @@ async def test_control_token_is_required(tmp_path: Path, fake_llm: FakeOpenAI) -
 
 
 async def test_metrics_and_status(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
-    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
+    config = make_config(tmp_path, fake_llm.base_url, runner={"workers": 8})
+    async with running_gateway(config) as (gw, client):
         await client.chat("count me")
         status, metrics = await client.get("/metrics")
         _, info = await client.get("/status", operator=True)
