@@ -7,6 +7,7 @@ CPU-bound; here one `LLMClient` serves every agent and keeps its connections ali
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import threading
 import time
@@ -37,6 +38,7 @@ from agent_core.history import encode
 Message = dict[str, Any]
 OnStop = Callable[[Callable[[], None]], Callable[[], None]]  # registers a hook, returns its remover
 _BYTES_PER_TOKEN = 4
+SHARD_CONNECTIONS = 32  # most connections in one pool (`shards`)
 
 log = structlog.get_logger("hermes.llm")
 __all__ = ["Completion", "LLMClient", "LLMSettings", "ModelError", "ToolCall"]
@@ -94,12 +96,28 @@ def sdk_client(
     )
 
 
+def shards(connections: int | None) -> tuple[int, int | None]:
+    """How many connection pools a client of ``connections`` uses, and each one's share.
+    httpcore's pool looks at every connection it holds to place each request and again as
+    each one ends, so one pool of 1,000 connections makes a burst of 1,000 calls cost a
+    million such looks under its lock (half the process's CPU, measured): pools of at most
+    `SHARD_CONNECTIONS` keep that small."""
+    if connections is None or connections <= SHARD_CONNECTIONS:
+        return 1, connections
+    count = -(-connections // SHARD_CONNECTIONS)
+    return count, -(-connections // count)
+
+
 class LLMClient:
-    """Chat completions against one provider; safe to share across threads."""
+    """Chat completions against one provider; safe to share across threads. Each thread
+    keeps to one of its connection pools (`shards`), so its calls reuse one connection."""
 
     def __init__(self, settings: LLMSettings, *, wait: Callable[[float], bool] | None = None):
         self.settings = settings
-        self._client: openai.OpenAI | None = None
+        count, self._per_shard = shards(settings.connections)
+        self._clients: list[openai.OpenAI | None] = [None] * count
+        self._local = threading.local()
+        self._turns = itertools.count()  # the next thread's shard
         self._tools_cache: tuple[list[dict[str, Any]], bytes] | None = None
         self._lock = threading.Lock()
         # the last real call's outcome, for the gateway's readiness and status
@@ -117,16 +135,24 @@ class LLMClient:
         self._sdk()
 
     def _sdk(self) -> openai.OpenAI:
-        if self._client is None:
+        """The SDK client of this thread's shard, built on first use."""
+        shard: int | None = getattr(self._local, "shard", None)
+        if shard is None:
+            shard = self._local.shard = next(self._turns) % len(self._clients)
+        client = self._clients[shard]
+        if client is None:
             with self._lock:
-                if self._client is None:
+                client = self._clients[shard]
+                if client is None:
                     s = self.settings
-                    self._client = sdk_client(s.base_url, s.api_key, s.timeout_s, s.connections)
-        return self._client
+                    client = sdk_client(s.base_url, s.api_key, s.timeout_s, self._per_shard)
+                    self._clients[shard] = client
+        return client
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        for client in self._clients:
+            if client is not None:
+                client.close()
 
     def complete(
         self,
