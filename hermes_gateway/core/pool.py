@@ -133,7 +133,8 @@ class AgentPool:
         f = self.fairness
         if self.busy >= self.workers:
             return "pool"
-        if tenant.job and self._running["jobs"] >= self.workers - f.chat_reserve:
+        # a pool of one (`hermes cron run`) still runs its job: the share is what is left
+        if tenant.job and self._running["jobs"] >= max(1, self.workers - f.chat_reserve):
             return "jobs"
         if (
             tenant.user

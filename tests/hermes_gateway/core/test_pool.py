@@ -265,3 +265,14 @@ async def test_a_burst_of_threads_ends_once_idle() -> None:
     finally:
         gate.set()
         await asyncio.to_thread(pool.shutdown)
+
+
+async def test_a_pool_of_one_still_runs_a_job() -> None:
+    """`hermes cron run` runs its job on a pool of one thread: no share to keep there."""
+    pool = AgentPool(1)
+    try:
+        assert (
+            await asyncio.wait_for(pool.submit(lambda: "ran", tenant=Tenant(job=True)), 10) == "ran"
+        )
+    finally:
+        await asyncio.to_thread(pool.shutdown)
