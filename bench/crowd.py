@@ -4,9 +4,9 @@ The gateway runs its default pool (`runner.workers: auto`); the floor gets a poo
 the largest crowd, so both could hold every conversation at once. Each load is N new sessions
 sending one message each, all at once, to a model that takes a fixed time: wall time ÷ that
 time, the gateway's loop lag p99 (its own histogram) and `/healthz` p99 (probed every 50 ms
-during the load), peak RSS, CPU per message, and every message answered. Then the fairness
-case: one user floods from many group chats while others send one message each, against the
-same others alone (docs/concurrency.md).
+during the load), peak RSS (and its growth per run in flight), CPU per message, and every
+message answered. Then the fairness case: one user floods from many group chats while others
+send one message each, against the same others alone (docs/concurrency.md).
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ async def crowd_load(side: Side, n: int, delay: float) -> dict[str, Any]:
         "healthz_probes": len(health),
         "rss_idle_mb": round(idle_rss, 1),
         "rss_peak_mb": round(peak_rss, 1),
-        "kb_per_run": round((peak_rss - idle_rss) * 1024 / n, 1),
+        # per run in flight at the peak (the model's count): not all N may be at once
+        "kb_per_run": round((peak_rss - idle_rss) * 1024 / max(1, stats["max_in_flight"]), 1),
         "cpu_per_msg_ms": round(cpu * 1000 / max(1, load.answered), 2),
         "model_max_in_flight": int(stats["max_in_flight"]),
     }

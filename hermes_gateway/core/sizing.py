@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from hermes_gateway.config import Config, RunnerConfig
 
 # A run waiting on its model costs its thread's touched stack, its model connection (socket,
-# TLS and HTTP buffers), its request and the streamed answer: measured at about 100 KB by
-# `python -m bench --only crowd` (RSS with 1,000 runs in flight less idle RSS, ÷ 1,000),
-# counted here with room for bigger requests and answers.
+# TLS and HTTP buffers), its request, the streamed answer and its session's cached agent:
+# measured at 90-110 KB by `python -m bench --only crowd` (peak RSS less idle RSS, ÷ the runs
+# in flight), counted here with room for longer histories and answers.
 RUN_BYTES = 256 * 1024
 # The idle gateway with its imports and caches (about 110 MB) and headroom for the store's
 # and the platforms' own buffers under load: what the runs' share of a ceiling leaves out.
