@@ -298,5 +298,5 @@ async def test_the_startup_heap_is_frozen_out_of_the_collector(
     async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
         # once the model client is warm, a full collection no longer scans the startup heap
         await eventually(lambda: gc.get_freeze_count() > 0)
-        assert gw.llm._client is not None
+        assert any(c is not None for c in gw.llm._clients)  # warm: a client was built
         assert (await client.chat("still answers"))["text"] == "echo: still answers"
