@@ -26,12 +26,10 @@ STORE_DOWN = (
     "this. Please send it again in a minute."
 )
 EMPTY_ANSWER = "(The model returned an empty answer.)"
-# a run the agent pool holds back (`AgentPool.submit`), by the cap it hit
+# a run the agent pool holds back by its user's or its chat's cap (`AgentPool.submit`)
 WAITING = {
-    "pool": "I'm answering a lot of conversations right now; yours starts as soon as one ends.",
     "user": "I'm already answering your other conversations; this one starts when one ends.",
     "chat": "I'm already answering many people in this chat; yours starts when one of them ends.",
-    "jobs": "Waiting for a free worker.",
 }
 # a run the agent pool refused (`PoolFull`): its user's or chat's waiting runs were at the cap
 TOO_MANY = {

@@ -20,7 +20,7 @@ from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.config import RunnerConfig
 from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.delivery import Delivery
-from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.pool import AgentPool, Wait
 from hermes_gateway.core.probation import Probation
 from hermes_gateway.core.progress import Progress
 from hermes_gateway.core.run import (
@@ -276,9 +276,7 @@ class GatewayRunner:
             on_delta=progress.delta if sink is not None else None,
             on_event=progress.event,
             tenant=tenant_of(run.primary),
-            on_wait=lambda wait: self._background(
-                self.settler.tell_waiting(run, WAITING[wait.reason])
-            ),
+            on_wait=lambda wait: self._tell_waiting(run, wait),
         )
         assert run.abandon is not None
         waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
@@ -286,6 +284,14 @@ class GatewayRunner:
         if not run.future.done() or run.state is RunState.ABANDONED:
             return None  # abandoned: the thread's late result is discarded
         return run.future.result()
+
+    def _tell_waiting(self, run: Run, wait: Wait) -> None:
+        """A run its user's or chat's cap holds is told so. One that waits for a free thread
+        is not: that wait is short and shared, its typing indicator is on already, and
+        `/status` counts it."""
+        text = WAITING.get(wait.reason)
+        if text is not None:
+            self._background(self.settler.tell_waiting(run, text))
 
     def _begin_settling(self, run: Run, result: RunResult) -> None:
         """Steered messages the loop did not take wait again, first in line. A stopped or
