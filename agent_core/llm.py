@@ -7,7 +7,6 @@ CPU-bound; here one `LLMClient` serves every agent and keeps its connections ali
 from __future__ import annotations
 
 import ipaddress
-import itertools
 import json
 import threading
 import time
@@ -109,15 +108,16 @@ def shards(connections: int | None) -> tuple[int, int | None]:
 
 
 class LLMClient:
-    """Chat completions against one provider; safe to share across threads. Each thread
-    keeps to one of its connection pools (`shards`), so its calls reuse one connection."""
+    """Chat completions against one provider; safe to share across threads. Its connections
+    are in pools of at most `SHARD_CONNECTIONS` (`shards`), filled one after the other."""
 
     def __init__(self, settings: LLMSettings, *, wait: Callable[[float], bool] | None = None):
         self.settings = settings
         count, self._per_shard = shards(settings.connections)
         self._clients: list[openai.OpenAI | None] = [None] * count
-        self._local = threading.local()
-        self._turns = itertools.count()  # the next thread's shard
+        self._in_flight = [0] * count  # calls going on each pool
+        self._shard_lock = threading.Lock()
+        self._local = threading.local()  # the pool the thread's call took
         self._tools_cache: tuple[list[dict[str, Any]], bytes] | None = None
         self._lock = threading.Lock()
         # the last real call's outcome, for the gateway's readiness and status
@@ -135,10 +135,9 @@ class LLMClient:
         self._sdk()
 
     def _sdk(self) -> openai.OpenAI:
-        """The SDK client of this thread's shard, built on first use."""
-        shard: int | None = getattr(self._local, "shard", None)
-        if shard is None:
-            shard = self._local.shard = next(self._turns) % len(self._clients)
+        """The SDK client of the pool this thread's call took (`_take_shard`), built on first
+        use."""
+        shard: int = getattr(self._local, "shard", 0)
         client = self._clients[shard]
         if client is None:
             with self._lock:
@@ -244,12 +243,29 @@ class LLMClient:
     ) -> Completion:
         call = cutoff.begin()
         remove = on_stop(call.cut_off) if on_stop is not None else None
+        self._local.shard = shard = self._take_shard()
         try:
             return self._request(body, should_stop, on_delta)
         finally:
+            self._give_shard(shard)
             if remove is not None:
                 remove()
             cutoff.end(call)
+
+    def _take_shard(self) -> int:
+        """The first pool with room (the least busy when none has): a few calls at a time
+        all go to the first, and reuse its kept-alive connections."""
+        with self._shard_lock:
+            busy = self._in_flight
+            shard = next((i for i, n in enumerate(busy) if n < (self._per_shard or 1)), None)
+            if shard is None:
+                shard = busy.index(min(busy))
+            busy[shard] += 1
+            return shard
+
+    def _give_shard(self, shard: int) -> None:
+        with self._shard_lock:
+            self._in_flight[shard] -= 1
 
     def _request(
         self,
