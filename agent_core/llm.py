@@ -37,6 +37,7 @@ from agent_core.history import encode
 Message = dict[str, Any]
 OnStop = Callable[[Callable[[], None]], Callable[[], None]]  # registers a hook, returns its remover
 _BYTES_PER_TOKEN = 4
+SHARD_CONNECTIONS = 32  # most connections in one pool (`shards`)
 
 log = structlog.get_logger("hermes.llm")
 __all__ = ["Completion", "LLMClient", "LLMSettings", "ModelError", "ToolCall"]
@@ -55,19 +56,36 @@ class LLMSettings:
     redact: Callable[[str], str] | None = None
     # what a user is told while no model is configured (the host names its config file)
     setup_hint: str = ""
+    # connections the client keeps open and alive: one per run that may call at once (the
+    # host's pool size); None: the SDK's default (1,000, of which 100 are kept alive)
+    connections: int | None = None
 
 
-def sdk_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
+def sdk_client(
+    base_url: str, api_key: str, timeout_s: float, connections: int | None = None
+) -> openai.OpenAI:
     """The openai SDK's client as every caller here uses it: no retries of its own (ours
-    honour interrupts and outages), a placeholder key for a local server that wants none."""
+    honour interrupts and outages), a placeholder key for a local server that wants none.
+    ``connections``: as many connections kept alive, so a burst of that many calls neither
+    waits for a connection nor, at its end, closes all but the SDK's 100 kept alive (the next
+    burst would open them again, TLS handshakes and all)."""
     # imported here: it is the biggest import of the daemon (about 0.6 s), and /healthz
     # should not wait for it
+    import httpx
     import openai
 
     from agent_core import wire
 
+    limits = openai.DEFAULT_CONNECTION_LIMITS
+    if connections is not None:
+        # twice as many open: a run's sub-agents may call the model while it waits on them
+        limits = httpx.Limits(
+            max_connections=2 * connections,
+            max_keepalive_connections=connections,
+            keepalive_expiry=limits.keepalive_expiry,
+        )
     # its connections tell `cutoff` their sockets, so an interrupt can shut a request in flight
-    http = openai.DefaultHttpxClient(transport=wire.transport(openai.DEFAULT_CONNECTION_LIMITS))
+    http = openai.DefaultHttpxClient(transport=wire.transport(limits))
     return openai.OpenAI(
         base_url=base_url,
         api_key=api_key or "no-key",
@@ -77,12 +95,29 @@ def sdk_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
     )
 
 
+def shards(connections: int | None) -> tuple[int, int | None]:
+    """How many connection pools a client of ``connections`` uses, and each one's share.
+    httpcore's pool looks at every connection it holds to place each request and again as
+    each one ends, so one pool of 1,000 connections makes a burst of 1,000 calls cost a
+    million such looks under its lock (half the process's CPU, measured): pools of at most
+    `SHARD_CONNECTIONS` keep that small."""
+    if connections is None or connections <= SHARD_CONNECTIONS:
+        return 1, connections
+    count = -(-connections // SHARD_CONNECTIONS)
+    return count, -(-connections // count)
+
+
 class LLMClient:
-    """Chat completions against one provider; safe to share across threads."""
+    """Chat completions against one provider; safe to share across threads. Its connections
+    are in pools of at most `SHARD_CONNECTIONS` (`shards`), filled one after the other."""
 
     def __init__(self, settings: LLMSettings, *, wait: Callable[[float], bool] | None = None):
         self.settings = settings
-        self._client: openai.OpenAI | None = None
+        count, self._per_shard = shards(settings.connections)
+        self._clients: list[openai.OpenAI | None] = [None] * count
+        self._in_flight = [0] * count  # calls going on each pool
+        self._shard_lock = threading.Lock()
+        self._local = threading.local()  # the pool the thread's call took
         self._tools_cache: tuple[list[dict[str, Any]], bytes] | None = None
         self._lock = threading.Lock()
         # the last real call's outcome, for the gateway's readiness and status
@@ -100,16 +135,23 @@ class LLMClient:
         self._sdk()
 
     def _sdk(self) -> openai.OpenAI:
-        if self._client is None:
+        """The SDK client of the pool this thread's call took (`_take_shard`), built on first
+        use."""
+        shard: int = getattr(self._local, "shard", 0)
+        client = self._clients[shard]
+        if client is None:
             with self._lock:
-                if self._client is None:
+                client = self._clients[shard]
+                if client is None:
                     s = self.settings
-                    self._client = sdk_client(s.base_url, s.api_key, s.timeout_s)
-        return self._client
+                    client = sdk_client(s.base_url, s.api_key, s.timeout_s, self._per_shard)
+                    self._clients[shard] = client
+        return client
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        for client in self._clients:
+            if client is not None:
+                client.close()
 
     def complete(
         self,
@@ -202,12 +244,29 @@ class LLMClient:
     ) -> Completion:
         call = cutoff.begin()
         remove = on_stop(call.cut_off) if on_stop is not None else None
+        self._local.shard = shard = self._take_shard()
         try:
             return self._request(body, should_stop, on_delta)
         finally:
+            self._give_shard(shard)
             if remove is not None:
                 remove()
             cutoff.end(call)
+
+    def _take_shard(self) -> int:
+        """The first pool with room (the least busy when none has): a few calls at a time
+        all go to the first, and reuse its kept-alive connections."""
+        with self._shard_lock:
+            busy = self._in_flight
+            shard = next((i for i, n in enumerate(busy) if n < (self._per_shard or 1)), None)
+            if shard is None:
+                shard = busy.index(min(busy))
+            busy[shard] += 1
+            return shard
+
+    def _give_shard(self, shard: int) -> None:
+        with self._shard_lock:
+            self._in_flight[shard] -= 1
 
     def _request(
         self,

@@ -3,6 +3,8 @@ the current thread's `agent_core.cutoff.Call` which socket it uses (so it can be
 
 from __future__ import annotations
 
+import functools
+import ssl
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -77,13 +79,20 @@ class _Backend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One for every transport: each loads the CA bundle, and the model client builds a
+    transport per shard of its connections (`agent_core.llm.LLMClient`)."""
+    return httpx.create_ssl_context()
+
+
 def transport(limits: httpx.Limits) -> httpx.HTTPTransport:
     """httpx's transport with connections made through `_Backend`. httpx offers no argument
     for a network backend, so its connection pool is rebuilt with the same settings plus
     ours (tests/agent_core/test_cutoff.py checks a cut still ends a hung request)."""
-    made = httpx.HTTPTransport(limits=limits)
+    made = httpx.HTTPTransport(verify=_ssl_context(), limits=limits)
     made._pool = httpcore.ConnectionPool(
-        ssl_context=httpx.create_ssl_context(),
+        ssl_context=_ssl_context(),
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,

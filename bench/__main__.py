@@ -1,5 +1,6 @@
 """``python -m bench [--quick | --tiny] [--json PATH] [--profile DIR] [--baseline DIR]``: run
-the bench, print the Markdown table, write the JSON (default ``bench/results/bench.json``)."""
+the bench, print the Markdown table, write the JSON (default ``bench/results/bench.json``).
+``--only crowd``: only the crowd and fairness phases (`bench/crowd.py`, ``crowd.json``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench import report, suite
+from bench import crowd, report, suite
 from bench.plan import Plan
 from bench.procs import ROOT, BenchError
 
@@ -35,10 +36,26 @@ def main(argv: list[str] | None = None) -> int:
         help="a checkout of another revision: its gateway is measured in the same run, by "
         "this checkout's fakes, floor and driver (e.g. `git worktree add DIR REV`)",
     )
+    parser.add_argument(
+        "--only",
+        choices=["crowd"],
+        help="crowd: only many conversations at once on a slow model, and the fairness case",
+    )
     args = parser.parse_args(argv)
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    if args.only == "crowd":
+        path = args.json if args.json != DEFAULT_JSON else DEFAULT_JSON.with_name("crowd.json")
+        try:
+            data = crowd.main(mode, args.workdir, path)
+        except BenchError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 1
+        print(crowd.markdown(data))
+        print(f"\nJSON: {path}")
+        return 0
     if args.baseline is not None and not (args.baseline / "hermes_gateway").is_dir():
         parser.error(f"--baseline {args.baseline}: no hermes_gateway package there")
-    plan = Plan.named("tiny" if args.tiny else "quick" if args.quick else "full")
+    plan = Plan.named(mode)
     try:
         run = suite.run(
             plan,

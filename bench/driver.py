@@ -118,13 +118,14 @@ class Driver:
         waiter[1].set_result(now)
         self._last_reply = time.monotonic()
 
-    async def ask(self, chat_id: int, timeout: float | None = None) -> float | None:
-        """Send one message to ``chat_id`` and wait for its reply: the latency, or None."""
+    async def ask(self, chat_id: int, timeout: float | None = None, **sender: Any) -> float | None:
+        """Send one message to ``chat_id`` and wait for its reply: the latency, or None.
+        ``sender``: the fake's `send_text` options (``chat_type``, ``user_id``)."""
         assert self.http is not None
         text = f"ping {next(self._texts)}"
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._waiters[chat_id] = (f" {text.split()[1]}", future)
-        body = {"chat_id": chat_id, "text": text}
+        body = {"chat_id": chat_id, "text": text, **sender}
         sent = time.perf_counter()
         try:
             async with self.http.post(f"{self.fake_url}/_fake/send_text", json=body) as resp:

@@ -49,8 +49,9 @@ def build(
         .token(token)
         .base_url(f"{telegram_url}/bot")
         .base_file_url(f"{telegram_url}/file/bot")
-        # Like the gateway, every update is handled concurrently (PTB's default is one at a time).
-        .concurrent_updates(True)
+        # Like the gateway, every update is handled concurrently (PTB's default is one at a time;
+        # `True` means at most 256 at once, which a larger pool must not be held to).
+        .concurrent_updates(max(256, workers))
         .build()
     )
     app.add_handler(MessageHandler(filters.TEXT, on_text))

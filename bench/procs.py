@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,13 +204,22 @@ class Instance:
 
 
 def spawn_gateway(
-    workdir: Path, telegram: str, llm: str, tag: str, lag_interval_ms: int, root: Path = ROOT
+    workdir: Path,
+    telegram: str,
+    llm: str,
+    tag: str,
+    lag_interval_ms: int,
+    root: Path = ROOT,
+    tune: Callable[[dict[str, Any]], None] | None = None,
 ) -> Instance:
-    """This checkout's gateway, or (``root``) another checkout's, with the same config."""
+    """This checkout's gateway, or (``root``) another checkout's, with the same config
+    (``tune`` changes it in place: `bench.crowd`'s runs the default pool)."""
     home = workdir / f"home-{tag}"
     port = free_port()
     path = workdir / f"gateway-{tag}.yaml"
     config = gateway_config(home, port, telegram, llm, lag_interval_ms)
+    if tune is not None:
+        tune(config)
     path.write_text(yaml.safe_dump(config))
     argv = _module("hermes_gateway", "gateway", "run", "--config", str(path))
     child = Child(f"gateway-{tag}", argv, workdir, root=root)
@@ -221,7 +231,9 @@ def spawn_echo(workdir: Path, telegram: str, llm: str, tag: str) -> Instance:
     return Instance("echo", Child(f"echo-{tag}", argv, workdir), None)
 
 
-def spawn_floor(workdir: Path, telegram: str, llm: str, tag: str) -> Instance:
+def spawn_floor(
+    workdir: Path, telegram: str, llm: str, tag: str, workers: int = WORKERS
+) -> Instance:
     argv = _module("bench.floor", "--telegram", telegram, "--token", TOKEN)
-    argv += ["--openai", llm, "--workers", str(WORKERS)]
+    argv += ["--openai", llm, "--workers", str(workers)]
     return Instance("floor", Child(f"floor-{tag}", argv, workdir), None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,15 @@ import aiohttp
 
 from bench.driver import Driver, Load
 from bench.plan import Plan
-from bench.procs import ROOT, BenchError, Instance, spawn_echo, spawn_floor, spawn_gateway
+from bench.procs import (
+    ROOT,
+    WORKERS,
+    BenchError,
+    Instance,
+    spawn_echo,
+    spawn_floor,
+    spawn_gateway,
+)
 
 START_TIMEOUT_S = 60.0
 POLL_S = 0.005  # how often readiness is probed while timing a cold start
@@ -32,8 +41,12 @@ class Side:
         plan: Plan,
         lag_ms: int,
         root: Path = ROOT,
+        tune: Callable[[dict[str, Any]], None] | None = None,
+        floor_workers: int = WORKERS,
     ) -> None:
         self.kind = kind
+        self.tune = tune  # changes the gateway's config (`procs.spawn_gateway`)
+        self.floor_workers = floor_workers
         self.root = root
         self.workdir = workdir
         self.telegram = telegram
@@ -88,10 +101,13 @@ class Side:
         self._starts += 1
         kind = kind or self.kind
         if kind in ("gateway", "baseline"):
-            inst = spawn_gateway(self.workdir, self.telegram, self.llm, tag, self.lag_ms, self.root)
+            inst = spawn_gateway(
+                self.workdir, self.telegram, self.llm, tag, self.lag_ms, self.root, self.tune
+            )
+        elif kind == "echo":
+            inst = spawn_echo(self.workdir, self.telegram, self.llm, tag)
         else:
-            spawn = spawn_echo if kind == "echo" else spawn_floor
-            inst = spawn(self.workdir, self.telegram, self.llm, tag)
+            inst = spawn_floor(self.workdir, self.telegram, self.llm, tag, self.floor_workers)
         self.instance = inst
         started = inst.child.started
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -12,6 +12,7 @@
     ├── FencedOut              a session write under a lease another instance has since taken
     ├── CoordinationUnavailable  the cluster's coordination store (Redis) cannot be reached
     ├── PeerUnreachable        another instance of the cluster does not answer over HTTP
+    ├── PoolFull               a user or chat already has as many runs waiting as allowed
     ├── RequestError           a control-API request is invalid (carries an HTTP status)
     └── JobRequestError        a scheduled-job request that cannot be done (text says why)
 
@@ -86,6 +87,16 @@ class CoordinationUnavailable(HermesError):
 class PeerUnreachable(HermesError):
     """Another instance of the cluster cannot be reached over HTTP (no address published,
     connection refused or cut, no answer in time, our signature refused); the text says which."""
+
+
+class PoolFull(HermesError):
+    """A run was not taken: its user's (``kind`` "user") or chat's ("chat") runs waiting
+    for the agent pool are already at ``cap`` (`runner.max_waiting_per_user` / `_chat`)."""
+
+    def __init__(self, kind: str, cap: int) -> None:
+        super().__init__(f"{kind} has {cap} runs waiting already")
+        self.kind = kind
+        self.cap = cap
 
 
 class RequestError(HermesError):

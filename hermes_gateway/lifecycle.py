@@ -312,7 +312,7 @@ class Lifecycle:
             port=self.parts.control.port,
             platforms=list(self.parts.adapters),
             model=self.config.model.name,
-            workers=self.config.runner.workers,
+            workers=self.parts.pool.workers,
             home=str(self.config.home_path),
             config=str(config_path(self.config_path) or "built-in defaults"),
         )

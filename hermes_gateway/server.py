@@ -36,6 +36,7 @@ from hermes_gateway.core.reception import Here, Reception
 from hermes_gateway.core.replay import Replayer
 from hermes_gateway.core.run import LiveRuns
 from hermes_gateway.core.runner import GatewayRunner
+from hermes_gateway.core.sizing import fairness, pool_size
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.lifecycle import Lifecycle, LifecycleParts
 from hermes_gateway.liveness.sdnotify import SystemdNotifier
@@ -75,7 +76,8 @@ class Gateway(Lifecycle):
         self.pairing = PairingBook(self.store)
         self.adapters: dict[str, Adapter] = {}  # filled at the start, one per enabled platform
         self.gate = Gatekeeper(self.live, self.pairing, self.adapters)
-        self.pool = AgentPool(config.runner.workers)
+        workers = pool_size(config)
+        self.pool = AgentPool(workers, fairness(config.runner, workers))
         self.delivery = Delivery(self.adapters, self.store, self.bus, self.metrics)
         self._build_hands(config, config_path)
         self._build_core(config)
@@ -88,7 +90,7 @@ class Gateway(Lifecycle):
         """What the agents act through, built before them: the model clients, the runs in
         progress (read by tools and memory), the scheduler's desk, the tools' host, memory;
         then the agents' factory and cache."""
-        clients = model_clients(config, config_path)
+        clients = model_clients(config, config_path, self.pool.workers)
         self.llm = clients.llm
         self.runs = LiveRuns()
         self.desk: JobDesk | None = None
@@ -187,7 +189,7 @@ class Gateway(Lifecycle):
                 self.desk,
                 turns=self.runner,  # a job's run is a turn of its session, like a message
                 metrics=self.metrics,
-                workers=config.runner.workers,
+                workers=self.pool.workers,
                 per_user=lambda: live.now.runner.group_sessions_per_user,
             )
 

@@ -90,6 +90,38 @@ def test_tiny_bench_measures_a_baseline_checkout_by_the_same_harness(
     assert header.endswith("| baseline | baseline ratio | ratio ÷ baseline ratio |")
 
 
+CROWD_FIGURES = (
+    "wall_over_model",
+    "loop_lag_p99_ms",
+    "healthz_p99_ms",
+    "rss_peak_mb",
+    "kb_per_run",
+    "cpu_per_msg_ms",
+    "model_max_in_flight",
+)
+
+
+@pytest.mark.slow  # about 20 s: two crowds per side and the fairness case
+def test_tiny_crowd_bench_writes_every_figure_and_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "crowd.json"
+    argv = ["--only", "crowd", "--tiny", "--json", str(out), "--workdir", str(tmp_path / "w")]
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    json.dumps(data, allow_nan=False)
+    for load in ("10x0.05", "30x0.2"):
+        for side in ("gateway", "floor"):
+            [run] = data[load][side]
+            assert run["lost"] == 0 and run["answered"] == int(load.split("x")[0]), run
+            for key in CROWD_FIGURES if side == "gateway" else CROWD_FIGURES[:1]:
+                assert isinstance(run[key], NUMBER), (load, side, key)
+    fair = data["fairness"]
+    assert isinstance(fair["p50_ratio"], NUMBER) and fair["flood_answered"][0] > 0
+    assert all(run["lost"] == 0 for run in fair["alone"] + fair["beside_flood"])
+    assert "| 30x0.2 s | gateway |" in capsys.readouterr().out
+
+
 def test_a_baseline_gateway_runs_its_own_checkouts_code(tmp_path: Path) -> None:
     """Its `hermes_gateway` is the other checkout's, not the one installed in this venv."""
     other = tmp_path / "other"

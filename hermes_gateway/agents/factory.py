@@ -41,8 +41,12 @@ class ModelClients:
     vision: LLMClient
 
 
-def model_clients(config: Config, config_path: str | None = None) -> ModelClients:
-    llm = LLMClient(_llm_settings(config, config_path))
+def model_clients(
+    config: Config, config_path: str | None = None, connections: int | None = None
+) -> ModelClients:
+    """``connections``: the chat model client's pool (one for each run that may call at once:
+    the agent pool's size); None leaves the SDK's."""
+    llm = LLMClient(replace(_llm_settings(config, config_path), connections=connections))
     return ModelClients(llm, _vision_llm(config, llm))
 
 

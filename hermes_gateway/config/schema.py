@@ -33,7 +33,15 @@ class _Section(BaseModel):
 
 
 class RunnerConfig(_Section):
-    workers: int = Field(8, ge=1, le=1024)
+    # runs at once; "auto": what memory, `control.max_rss_bytes` and the open-file limit
+    # allow (hermes_gateway/core/sizing.py, docs/concurrency.md)
+    workers: int | None = Field(None, ge=1, le=4096)  # None: written "auto" (or null)
+    # one user's (across their sessions) and one chat's runs going at once and waiting for
+    # the pool; over the waiting cap a message is refused with a notice. 0: no cap
+    max_running_per_user: int = Field(4, ge=0)
+    max_waiting_per_user: int = Field(20, ge=0)
+    max_running_per_chat: int = Field(32, ge=0)
+    max_waiting_per_chat: int = Field(100, ge=0)
     busy_policy: BusyPolicy = "interrupt"
     queue_max: int = Field(20, ge=1)
     stop_grace_s: float = Field(5, ge=0)
@@ -42,6 +50,11 @@ class RunnerConfig(_Section):
     max_input_chars: int = Field(100_000, ge=1)
     agent_cache_size: int = Field(256, ge=1)
     agent_idle_ttl_s: float = Field(3600, gt=0)
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _auto(cls, value: Any) -> Any:
+        return None if value == "auto" else value
 
 
 class StoreConfig(_Section):

@@ -78,6 +78,11 @@ class Progress:
             self.sink.push("".join(text))
             text.clear()
 
+    def take(self) -> list[_Item]:
+        """What waits in the buffer, which is left empty (under the hop's lock)."""
+        items, self.buffer = self.buffer, []
+        return items
+
     def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
         if self.stopped():
             return
@@ -108,9 +113,7 @@ class _Hop:
     def drain(self) -> None:
         with self.lock:
             ready, self.ready = self.ready, []
-            taken = [(progress, progress.buffer) for progress in ready]
-            for progress in ready:
-                progress.buffer = []
+            taken = [(progress, progress.take()) for progress in ready]
         for progress, items in taken:
             try:
                 progress.deliver(items)

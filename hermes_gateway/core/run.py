@@ -11,6 +11,7 @@ from enum import Enum
 
 from agent_core import RunControl, RunResult
 from hermes_gateway.core.job_turns import JobTicket
+from hermes_gateway.core.pool import Tenant
 from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.store.fence import Fence
@@ -26,6 +27,22 @@ STORE_DOWN = (
     "this. Please send it again in a minute."
 )
 EMPTY_ANSWER = "(The model returned an empty answer.)"
+# a run the agent pool holds back by its user's or its chat's cap (`AgentPool.submit`)
+WAITING = {
+    "user": "I'm already answering your other conversations; this one starts when one ends.",
+    "chat": "I'm already answering many people in this chat; yours starts when one of them ends.",
+}
+# a run the agent pool refused (`PoolFull`): its user's or chat's waiting runs were at the cap
+TOO_MANY = {
+    "user": (
+        "I'm working on your other conversations and {n} more of yours are already waiting, so "
+        "I did not take this one. Please send it again when I've answered."
+    ),
+    "chat": (
+        "{n} messages in this chat are already waiting for me, so I did not take this one. "
+        "Please send it again in a little while."
+    ),
+}
 
 
 class RunState(Enum):
@@ -190,3 +207,9 @@ class LiveRuns:
     def busy(self) -> bool:
         """A run is in progress (memory's auto-retain waits for a quiet moment)."""
         return self.counts()["active"] > 0
+
+
+def tenant_of(event: MessageEvent) -> Tenant:
+    """Whom a run answering ``event`` counts against in the agent pool: its user (across all
+    their sessions) and its chat (all of a group's users)."""
+    return Tenant(f"{event.platform}:{event.user_id}", f"{event.platform}:{event.chat_id}")

@@ -30,7 +30,7 @@ from hermes_gateway.core.job_turns import (
     job_event,
     withdraw,
 )
-from hermes_gateway.core.pool import AgentPool
+from hermes_gateway.core.pool import AgentPool, Tenant, Wait
 from hermes_gateway.core.probation import Probation
 from hermes_gateway.core.progress import Progress
 from hermes_gateway.core.run import (
@@ -38,6 +38,8 @@ from hermes_gateway.core.run import (
     QUEUE_FULL,
     STORE_DOWN,
     SUPERSEDED,
+    TOO_MANY,
+    WAITING,
     LiveRuns,
     Run,
     RunState,
@@ -45,12 +47,13 @@ from hermes_gateway.core.run import (
     Stopped,
     inbox_ids,
     merge_text,
+    tenant_of,
     with_text,
 )
 from hermes_gateway.core.session_leases import SessionLeases, SoleLeases
 from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.core.settle import Settler, TurnDone
-from hermes_gateway.errors import StoreError
+from hermes_gateway.errors import PoolFull, StoreError
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platforms.adapter import StreamSink
@@ -267,6 +270,11 @@ class GatewayRunner:
                 return
             try:
                 result = await self._call_agent(run, ctx)
+            except PoolFull as exc:  # its user or chat has as many waiting as allowed
+                status = "refused"
+                text = TOO_MANY[exc.kind].format(n=exc.cap)
+                await self.settler.reply(run, text, "notice", status)
+                return
             finally:
                 self.agents.release(run.key, ctx)
             if result is not None and run.control.expired and not run.stopped:
@@ -323,6 +331,9 @@ class GatewayRunner:
             control=run.control,
             on_delta=progress.delta if sink is not None else None,
             on_event=progress.event,
+            # a job's turn never takes the share kept for chats, nor counts against a user
+            tenant=Tenant(job=True) if run.job else tenant_of(run.primary),
+            on_wait=lambda wait: self._tell_waiting(run, wait),
         )
         assert run.abandon is not None
         waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
@@ -330,6 +341,14 @@ class GatewayRunner:
         if not run.future.done() or run.state is RunState.ABANDONED:
             return None  # abandoned: the thread's late result is discarded
         return run.future.result()
+
+    def _tell_waiting(self, run: Run, wait: Wait) -> None:
+        """A run its user's or chat's cap holds is told so. One that waits for a free thread
+        is not: that wait is short and shared, its typing indicator is on already, and
+        `/status` counts it."""
+        text = WAITING.get(wait.reason)
+        if text is not None:
+            self._background(self.settler.tell_waiting(run, text))
 
     def _begin_settling(self, run: Run, result: RunResult) -> None:
         """Steered messages the loop did not take wait again, first in line. A stopped or

@@ -136,6 +136,12 @@ class Settler:
         ids = inbox_ids(items)
         await self.delivery.send(out, ids, outcome=outcome, event=event, fence=run.fence)
 
+    async def tell_waiting(self, run: Run, text: str) -> None:
+        """A notice that ``run`` waits for the pool; it settles nothing (answers no request:
+        the local API's client keeps waiting for the answer)."""
+        event = run.primary
+        await self.delivery.send(OutboundMessage.to(event, text, "notice", answers=()), event=event)
+
     async def tell_dropped(self, item: Pending, text: str, reason: str) -> None:
         if item.job is not None:  # a job's turn: its outcome says so, to the scheduler
             withdraw([item], reason)

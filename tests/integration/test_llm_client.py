@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
-from agent_core.llm import LLMClient, LLMSettings, ModelError
+from agent_core.llm import SHARD_CONNECTIONS, LLMClient, LLMSettings, ModelError, shards
 from tests.fakes.openai import FakeOpenAI, raw, text, tool_calls
 
 
@@ -57,3 +60,42 @@ def test_an_error_inside_the_stream_is_a_model_error(fake_llm: FakeOpenAI) -> No
     )
     with pytest.raises(ModelError, match="overloaded"):
         llm.complete([{"role": "user", "content": "x"}])
+
+
+def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeOpenAI) -> None:
+    """A client sized for 96 calls at once keeps pools of at most 32 connections (one pool of
+    hundreds costs the square of its size in CPU per burst): 48 calls at once fill the first
+    and half the second, and the next 48 reuse those connections; one call at a time, from
+    any thread, reuses the first pool's one connection."""
+    assert shards(None) == (1, None) and shards(SHARD_CONNECTIONS) == (1, SHARD_CONNECTIONS)
+    assert shards(96) == (3, 32) and shards(1000) == (32, 32)
+    llm = LLMClient(
+        LLMSettings(base_url=fake_llm.base_url, api_key="sk-fake", model="m", connections=96)
+    )
+
+    def pools() -> list[list[object]]:
+        built = [c for c in llm._clients if c is not None]
+        return [c._client._transport._pool.connections for c in built]  # type: ignore[attr-defined]
+
+    try:
+        for i in range(3):  # each from a thread of its own
+            with ThreadPoolExecutor(1) as one:
+                assert one.submit(llm.complete, [{"role": "user", "content": f"{i}"}]).result()
+        assert [len(p) for p in pools()] == [1]
+        fake_llm.delay = 0.3  # the calls of a round overlap
+        threads = 48
+        start = threading.Barrier(threads)
+
+        def two_calls(i: int) -> list[str]:
+            out = []
+            for n in (1, 2):
+                start.wait(10)
+                out.append(llm.complete([{"role": "user", "content": f"{i}.{n}"}]).content)
+            return out
+
+        with ThreadPoolExecutor(threads) as executor:
+            answers = list(executor.map(two_calls, range(threads)))
+        assert answers == [[f"echo: {i}.1", f"echo: {i}.2"] for i in range(threads)]
+        assert [len(p) for p in pools()] == [32, 16]
+    finally:
+        llm.close()

@@ -32,7 +32,7 @@ async def hermes(*args: str, env: dict[str, str] | None = None) -> tuple[int, st
 async def test_status_reports_a_ready_gateway_and_a_down_one(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
-    config = make_config(tmp_path, fake_llm.base_url)
+    config = make_config(tmp_path, fake_llm.base_url, runner={"workers": 8})
     cfg = str(tmp_path / "config.yaml")
     async with running_gateway(config) as (gw, client):
         await client.chat("warm up")
