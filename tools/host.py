@@ -86,6 +86,29 @@ class Forgotten:
     note: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class BrowserRequest:
+    """One browser action of a session's page (`tools.browser`): ``action`` is one of navigate,
+    snapshot, click, type, press, scroll, back, screenshot, close."""
+
+    session_key: str
+    action: str
+    url: str = ""
+    ref: str = ""  # an element's ref from the last snapshot, e.g. "e12"
+    text: str = ""
+    key: str = ""
+    submit: bool = False
+    direction: str = "down"
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserResult:
+    """What the page shows after the action, for the model; a screenshot's PNG bytes."""
+
+    text: str
+    image: bytes = b""
+
+
 # ask(request, should_stop) -> approved?  False on deny, timeout, interrupt or no way to ask
 AskApproval = Callable[[ApprovalRequest, Callable[[], bool]], bool]
 # search(session_key, query, limit) -> hits, best first
@@ -106,6 +129,8 @@ Recall = Callable[[str, str, int], Recalled]
 Reflect = Callable[[str, str, Callable[[], bool]], str]
 # forget(session_key, request) -> what matched or was deleted, in the asking user's bank only
 Forget = Callable[[str, ForgetRequest], Forgotten]
+# browse(request, should_stop) -> the page after the action; raises ToolError
+Browse = Callable[[BrowserRequest, Callable[[], bool]], BrowserResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +147,7 @@ class ToolHost:
     recall: Recall | None = None
     reflect: Reflect | None = None
     forget: Forget | None = None
+    browse: Browse | None = None
 
 
 # what a tool may use (`tools.spec.ToolSpec.needs`) -> the `ToolHost` fields it opens;
@@ -135,6 +161,7 @@ HOST_NEEDS: dict[str, tuple[str, ...]] = {
     "vision": ("describe_image",),
     "jobs": ("manage_jobs",),
     "memory": ("user_of", "retain", "recall", "reflect", "forget"),
+    "browser": ("browse",),
     "delegation": (),
     "tools": (),
 }
