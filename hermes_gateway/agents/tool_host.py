@@ -33,6 +33,7 @@ from tools.errors import ToolError
 from tools.host import ApprovalRequest, SearchHit, ToolHost
 
 if TYPE_CHECKING:
+    from hermes_gateway.browser.pool import BrowserPool
     from hermes_gateway.core.delivery import Delivery
     from hermes_gateway.core.run import LiveRuns
     from hermes_gateway.platforms.adapter import Adapter
@@ -101,6 +102,7 @@ class GatewayToolHost:
         vision: LLMClient,
         approval_timeout_s: float,
         jobs: JobDesk | None = None,
+        browser: BrowserPool | None = None,
     ) -> None:
         self.runs = runs
         self.delivery = delivery
@@ -110,6 +112,7 @@ class GatewayToolHost:
         self.approval_timeout_s = approval_timeout_s
         self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
         self.jobs = jobs  # the scheduler's, when scheduler.enabled
+        self.browser = browser  # when a browser_* tool is enabled
         self._loop: asyncio.AbstractEventLoop | None = None
         self.host = ToolHost(
             ask_approval=self.ask_approval,
@@ -117,10 +120,21 @@ class GatewayToolHost:
             fetch_attachment=self.fetch_attachment,
             describe_image=self.describe_image,
             manage_jobs=self.manage_jobs,
+            browse=None if browser is None else browser.browse,
         )
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+
+    def end_browser(self, session_key: str) -> None:
+        """`/stop` and `/new`: the session's page closes (it does not wait)."""
+        if self.browser is not None:
+            self.browser.end_session(session_key)
+
+    async def close(self) -> None:
+        """At shutdown: the browser process ends (off the loop: it waits for it)."""
+        if self.browser is not None:
+            await asyncio.to_thread(self.browser.close)
 
     def _hop(self, coro: Any) -> Any:
         return hop(self._loop, coro, HOP_TIMEOUT_S, "the gateway did not answer in time")
