@@ -115,6 +115,13 @@ class BrowserPool:
             return False
         return bool(asyncio.run_coroutine_threadsafe(self._up(), loop).result(10))
 
+    def probe(self) -> str:
+        """Start the browser (`hermes doctor`): its version and how long the start took."""
+        started = time.monotonic()
+        future = asyncio.run_coroutine_threadsafe(self._started(), self._running_loop())
+        browser = future.result(self.settings.timeout_s)
+        return f"{browser.version} started in {time.monotonic() - started:.1f} s"
+
     def close(self, timeout_s: float = 15.0) -> None:
         """End every session, the browser and the thread (blocking: not on an event loop)."""
         with self._lock:
@@ -286,7 +293,11 @@ def _run_loop(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None
     loop.call_soon(started.set)
     try:
         loop.run_forever()
-    finally:
+    finally:  # the sweeper and any pipe still open end with the loop
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
 

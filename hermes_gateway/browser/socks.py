@@ -52,6 +52,10 @@ class GuardedSocks:
                 await self._connect(target, reader, writer)
         except (OSError, asyncio.IncompleteReadError, ValueError):
             pass
+        except asyncio.CancelledError:
+            # closed with the context: a connection callback's task must not end cancelled
+            # (asyncio's streams would log it as an error); it ends here, quietly
+            pass
         finally:
             if task is not None:
                 self._pipes.discard(task)

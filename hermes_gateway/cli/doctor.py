@@ -2,7 +2,7 @@
 
 Config, home permissions, the store, the control port, the model endpoint (`/models`), the
 archive's embeddings endpoint (when in use), the walls around tool processes and how a script's
-memory is bounded, and each enabled platform, by its spec's probe (a token check: getMe,
+memory is bounded, the browser tools' Chromium (when enabled), and each enabled platform, by its spec's probe (a token check: getMe,
 users/@me, auth.test). Exit 1 when anything failed.
 """
 
@@ -53,6 +53,7 @@ class Doctor:
             self.embeddings,
             self.walls,
             self.tool_memory,
+            self.browser,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
         ]
         try:
@@ -184,6 +185,22 @@ class Doctor:
         used = "execute_code" in t.enabled or any("execute_code" in v for v in t.platforms.values())
         weak = memory_group.support().kind == "watcher" and used
         return Check("tool memory", "warn" if weak else "ok", detail)
+
+    def browser(self) -> Check:
+        """The browser tools' Chromium starts, as the gateway starts it (when one is enabled)."""
+        from hermes_gateway.browser import browser_pool
+
+        pool = browser_pool(self.config)
+        if pool is None:
+            return Check("browser", "skip", "no browser_* tool is enabled")
+        try:
+            return Check("browser", "ok", pool.probe())
+        except Exception as exc:  # no Playwright, no Chromium, a sandbox refusing it
+            text = str(exc).strip().splitlines()
+            why = text[0] if text else type(exc).__name__
+            return Check("browser", "FAIL", f"{pool.settings.executable} does not start: {why}")
+        finally:
+            pool.close()
 
     def _platform(self, spec: PlatformSpec) -> Callable[[], Check]:
         """The check of one platform: its spec's probe, run only when it is enabled."""

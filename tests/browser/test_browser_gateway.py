@@ -77,3 +77,14 @@ async def test_no_browser_is_built_when_no_browser_tool_is_enabled(
     config = make_config(tmp_path, fake_llm.base_url)
     async with running_gateway(config) as (gw, api):
         assert gw.tool_host.browser is None and gw.tool_host.host.browse is None
+
+
+def test_doctor_starts_the_browser_when_a_browser_tool_is_enabled(
+    tmp_path: Path, browser_tools_installed: None
+) -> None:
+    from hermes_gateway.cli.doctor import Doctor
+
+    enabled = make_config(tmp_path, None, tools={"enabled": ["browser_navigate"]})
+    check = Doctor(enabled).browser()
+    assert check.status == "ok" and "started in" in check.detail, check
+    assert Doctor(make_config(tmp_path, None)).browser().status == "skip"

@@ -126,3 +126,21 @@ def test_a_page_that_loops_is_cut_off_by_the_tool_timeout(site: Site) -> None:
             go(pool, "loop", "snapshot")
     finally:
         pool.close()
+
+
+def test_sessions_are_bounded_and_the_browser_ends_when_idle(site: Site) -> None:
+    pool = BrowserPool(settings(max_sessions=2, session_idle_s=1, idle_close_s=1))
+    try:
+        assert not pool.running()  # nothing is started before the first call
+        for session in ("one", "two", "three"):
+            go(pool, session, "navigate", url=site.url)
+        assert pool.sessions() == 2 and pool.running()
+        with pytest.raises(ToolError, match="no page is open"):
+            go(pool, "one", "snapshot")  # the least recently used made room
+        deadline = time.monotonic() + 20
+        while pool.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pool.sessions() == 0 and not pool.running()
+        assert "Home" in go(pool, "four", "navigate", url=site.url)  # started again on use
+    finally:
+        pool.close()
