@@ -128,6 +128,7 @@ def test_a_page_that_loops_is_cut_off_by_the_tool_timeout(site: Site) -> None:
         pool.close()
 
 
+@pytest.mark.slow
 def test_sessions_are_bounded_and_the_browser_ends_when_idle(site: Site) -> None:
     pool = BrowserPool(settings(max_sessions=2, session_idle_s=1, idle_close_s=1))
     try:
