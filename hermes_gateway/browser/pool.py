@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import shlex
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -20,6 +24,7 @@ import structlog
 
 from hermes_gateway.browser.pages import act
 from hermes_gateway.browser.socks import GuardedSocks
+from tools import sandbox
 from tools.builtin import BrowserToolConfig
 from tools.errors import ToolError
 from tools.host import BrowserRequest, BrowserResult
@@ -67,6 +72,8 @@ class BrowserPool:
         self._sessions: dict[str, _Session] = {}
         self._starting: asyncio.Lock | None = None
         self._idle_since = time.monotonic()
+        self._scratch: Path | None = None  # the walled Chromium's folder, while it runs
+        self.walled = False  # whether the running Chromium is inside the tool walls
 
     # -- on tool threads ----------------------------------------------------------------
 
@@ -120,7 +127,8 @@ class BrowserPool:
         started = time.monotonic()
         future = asyncio.run_coroutine_threadsafe(self._started(), self._running_loop())
         browser = future.result(self.settings.timeout_s)
-        return f"{browser.version} started in {time.monotonic() - started:.1f} s"
+        where = "inside the tool walls" if self.walled else "NOT inside the tool walls"
+        return f"{browser.version} started in {time.monotonic() - started:.1f} s, {where}"
 
     def close(self, timeout_s: float = 15.0) -> None:
         """End every session, the browser and the thread (blocking: not on an event loop)."""
@@ -227,17 +235,45 @@ class BrowserPool:
         started = time.monotonic()
         if self._playwright is None:
             self._playwright = await async_playwright().start()
-        # as root (a container, or root in the tools' user namespace) Chromium's own sandbox
-        # refuses to start; the process is walled in otherwise (docs/browser.md)
-        args = [*_ARGS, *(["--no-sandbox"] if os.geteuid() == 0 else [])]
+        loop = asyncio.get_running_loop()
+        executable = await loop.run_in_executor(None, self._walled_executable)
+        # Chromium's own sandbox refuses to start as root, and inside the walls it is root of
+        # its user namespace; the walls stand in for it there (docs/browser.md)
+        walled = executable != self.settings.executable
+        no_sandbox = walled or os.geteuid() == 0
         browser = await self._playwright.chromium.launch(
-            executable_path=self.settings.executable,
-            args=args,
+            executable_path=executable,
+            args=[*_ARGS, *(["--no-sandbox"] if no_sandbox else [])],
             # every context names its own proxy; this one refuses whatever reaches it
             proxy={"server": "socks5://127.0.0.1:9", "bypass": "<-loopback>"},
         )
-        log.info("browser.started", seconds=round(time.monotonic() - started, 3))
+        self.walled = walled
+        log.info("browser.started", seconds=round(time.monotonic() - started, 3), walled=walled)
         return browser
+
+    def _walled_executable(self) -> str:
+        """A script that starts Chromium inside the tool walls (the home hidden, writes only to
+        a folder of its own and a private /tmp), or Chromium itself where no namespace can be
+        built. Blocking: the first probe of the walls starts a process."""
+        self._drop_scratch()
+        folder = Path(tempfile.mkdtemp(prefix="hermes-browser-"))
+        work = folder / "work"
+        work.mkdir()
+        argv = sandbox.walled_command([self.settings.executable], work, network="host")
+        if argv is None:
+            shutil.rmtree(folder, ignore_errors=True)
+            log.warning("browser.unwalled", reason="no namespace can be built on this machine")
+            return self.settings.executable
+        script = folder / "chromium"
+        script.write_text(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
+        script.chmod(0o700)
+        self._scratch = folder
+        return str(script)
+
+    def _drop_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     async def _end(self, key: str) -> bool:
         session = self._sessions.pop(key, None)
@@ -276,6 +312,7 @@ class BrowserPool:
                 log.warning("browser.close_failed", error=str(exc))
         if playwright is not None:
             await playwright.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self._drop_scratch)
         log.info("browser.stopped")
 
     async def _shutdown(self) -> None:

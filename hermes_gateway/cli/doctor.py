@@ -2,8 +2,8 @@
 
 Config, home permissions, the store, the control port, the model endpoint (`/models`), the
 archive's embeddings endpoint (when in use), the walls around tool processes and how a script's
-memory is bounded, the browser tools' Chromium (when enabled), and each enabled platform, by its spec's probe (a token check: getMe,
-users/@me, auth.test). Exit 1 when anything failed.
+memory is bounded, the browser tools' Chromium (when enabled), and each enabled platform, by its
+spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when anything failed.
 """
 
 from __future__ import annotations
