@@ -51,7 +51,7 @@ class PressArgs(_Args):
 
 
 class ScrollArgs(_Args):
-    direction: Literal["down", "up"] = "down"
+    direction: Literal["down", "up"] = Field("down", description="Which way to scroll.")
 
 
 class ScreenshotArgs(_Args):

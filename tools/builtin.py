@@ -86,7 +86,7 @@ class BrowserToolConfig(_ToolSection):
     """`tools.browser`, shared by every `browser_*` tool (docs/browser.md)."""
 
     executable: str = "/usr/bin/chromium"  # the system's Chromium; nothing is downloaded
-    timeout_s: float = Field(30, gt=0)  # one call, the browser's start included
+    timeout_s: float = Field(30, gt=0)  # one call (the browser's start is bounded apart)
     max_sessions: int = Field(4, ge=1, le=64)  # contexts open at once; the oldest closes
     session_idle_s: float = Field(600, gt=0)  # a session's context closes unused this long
     session_max_s: float = Field(3600, gt=0)  # and at this age whatever its use

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("hermes.browser")
 _SWEEP_S = 2.0
+LAUNCH_TIMEOUT_S = 60.0  # the browser's start, once (a loaded machine takes seconds)
 # flags on top of Playwright's: no UDP past the proxy (QUIC, WebRTC), no background traffic
 _ARGS = (
     "--disable-quic",
@@ -55,6 +56,13 @@ class _Session:
     socks: GuardedSocks
     started: float = field(default_factory=time.monotonic)
     used: float = field(default_factory=time.monotonic)
+
+    def touch(self) -> None:
+        self.used = time.monotonic()
+
+    def follow(self, page: Page) -> None:
+        """A page the site opens (target=_blank, window.open) is the one the tools act on."""
+        self.page = page
 
 
 class BrowserPool:
@@ -78,24 +86,41 @@ class BrowserPool:
     # -- on tool threads ----------------------------------------------------------------
 
     def browse(self, request: BrowserRequest, should_stop: Callable[[], bool]) -> BrowserResult:
-        """Run ``request`` on the browser's loop; wait at most the call's timeout."""
-        future = asyncio.run_coroutine_threadsafe(self._browse(request), self._running_loop())
-        deadline = time.monotonic() + self.settings.timeout_s
+        """Run ``request`` on the browser's loop; wait at most the call's timeout (the
+        browser's start, on a first call, has a bound of its own: `LAUNCH_TIMEOUT_S`)."""
+        loop = self._running_loop()
+        if request.action != "close":
+            starting = asyncio.run_coroutine_threadsafe(self._started(), loop)
+            late = f"the browser did not start within {LAUNCH_TIMEOUT_S:g} s"
+            self._wait(starting, LAUNCH_TIMEOUT_S, should_stop, request.session_key, late)
+        future = asyncio.run_coroutine_threadsafe(self._browse(request), loop)
+        timeout_s = self.settings.timeout_s
+        late = f"the page did not answer within {timeout_s:g} s; it was closed"
+        result: BrowserResult = self._wait(
+            future, timeout_s, should_stop, request.session_key, late
+        )
+        return result
+
+    def _wait(
+        self,
+        future: concurrent.futures.Future[Any],
+        timeout_s: float,
+        should_stop: Callable[[], bool],
+        session_key: str,
+        late: str,
+    ) -> Any:
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
-                result: BrowserResult = future.result(0.1)
-                return result
+                return future.result(0.1)
             except concurrent.futures.TimeoutError:
                 pass
             if should_stop():
-                self._abandon(future, request.session_key)
+                self._abandon(future, session_key)
                 raise ToolError("interrupted by the user; the page was closed")
             if time.monotonic() > deadline:
-                self._abandon(future, request.session_key)
-                raise ToolError(
-                    f"the page did not answer within {self.settings.timeout_s:g} s; it was "
-                    "closed (browser_navigate opens a new one)"
-                )
+                self._abandon(future, session_key)
+                raise ToolError(f"{late} (browser_navigate opens a new page)")
 
     def _abandon(self, future: concurrent.futures.Future[Any], session_key: str) -> None:
         future.cancel()
@@ -173,7 +198,7 @@ class BrowserPool:
         session = await self._session(request.session_key, create=request.action == "navigate")
         if session is None:
             raise ToolError("no page is open: call browser_navigate first")
-        session.used = time.monotonic()
+        session.touch()
         seen = len(session.socks.refusals)
         try:
             result = await act(session.page, request, self.settings.max_snapshot_chars)
@@ -183,7 +208,7 @@ class BrowserPool:
             text = _first_line(str(exc)) or type(exc).__name__
             raise ToolError(_with_refusals(text, session.socks.refusals[seen:])) from None
         finally:
-            session.used = time.monotonic()
+            session.touch()
         refused = session.socks.refusals[seen:]
         return (
             BrowserResult(_with_refusals(result.text, refused), result.image) if refused else result
@@ -208,12 +233,11 @@ class BrowserPool:
             service_workers="block",
             accept_downloads=False,
         )
-        timeout_ms = self.settings.timeout_s * 1000
-        context.set_default_timeout(timeout_ms)
+        # past the call's own deadline: that one decides, and closes the page as it does
+        context.set_default_timeout((self.settings.timeout_s + 5) * 1000)
         page = await context.new_page()
         session = _Session(context, page, socks)
-        # a page the site opens (target=_blank, window.open) becomes the one the tools act on
-        context.on("page", lambda new: _follow(session, new))
+        context.on("page", session.follow)
         self._sessions[key] = session
         log.info("browser.session_opened", session_key=key, sessions=len(self._sessions))
         return session
@@ -319,10 +343,6 @@ class BrowserPool:
         for key in list(self._sessions):
             await self._end(key)
         await self._stop_browser()
-
-
-def _follow(session: _Session, page: Page) -> None:
-    session.page = page
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
