@@ -80,6 +80,7 @@ class BrowserPool:
         self._sessions: dict[str, _Session] = {}
         self._starting: asyncio.Lock | None = None
         self._idle_since = time.monotonic()
+        self._calls = 0  # calls in flight
         self._scratch: Path | None = None  # the walled Chromium's folder, while it runs
         self.walled = False  # whether the running Chromium is inside the tool walls
 
@@ -192,6 +193,14 @@ class BrowserPool:
         return self._browser is not None
 
     async def _browse(self, request: BrowserRequest) -> BrowserResult:
+        self._calls += 1  # the sweeper leaves a browser with a call in flight alone
+        try:
+            return await self._act(request)
+        finally:
+            self._calls -= 1
+            self._idle_since = time.monotonic()
+
+    async def _act(self, request: BrowserRequest) -> BrowserResult:
         if request.action == "close":
             closed = await self._end(request.session_key)
             return BrowserResult("Closed the page." if closed else "No page was open.")
@@ -272,6 +281,7 @@ class BrowserPool:
             proxy={"server": "socks5://127.0.0.1:9", "bypass": "<-loopback>"},
         )
         self.walled = walled
+        self._idle_since = time.monotonic()  # the call that started it is on its way
         log.info("browser.started", seconds=round(time.monotonic() - started, 3), walled=walled)
         return browser
 
@@ -322,7 +332,8 @@ class BrowserPool:
         for key, session in list(self._sessions.items()):
             if now - session.used > s.session_idle_s or now - session.started > s.session_max_s:
                 await self._end(key)
-        idle = not self._sessions and now - self._idle_since > s.idle_close_s
+        quiet = not self._sessions and not self._calls
+        idle = quiet and now - self._idle_since > s.idle_close_s
         if self._browser is not None and idle:
             await self._stop_browser()
 
