@@ -282,6 +282,7 @@ class Lifecycle:
         stops.push_async_callback(self.sentinel.stop)
         self.sentinel.start()
         stops.callback(self.parts.agent_factory.close)  # after the pool: no run is left to use it
+        stops.push_async_callback(self.parts.tool_host.close)  # the browser, when one was started
         await asyncio.to_thread(self._prepare_dirs)
         # tool modules are imported off the loop, before the first agent needs them
         await asyncio.to_thread(

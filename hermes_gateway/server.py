@@ -16,6 +16,7 @@ from aiohttp import web
 from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.agents.factory import AgentFactory, mcp_manager, model_clients
 from hermes_gateway.agents.tool_host import GatewayToolHost
+from hermes_gateway.browser import browser_pool
 from hermes_gateway.cluster.build import coordinator
 from hermes_gateway.cluster.carry import Carry
 from hermes_gateway.cluster.ownership import Ownership
@@ -106,6 +107,7 @@ class Gateway(Lifecycle):
             vision=clients.vision,
             approval_timeout_s=config.tools.terminal.approval_timeout_s,
             jobs=self.desk,
+            browser=browser_pool(config),
         )
         self.memory = build_memory(config, self.store, self.llm, self.runs)
         self.mcp: McpManager | None = mcp_manager(config)  # unless mcp.servers names one: None

@@ -49,7 +49,7 @@ RANKS = [
     ["core"],
     ["agents", "platforms"],
     ["memory", "mcp"],
-    ["store", "text", "liveness"],
+    ["store", "text", "liveness", "browser"],
 ]
 BASE = {
     "__init__",

@@ -70,12 +70,36 @@ class WebToolConfig(_ToolSection):
     @field_validator("allowed_networks")
     @classmethod
     def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for item in value:
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
-        return value
+        return _ip_networks(value)
+
+
+def _ip_networks(value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
+    return value
+
+
+class BrowserToolConfig(_ToolSection):
+    """`tools.browser`, shared by every `browser_*` tool (docs/browser.md)."""
+
+    executable: str = "/usr/bin/chromium"  # the system's Chromium; nothing is downloaded
+    timeout_s: float = Field(30, gt=0)  # one call (the browser's start is bounded apart)
+    max_sessions: int = Field(4, ge=1, le=64)  # contexts open at once; the oldest closes
+    session_idle_s: float = Field(600, gt=0)  # a session's context closes unused this long
+    session_max_s: float = Field(3600, gt=0)  # and at this age whatever its use
+    idle_close_s: float = Field(300, gt=0)  # the browser process ends with no session this long
+    max_snapshot_chars: int = Field(20_000, ge=1000)
+    # DANGEROUS: addresses the guard lets the page reach though private (tests serve pages
+    # on loopback); empty = only public addresses
+    allowed_networks: tuple[str, ...] = ()
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _ip_networks(value)
 
 
 class VisionToolConfig(_ToolSection):
@@ -152,6 +176,23 @@ EXECUTE_CODE = ToolSpec(
     ExecuteCodeToolConfig,
     needs=frozenset({"approvals", "tools"}),
 )
+_browser = "tools.browser:make_"
+_browses = frozenset({"browser"})
+
+
+def _browser_spec(name: str) -> ToolSpec:
+    return ToolSpec(name, _browser + name, "browser", BrowserToolConfig, needs=_browses)
+
+
+BROWSER_NAVIGATE = _browser_spec("browser_navigate")
+BROWSER_SNAPSHOT = _browser_spec("browser_snapshot")
+BROWSER_CLICK = _browser_spec("browser_click")
+BROWSER_TYPE = _browser_spec("browser_type")
+BROWSER_PRESS = _browser_spec("browser_press")
+BROWSER_SCROLL = _browser_spec("browser_scroll")
+BROWSER_BACK = _browser_spec("browser_back")
+BROWSER_SCREENSHOT = _browser_spec("browser_screenshot")
+BROWSER_CLOSE = _browser_spec("browser_close")
 _jobs = frozenset({"jobs"})
 CRONJOB = ToolSpec("cronjob", "tools.cronjob:make_cronjob", needs=_jobs)
 # the reference's name for it

@@ -86,6 +86,29 @@ class Forgotten:
     note: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class BrowserRequest:
+    """One browser action of a session's page (`tools.browser`): ``action`` is one of navigate,
+    snapshot, click, type, press, scroll, back, screenshot, close."""
+
+    session_key: str
+    action: str
+    url: str = ""
+    ref: str = ""  # an element's ref from the last snapshot, e.g. "e12"
+    text: str = ""
+    key: str = ""
+    submit: bool = False
+    direction: str = "down"
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserResult:
+    """What the page shows after the action, for the model; a screenshot's PNG bytes."""
+
+    text: str
+    image: bytes = b""
+
+
 # ask(request, should_stop) -> approved?  False on deny, timeout, interrupt or no way to ask
 AskApproval = Callable[[ApprovalRequest, Callable[[], bool]], bool]
 # search(session_key, query, limit) -> hits, best first
@@ -106,6 +129,8 @@ Recall = Callable[[str, str, int], Recalled]
 Reflect = Callable[[str, str, Callable[[], bool]], str]
 # forget(session_key, request) -> what matched or was deleted, in the asking user's bank only
 Forget = Callable[[str, ForgetRequest], Forgotten]
+# browse(request, should_stop) -> the page after the action; raises ToolError
+Browse = Callable[[BrowserRequest, Callable[[], bool]], BrowserResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +150,7 @@ class ToolHost:
     recall: Recall | None = field(default=None, metadata={"need": "memory"})
     reflect: Reflect | None = field(default=None, metadata={"need": "memory"})
     forget: Forget | None = field(default=None, metadata={"need": "memory"})
+    browse: Browse | None = field(default=None, metadata={"need": "browser"})
 
     @classmethod
     def provided_by(cls, *providers: object) -> ToolHost:

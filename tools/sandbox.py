@@ -363,13 +363,25 @@ def _put_back(ws: Path) -> list[str]:
     )
 
 
-def _in_namespace(argv: list[str], cwd: Path, workspace: Path, walled: Walls) -> list[str]:
+def walled_command(argv: Sequence[str], workspace: Path, *, network: Network) -> list[str] | None:
+    """`argv` inside the namespace walls with `network`, for another program to start (the
+    browser's driver starts Chromium through it): the home hidden, writes only to `workspace`
+    and a private /tmp, no capabilities. None when this machine cannot build a namespace."""
+    if current_mode() != "namespace":
+        return None
+    return _in_namespace(list(argv), workspace, workspace, walls(network), network)
+
+
+def _in_namespace(
+    argv: list[str], cwd: Path, workspace: Path, walled: Walls, network: Network | None = None
+) -> list[str]:
+    network = network or _state.network
     ws = workspace.resolve()
     hidden, tmp = _covers()
     hidden = [p for p in hidden if p != ws]
     put_back = _put_back(ws)
     flags = _UNSHARE if _state.fresh_proc else [f for f in _UNSHARE if f != "--mount-proc"]
-    if _state.network == "none":
+    if network == "none":
         flags = [*flags, "--net"]
     mounts = {
         "mounts": True,
@@ -382,7 +394,7 @@ def _in_namespace(argv: list[str], cwd: Path, workspace: Path, walled: Walls) ->
         "read_only": [p for p in put_back if Path(p) not in {ws, *_state.writable}],
         # what lies inside a path put back is hidden again once it is back
         "hide_inside": [str(p) for p in hidden if any(p.is_relative_to(b) for b in put_back)],
-        "loopback": _state.network == "none",
+        "loopback": network == "none",
     }
     inner = [_tool("setpriv"), *_DROP_CAPS, *argv]
     return [_tool("unshare"), *flags, "--", *_walled(inner, walled, [ws, *map(Path, tmp)], mounts)]

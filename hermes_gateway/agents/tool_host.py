@@ -30,9 +30,10 @@ from hermes_gateway.platform_spec import capabilities
 from hermes_gateway.thread_hop import hop
 from tools.approval import CANNOT_ASK
 from tools.errors import ToolError
-from tools.host import ApprovalRequest, SearchHit, ToolHost
+from tools.host import ApprovalRequest, BrowserRequest, BrowserResult, SearchHit, ToolHost
 
 if TYPE_CHECKING:
+    from hermes_gateway.browser.pool import BrowserPool
     from hermes_gateway.core.delivery import Delivery
     from hermes_gateway.core.run import LiveRuns
     from hermes_gateway.platforms.adapter import Adapter
@@ -102,6 +103,7 @@ class GatewayToolHost:
         vision: LLMClient,
         approval_timeout_s: float,
         jobs: JobDesk | None = None,
+        browser: BrowserPool | None = None,
     ) -> None:
         self.runs = runs
         self.delivery = delivery
@@ -111,11 +113,29 @@ class GatewayToolHost:
         self.approval_timeout_s = approval_timeout_s
         self.pending: dict[str, Ticket] = {}  # session_key -> ticket; loop thread only
         self.jobs = jobs  # the scheduler's, when scheduler.enabled
+        self.browser = browser  # when a browser_* tool is enabled
         self._loop: asyncio.AbstractEventLoop | None = None
         self.host = ToolHost.provided_by(self)  # the `ToolHost` services named as methods here
 
+    def browse(self, request: BrowserRequest, should_stop: Callable[[], bool]) -> BrowserResult:
+        """One browser action, on the browser's own thread (`BrowserPool.browse`); without a
+        browser (no `browser_*` tool enabled) it answers as if not lent."""
+        if self.browser is None:
+            raise ToolError("no browser is available here")
+        return self.browser.browse(request, should_stop)
+
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+
+    def end_browser(self, session_key: str) -> None:
+        """`/stop` and `/new`: the session's page closes (it does not wait)."""
+        if self.browser is not None:
+            self.browser.end_session(session_key)
+
+    async def close(self) -> None:
+        """At shutdown: the browser process ends (off the loop: it waits for it)."""
+        if self.browser is not None:
+            await asyncio.to_thread(self.browser.close)
 
     def _hop(self, coro: Any) -> Any:
         return hop(self._loop, coro, HOP_TIMEOUT_S, "the gateway did not answer in time")

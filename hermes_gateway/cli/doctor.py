@@ -2,8 +2,8 @@
 
 Config, home permissions, the store, the control port, the model endpoint (`/models`), the
 archive's embeddings endpoint (when in use), the walls around tool processes and how a script's
-memory is bounded, and each enabled platform, by its spec's probe (a token check: getMe,
-users/@me, auth.test). Exit 1 when anything failed.
+memory is bounded, the browser tools' Chromium (when enabled), and each enabled platform, by its
+spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Doctor:
             self.walls,
             self.tool_memory,
             self.mcp,
+            self.browser,
             *(self._platform(spec) for spec in platform_specs() if spec.probe),
         ]
         try:
@@ -202,6 +203,22 @@ class Doctor:
         good = [f"{n} ({len(s['tools'])} tools)" for n, s in found.items() if s["state"] == "ready"]
         detail = "; ".join([*(["ready: " + ", ".join(good)] if good else []), *bad])
         return Check("mcp", "FAIL" if bad else "ok", detail)
+
+    def browser(self) -> Check:
+        """The browser tools' Chromium starts, as the gateway starts it (when one is enabled)."""
+        from hermes_gateway.browser import browser_pool
+
+        pool = browser_pool(self.config)
+        if pool is None:
+            return Check("browser", "skip", "no browser_* tool is enabled")
+        try:
+            return Check("browser", "ok", pool.probe())
+        except Exception as exc:  # no Playwright, no Chromium, a sandbox refusing it
+            text = str(exc).strip().splitlines()
+            why = text[0] if text else type(exc).__name__
+            return Check("browser", "FAIL", f"{pool.settings.executable} does not start: {why}")
+        finally:
+            pool.close()
 
     def _platform(self, spec: PlatformSpec) -> Callable[[], Check]:
         """The check of one platform: its spec's probe, run only when it is enabled."""

@@ -150,6 +150,8 @@ class Commands:
 
     async def _stop(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
         outcome = self.runner.stop(event.session_key)
+        if self.tool_host is not None:
+            self.tool_host.end_browser(event.session_key)  # a page mid-load stops too
         if outcome is None:
             await self._answer(event, [inbox_id], "Nothing is running.")
             return
@@ -167,6 +169,8 @@ class Commands:
 
     async def _new(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:
         outcome = self.runner.stop(event.session_key)
+        if self.tool_host is not None:
+            self.tool_host.end_browser(event.session_key)  # the new conversation's cookies too
         if outcome is not None:
             await outcome.recorded()  # the stopped turn belongs to the old session
         try:
