@@ -203,7 +203,7 @@ class Lifecycle:
         reverse."""
         stops = self._stops
         stops.callback(self.notifier.close)
-        await self._prepare(stops)
+        confined = await self._prepare(stops)
         replayer = Replayer(self.store, self.runner, self.delivery, self.adapters, self.live)
         if self.ownership is None:  # in a cluster each session is replayed under its lease
             await replayer.load()  # before intake: what this run takes is not a leftover
@@ -216,6 +216,7 @@ class Lifecycle:
         if self.dashboard is not None:
             stops.push_async_callback(self.dashboard.stop)
             await self.dashboard.start()
+        await confined  # tools are walled in before a chat can reach them
         stops.push_async_callback(self.control.stop)
         await self._listen()
         stops.push_async_callback(self._end_background)
@@ -248,8 +249,9 @@ class Lifecycle:
             await self.ownership.start()
         stops.push_async_callback(self._stop_runs)
 
-    async def _prepare(self, stops: AsyncExitStack) -> None:
-        """The guards first, then what intake needs: dirs, tools, the store, memory, hooks."""
+    async def _prepare(self, stops: AsyncExitStack) -> asyncio.Task[None]:
+        """The guards first, then what intake needs: dirs, tools, the store, memory, hooks;
+        returns the tools' confinement, still under way."""
         loop = asyncio.get_running_loop()
         self.tool_host.bind(loop)
         self.memory.bind(loop)
@@ -267,6 +269,11 @@ class Lifecycle:
         )
         stops.push_async_callback(self.store.close)
         await self.store.open()
+        # after the open (it tightens the database's files); its probe of the sandbox, a child
+        # process, runs while the start goes on: `startup` waits for it before listening
+        confining = asyncio.to_thread(confine_tools, self.config, self.config_path)
+        confined = asyncio.create_task(confining, name="confine-tools")
+        confined.add_done_callback(_retrieve)  # a start failing meanwhile leaves no unread error
         if self.memory.service is not None:
             # auto-retains in flight finish before the store closes
             stops.push_async_callback(self.memory.service.close)
@@ -277,8 +284,8 @@ class Lifecycle:
         install_hooks(self.bus, hooks)
         stops.push_async_callback(self.bus.aclose)
         await self.memory.find_legacy(self.config.home_path)
-        await asyncio.to_thread(confine_tools, self.config, self.config_path)
         await self.pairing.load()
+        return confined
 
     def _announce_ready(self) -> None:
         log.info(
