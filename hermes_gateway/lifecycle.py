@@ -215,7 +215,7 @@ class Lifecycle:
         reverse."""
         stops = self._stops
         stops.callback(self.parts.notifier.close)
-        await self._prepare(stops)
+        confined = await self._prepare(stops)
         replayer = Replayer(
             self.parts.store,
             self.parts.runner,
@@ -234,6 +234,7 @@ class Lifecycle:
         if self.parts.dashboard is not None:
             stops.push_async_callback(self.parts.dashboard.stop)
             await self.parts.dashboard.start()
+        await confined  # tools are walled in before a chat can reach them
         stops.push_async_callback(self.parts.control.stop)
         await self._listen()
         stops.push_async_callback(self._end_background)
@@ -268,8 +269,9 @@ class Lifecycle:
             await self.parts.ownership.start()
         stops.push_async_callback(self._stop_runs)
 
-    async def _prepare(self, stops: AsyncExitStack) -> None:
-        """The guards first, then what intake needs: dirs, tools, the store, memory, hooks."""
+    async def _prepare(self, stops: AsyncExitStack) -> asyncio.Task[None]:
+        """The guards first, then what intake needs: dirs, tools, the store, memory, hooks;
+        returns the tools' confinement, still under way."""
         loop = asyncio.get_running_loop()
         self.parts.tool_host.bind(loop)
         self.parts.memory.bind(loop)
@@ -290,6 +292,11 @@ class Lifecycle:
         )
         stops.push_async_callback(self.parts.store.close)
         await self.parts.store.open()
+        # after the open (it tightens the database's files); its probe of the sandbox, a child
+        # process, runs while the start goes on: `startup` waits for it before listening
+        confining = asyncio.to_thread(confine_tools, self.config, self.config_path)
+        confined = asyncio.create_task(confining, name="confine-tools")
+        confined.add_done_callback(_retrieve)  # a start failing meanwhile leaves no unread error
         if self.parts.memory.service is not None:
             # auto-retains in flight finish before the store closes
             stops.push_async_callback(self.parts.memory.service.close)
@@ -300,11 +307,12 @@ class Lifecycle:
         install_hooks(self.parts.bus, hooks)
         stops.push_async_callback(self.parts.bus.aclose)
         await self.parts.memory.find_legacy(self.config.home_path)
-        await asyncio.to_thread(confine_tools, self.config, self.config_path)
-        if self.parts.mcp is not None:  # after the walls are set up: a stdio server runs in them
+        if self.parts.mcp is not None:
+            await confined  # a stdio server runs inside the tools' walls: they come first
             stops.push_async_callback(self.parts.mcp.stop)
             await self.parts.mcp.start()
         await self.parts.pairing.load()
+        return confined
 
     def _announce_ready(self) -> None:
         log.info(

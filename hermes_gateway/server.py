@@ -17,10 +17,6 @@ from hermes_gateway.agents.cache import AgentCache
 from hermes_gateway.agents.factory import AgentFactory, mcp_manager, model_clients
 from hermes_gateway.agents.tool_host import GatewayToolHost
 from hermes_gateway.browser import browser_pool
-from hermes_gateway.cluster.build import coordinator
-from hermes_gateway.cluster.carry import Carry
-from hermes_gateway.cluster.ownership import Ownership
-from hermes_gateway.cluster.peers import PeerLink, peer_address
 from hermes_gateway.cluster.roles import Roles
 from hermes_gateway.config import Config, systemd_notify_socket
 from hermes_gateway.config.live import LiveConfig
@@ -52,6 +48,7 @@ from hermes_gateway.store.store import Store
 from tools.host import ToolHost
 
 if TYPE_CHECKING:
+    from hermes_gateway.cluster.ownership import Ownership
     from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.mcp.manager import McpManager
     from hermes_gateway.scheduler.desk import JobDesk
@@ -131,7 +128,10 @@ class Gateway(Lifecycle):
         runner takes its leases), the runner, the chat commands, this process's own route,
         and in cluster mode the carrying of API requests to their session's owner."""
         self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
-        if config.cluster.redis_url:
+        if config.cluster.redis_url:  # imported only then, like redis-py
+            from hermes_gateway.cluster.build import coordinator
+            from hermes_gateway.cluster.ownership import Ownership
+
             # built before the runner, which takes its leases: what it routes to is built
             # after, so it is reached through these calls, made only once the gateway runs
             self.ownership = Ownership(
@@ -175,6 +175,9 @@ class Gateway(Lifecycle):
         self.here = Here(self.commands, self.runner, self.delivery, self.adapters)
         self.peers: Peers | None = None  # cluster mode: API requests carried to their owner
         if self.ownership is not None:
+            from hermes_gateway.cluster.carry import Carry
+            from hermes_gateway.cluster.peers import PeerLink
+
             link = PeerLink(self.ownership.coordinator, self._peer_url)
             route = self.here.route
             self.peers = Carry(link, self.ownership, self.store, self.runner.knows, route)
@@ -314,6 +317,8 @@ class Gateway(Lifecycle):
 
     def _peer_url(self) -> str:
         """Where the other instances reach this one (read once the control port listens)."""
+        from hermes_gateway.cluster.peers import peer_address
+
         control = self.config.control
         return self.config.cluster.peer_url or peer_address(control.host, self.control.port)
 

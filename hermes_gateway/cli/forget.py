@@ -9,11 +9,7 @@ import asyncio
 import sys
 from typing import Any
 
-import httpx
-
-from hermes_gateway.cli.control_client import refused, unreachable
 from hermes_gateway.errors import StoreError
-from hermes_gateway.memory.scope import user_bank
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -32,6 +28,12 @@ def add_parser(msub: Any, with_config: Any) -> None:
 def run_forget(
     args: argparse.Namespace, url: str, token: str | None, store_url: str, scope: str
 ) -> int:
+    # imported here: every command builds its parser from this module, `gateway run` too
+    import httpx
+
+    from hermes_gateway.cli.control_client import refused, unreachable
+    from hermes_gateway.memory.scope import user_bank
+
     try:
         bank = user_bank(args.user)
         ids = None if args.all else [_memory_id(i) for i in args.ids]

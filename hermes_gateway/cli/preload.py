@@ -1,6 +1,6 @@
-"""What the daemon's start would otherwise import on its event loop (the store's database driver
-and SQLAlchemy dialect, redis-py, the dashboard, the scheduler), imported before
-the loop starts: an import on the loop stalls every timer, a session lease's renewal too."""
+"""What the daemon's start would otherwise import on its event loop (the store's driver and
+dialect, redis-py and the cluster, the memory archive, the dashboard, the scheduler: each only
+when the config uses it), imported before the loop starts: an import there stalls every timer."""
 
 from __future__ import annotations
 
@@ -18,13 +18,19 @@ log = structlog.get_logger("hermes.gateway")
 
 def modules_for(config: Config) -> list[str]:
     """The modules ``config`` makes the start import, beyond those imported at module level."""
+    from hermes_gateway.memory.wiring import archive_wanted
+
     names = [
         "hermes_gateway.server",
         "encodings.idna",  # a host name's encoding, at the first connection
         "stringprep",  # PostgreSQL's SCRAM authentication
     ]
-    if config.cluster.redis_url:
-        names.append("hermes_gateway.cluster.on_redis")
+    if config.cluster.redis_url:  # the gateway imports these only in cluster mode
+        names += [
+            f"hermes_gateway.cluster.{m}" for m in ("on_redis", "build", "ownership", "carry")
+        ]
+    if archive_wanted(config):  # and these only with the memory archive (numpy)
+        names += [f"hermes_gateway.memory.{m}" for m in ("archive", "service", "embeddings")]
     if config.dashboard.enabled:
         names.append("hermes_gateway.dashboard")
     if config.scheduler.enabled:

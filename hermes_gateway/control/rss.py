@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import os
 import time
 from collections.abc import Callable
@@ -32,9 +31,10 @@ def rss_bytes() -> int | None:
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
+    # the process's own symbols, libc's among them: `ctypes.util.find_library` would run
+    # `ldconfig -p` in a child process, on the loop, while the gateway is built
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)
         trim: Callable[[int], int] = libc.malloc_trim  # glibc only
     except (OSError, AttributeError, TypeError):
         return None

@@ -10,12 +10,12 @@ import structlog
 
 from agent_core import LLMClient, LLMSettings
 from hermes_gateway.config import Config
-from hermes_gateway.memory.embeddings import Embedder, EmbeddingSettings
 from hermes_gateway.memory.host import MemoryHost
 from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
     from hermes_gateway.core.run import LiveRuns
+    from hermes_gateway.memory.embeddings import EmbeddingSettings
 
 log = structlog.get_logger("hermes.memory")
 ARCHIVE_TOOLS = ("hindsight_retain", "hindsight_recall", "hindsight_reflect", "hindsight_forget")
@@ -29,6 +29,8 @@ def archive_wanted(config: Config) -> bool:
 def embedding_settings(config: Config) -> EmbeddingSettings | None:
     """`memory.embeddings`, each empty key taken from `model` (the key only for the same
     endpoint); None when that endpoint is not usable (no key for a hosted API)."""
+    from hermes_gateway.memory.embeddings import EmbeddingSettings  # the archive's alone
+
     e, m = config.memory.embeddings, config.model
     settings = EmbeddingSettings(
         base_url=e.base_url or m.base_url,
@@ -48,6 +50,7 @@ def build_memory(config: Config, store: Store, llm: LLMClient, runs: LiveRuns) -
     service = None
     if archive_wanted(config):  # imported only then: the archive's vectors need numpy (~15 MB)
         from hermes_gateway.memory.archive import Archive
+        from hermes_gateway.memory.embeddings import Embedder
         from hermes_gateway.memory.service import MemoryService
 
         found = embedding_settings(config)

@@ -43,6 +43,36 @@ HEAVY = (
     "discord",
     "slack_sdk",
     "slack_bolt",
+    "hermes_gateway.cluster",  # cluster mode's parts, imported where the config asks for them
+)
+# What only a feature the default config leaves off needs (the cluster, the memory archive and
+# its vectors, the scheduler, PostgreSQL, migrations, the other platforms' SDKs, web extraction,
+# and the dashboard's templates until a page is asked for): a default start must not hold it.
+OPTIONAL = (
+    "redis",
+    "numpy",
+    "jinja2",
+    "markupsafe",
+    "telegram",
+    "discord",
+    "slack_sdk",
+    "slack_bolt",
+    "asyncpg",
+    "sqlalchemy.dialects.postgresql",
+    "alembic",
+    "croniter",
+    "trafilatura",
+    "lxml",
+    "playwright",
+    "mcp",
+    "hermes_gateway.scheduler",
+    "hermes_gateway.memory.archive",
+    "hermes_gateway.memory.service",
+    "hermes_gateway.memory.embeddings",
+    *(
+        f"hermes_gateway.cluster.{name}"
+        for name in ("on_redis", "build", "local", "ownership", "carry", "keeping", "peers")
+    ),
 )
 
 
@@ -115,3 +145,30 @@ def test_the_audit_sees_an_import_on_the_loop(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(AUDIT), "HERMES_IMPORT_AUDIT": str(audit)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     assert "colorsys" in audit.read_text().split()
+
+
+def test_a_default_start_and_first_message_import_no_optional_feature(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The default config (the local API on SQLite, the dashboard on, nothing else): what the
+    process imports through its start, a first answer and its stop holds none of `OPTIONAL`."""
+    imported = tmp_path / "imported.txt"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(AUDIT), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HERMES_IMPORT_ALL": str(imported),
+    }
+    config = {"model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}}
+    gateway = GatewayProcess(tmp_path / "home", config, env)
+    try:
+        gateway.start(wait=False)
+        gateway.wait_healthy(timeout=60)
+        answer = gateway.chat("hello").json()["choices"][0]["message"]["content"]
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(30) == 0
+    finally:
+        gateway.kill()
+    assert answer == "echo: hello"
+    names = set(imported.read_text().split())
+    assert "hermes_gateway.server" in names  # the recorder saw the start
+    held = sorted(n for n in names if any(n == m or n.startswith(m + ".") for m in OPTIONAL))
+    assert held == [], f"a default start imported: {held}"

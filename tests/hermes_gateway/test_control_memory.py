@@ -4,8 +4,11 @@ can be switched off, and the C heap trimmed off the loop once enough bodies were
 from __future__ import annotations
 
 import asyncio
+import subprocess
+from typing import Any
 
 import psutil
+import pytest
 
 from hermes_gateway.control.rss import TRIM_AFTER_BYTES, MemoryGauge, rss_bytes
 
@@ -33,3 +36,16 @@ async def test_freed_bodies_are_trimmed_once_after_the_burst() -> None:
     await asyncio.wait_for(pending, 10)
     assert gauge._pending is None and gauge._freed == 0
     await gauge.close()
+
+
+def test_the_gauge_finds_malloc_trim_without_a_child_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It is built on the event loop with the gateway: looking libc up must not run a program
+    (`ctypes.util.find_library` runs `ldconfig -p`)."""
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"a child process: {args[1:2]}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+    assert MemoryGauge(0)._trim is not None  # glibc here
