@@ -65,6 +65,8 @@ class Capabilities:
 @dataclass(frozen=True, slots=True)
 class Limits:
     message_chars: int | None = None  # the longest message the platform takes; None = no limit
+    # the largest file it takes from a bot (`send_file`); None: it takes no files (yet)
+    upload_bytes: int | None = None
 
 
 def _no_secrets(section: Any) -> tuple[str, ...]:

@@ -154,5 +154,6 @@ EXECUTE_CODE = ToolSpec(
 )
 _jobs = frozenset({"jobs"})
 CRONJOB = ToolSpec("cronjob", "tools.cronjob:make_cronjob", needs=_jobs)
+SEND_FILE = ToolSpec("send_file", "tools.send_file:make_send_file", needs=frozenset({"send_files"}))
 # the reference's name for it
 CRONJOB_MANAGE = ToolSpec("cronjob_manage", "tools.cronjob:make_cronjob_manage", needs=_jobs)

@@ -104,6 +104,9 @@ Retain = Callable[[str, str, str, tuple[str, ...]], str]
 Recall = Callable[[str, str, int], Recalled]
 # reflect(session_key, query, should_stop) -> an answer from the memories, citing them
 Reflect = Callable[[str, str, Callable[[], bool]], str]
+# send(session_key, path, caption) -> what was queued, for the model: the regular file ``path``
+# (resolved inside the workspace) goes with the run's answer; raises ToolError when it cannot
+SendFile = Callable[[str, Path, str], str]
 # forget(session_key, request) -> what matched or was deleted, in the asking user's bank only
 Forget = Callable[[str, ForgetRequest], Forgotten]
 
@@ -125,6 +128,7 @@ class ToolHost:
     recall: Recall | None = field(default=None, metadata={"need": "memory"})
     reflect: Reflect | None = field(default=None, metadata={"need": "memory"})
     forget: Forget | None = field(default=None, metadata={"need": "memory"})
+    send_file: SendFile | None = field(default=None, metadata={"need": "send_files"})
 
     @classmethod
     def provided_by(cls, *providers: object) -> ToolHost:

@@ -57,6 +57,12 @@ class KillingTelegram(ChaosTelegram):
         self.trigger.check(str(p.get("text", "")))
         return message
 
+    async def _send_upload(self, p: dict[str, Any], kind: str) -> dict[str, Any]:
+        """A file part: the trigger sees ``file:<its name>``."""
+        message = await super()._send_upload(p, kind)
+        self.trigger.check(f"file:{self.uploads[-1]['file_name']}")
+        return message
+
 
 class KillingDiscord(FakeDiscord):
     def __init__(self, **kw: Any) -> None:
