@@ -69,6 +69,11 @@ class Limits:
     upload_bytes: int | None = None
 
 
+def megabytes(size: int) -> str:
+    """A size for a person to read, against an upload limit: "51.0 MB"."""
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
 def _no_secrets(section: Any) -> tuple[str, ...]:
     return ()
 

@@ -28,8 +28,7 @@ from agent_core import LLMClient, ModelError
 from hermes_gateway.errors import AdapterError, JobRequestError
 from hermes_gateway.events import FileKind, MessageEvent, OutboundFile, OutboundMessage
 from hermes_gateway.memory.scope import sole_user
-from hermes_gateway.platform_spec import capabilities, platform_spec
-from hermes_gateway.platforms.outfile import megabytes
+from hermes_gateway.platform_spec import capabilities, megabytes, platform_spec
 from hermes_gateway.thread_hop import hop
 from tools.approval import CANNOT_ASK
 from tools.errors import ToolError

@@ -8,10 +8,7 @@ import os
 import stat
 
 from hermes_gateway.events import OutboundFile
-
-
-def megabytes(size: int) -> str:
-    return f"{size / (1024 * 1024):.1f} MB"
+from hermes_gateway.platform_spec import megabytes
 
 
 def read_outbound(file: OutboundFile, limit: int) -> bytes | str:
