@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.intake import Inbound as Inbound
     from hermes_gateway.platforms.intake import Intake as Intake
     from hermes_gateway.platforms.intake import tolerant as tolerant
+    from hermes_gateway.platforms.outfile import read_outbound as read_outbound
     from hermes_gateway.platforms.peers import Peers as Peers
     from hermes_gateway.platforms.peers import Whereabouts as Whereabouts
     from hermes_gateway.platforms.preview import LivePreview as LivePreview
@@ -154,6 +155,7 @@ _WHERE: dict[str, str] = {
     "Remember": "hermes_gateway.platforms.preview",
     "Replier": "hermes_gateway.platforms.reply",
     "ReplyWire": "hermes_gateway.platforms.reply",
+    "read_outbound": "hermes_gateway.platforms.outfile",
     "Upload": "hermes_gateway.platforms.reply",
     "UploadWire": "hermes_gateway.platforms.reply",
     "RequestError": "hermes_gateway.errors",
