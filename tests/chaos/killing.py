@@ -86,3 +86,7 @@ class KillingSlack(FakeSlack):
         answer = self._post_message(params)
         self.trigger.check(str(params.get("text", "")))
         return answer
+
+    def _on_upload(self, message: JsonDict) -> None:
+        """A file shared: the trigger sees ``file:<its name>``."""
+        self.trigger.check(f"file:{message['files'][0]['name']}")
