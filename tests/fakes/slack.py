@@ -158,6 +158,7 @@ class FakeSlack(FakeServer):
         self.bot_user_id, self.bot_id, self.team_id = bot_user_id, bot_id, team_id
         self.calls: list[tuple[str, JsonDict]] = []
         self.posted: list[JsonDict] = []
+        self.scopes: list[str] | None = None  # the bot token's scopes, when set: x-oauth-scopes
         self.reactions: list[tuple[str, str, str, str]] = []
         self.acks: list[tuple[str, float]] = []
         self.envelopes: list[JsonDict] = []  # every envelope written to a socket, in order
@@ -548,9 +549,12 @@ class FakeSlack(FakeServer):
         if token != expected:
             return _fail("invalid_auth" if token else "not_authed")
         try:
-            return web.json_response({"ok": True, **handler(params)})
+            response = web.json_response({"ok": True, **handler(params)})
         except SlackApiFailure as exc:
             return _fail(exc.code)
+        if self.scopes is not None:  # Slack lists the token's scopes on every answer
+            response.headers["x-oauth-scopes"] = ",".join(self.scopes)
+        return response
 
     def _connections_open(self, params: JsonDict) -> JsonDict:
         query = f"ticket={uuid.uuid4().hex}&app_id={self.api_app_id}&caller={_CALLER.get()}"
