@@ -281,7 +281,10 @@ class GatewayToolHost:
     # -- files sent with the answer -------------------------------------------------------
 
     def send_file(self, session_key: str, path: Path, caption: str) -> str:
-        size = path.stat().st_size  # the tool has just opened it: a regular file
+        try:
+            size = path.stat().st_size  # the tool has just opened it: a regular file
+        except OSError as exc:  # removed since
+            raise ToolError(f"{path.name} cannot be read: {exc.strerror}") from None
         file = OutboundFile(str(path), path.name, caption, file_kind(path.name))
         sent: str = self._hop(self._attach(session_key, file, size))
         return sent
