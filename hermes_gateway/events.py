@@ -129,6 +129,21 @@ def encodable(event: MessageEvent) -> MessageEvent:
 
 
 OutboundKind = Literal["reply", "notice", "error"]
+FileKind = Literal["image", "audio", "voice", "document"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundFile:
+    """A file of the workspace that goes with a reply, after its text (`send_file`). ``path``
+    was checked when the model asked; the file is read when its part is sent, so a later change
+    to it is what goes out."""
+
+    path: str  # resolved, inside the session's workspace
+    name: str  # the name the user sees
+    caption: str = ""
+    kind: FileKind = "document"
+
+
 PartSent = Callable[[int], Awaitable[None]]  # (parts delivered so far) -> None
 # (index of the part about to go out, the adapter's reference it will come after) -> None
 PartSending = Callable[[int, str], Awaitable[None]]
@@ -165,6 +180,7 @@ class OutboundMessage:
     outcome: str = ""
     error: str = ""
     usage: Mapping[str, int] = field(default_factory=dict, compare=False)
+    files: tuple[OutboundFile, ...] = ()  # sent after the text parts, one part each, in order
 
     @property
     def reply_to(self) -> str | None:
@@ -184,6 +200,7 @@ class OutboundMessage:
         error: str = "",
         usage: Mapping[str, int] | None = None,
         on_part: PartSent | None = None,
+        files: tuple[OutboundFile, ...] = (),
     ) -> OutboundMessage:
         """The one way to build a message to send: to where ``where`` came from (its chat,
         thread and session), settling ``answers``: by default that message; ``()`` for an
@@ -205,6 +222,7 @@ class OutboundMessage:
             error=error,
             usage=usage if usage is not None else {},
             on_part=on_part,
+            files=files,
         )
 
 

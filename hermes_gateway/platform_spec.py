@@ -65,6 +65,13 @@ class Capabilities:
 @dataclass(frozen=True, slots=True)
 class Limits:
     message_chars: int | None = None  # the longest message the platform takes; None = no limit
+    # the largest file it takes from a bot (`send_file`); None: it takes no files (yet)
+    upload_bytes: int | None = None
+
+
+def megabytes(size: int) -> str:
+    """A size for a person to read, against an upload limit: "51.0 MB"."""
+    return f"{size / (1024 * 1024):.1f} MB"
 
 
 def _no_secrets(section: Any) -> tuple[str, ...]:

@@ -195,5 +195,6 @@ BROWSER_SCREENSHOT = _browser_spec("browser_screenshot")
 BROWSER_CLOSE = _browser_spec("browser_close")
 _jobs = frozenset({"jobs"})
 CRONJOB = ToolSpec("cronjob", "tools.cronjob:make_cronjob", needs=_jobs)
+SEND_FILE = ToolSpec("send_file", "tools.send_file:make_send_file", needs=frozenset({"send_files"}))
 # the reference's name for it
 CRONJOB_MANAGE = ToolSpec("cronjob_manage", "tools.cronjob:make_cronjob_manage", needs=_jobs)

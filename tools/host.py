@@ -127,6 +127,9 @@ Retain = Callable[[str, str, str, tuple[str, ...]], str]
 Recall = Callable[[str, str, int], Recalled]
 # reflect(session_key, query, should_stop) -> an answer from the memories, citing them
 Reflect = Callable[[str, str, Callable[[], bool]], str]
+# send(session_key, path, caption) -> what was queued, for the model: the regular file ``path``
+# (resolved inside the workspace) goes with the run's answer; raises ToolError when it cannot
+SendFile = Callable[[str, Path, str], str]
 # forget(session_key, request) -> what matched or was deleted, in the asking user's bank only
 Forget = Callable[[str, ForgetRequest], Forgotten]
 # browse(request, should_stop) -> the page after the action; raises ToolError
@@ -151,6 +154,7 @@ class ToolHost:
     reflect: Reflect | None = field(default=None, metadata={"need": "memory"})
     forget: Forget | None = field(default=None, metadata={"need": "memory"})
     browse: Browse | None = field(default=None, metadata={"need": "browser"})
+    send_file: SendFile | None = field(default=None, metadata={"need": "send_files"})
 
     @classmethod
     def provided_by(cls, *providers: object) -> ToolHost:

@@ -21,6 +21,7 @@ import structlog
 from aiohttp import web
 
 from adapters.api.feed import Feeds, shared, unasked
+from adapters.api.files import FILES_PATH, FileShelf
 from adapters.api.relay import CARRY_PATH, FEED_PATH, Hop, beat_for, follow, pump, stored
 from adapters.api.stream import Item, SseSink, StreamMeta, stream_response
 from adapters.api.wire import (
@@ -74,6 +75,8 @@ class ApiAdapter:
         host.add_route("GET", "/v1/history", self.history, access="client")
         host.add_route("GET", "/v1/events", self.events, access="client")
         host.add_route("*", "/v1/responses", self.responses, access="client")
+        self.shelf = FileShelf()  # an answer's files (`send_file`), until its client fetches them
+        host.add_route("GET", FILES_PATH, self.shelf.serve, access="client")
         host.bus.subscribe(self._on_lifecycle, ["processing_complete"], name="api-adapter")
         if host.peers is not None:  # cluster: requests other instances took, signed by them
             host.add_route("POST", CARRY_PATH, self.carried, access="public")
@@ -121,6 +124,8 @@ class ApiAdapter:
                 self._sharing.add(task)
                 task.add_done_callback(self._sharing.discard)
             return
+        if message.files:  # the answer names where its client fetches each
+            message = self.shelf.lend(message)
         delivered = False
         for message_id in message.answers:
             key = _key(message.session_key, message_id)

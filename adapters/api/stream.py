@@ -11,7 +11,15 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from adapters.api.wire import Ended, chunk, error_body, failure, hermes_field, usage_of
+from adapters.api.wire import (
+    Ended,
+    chunk,
+    error_body,
+    failure,
+    file_links,
+    hermes_field,
+    usage_of,
+)
 from hermes_gateway.platforms import OutboundMessage
 
 log = structlog.get_logger("hermes.adapters.api")
@@ -109,6 +117,8 @@ async def _finish(
             kind, run_id = item.why, item.run_id
         final = chunk(meta.chat_id, meta.model, {}, finish="stop")
         final["hermes"] = hermes_field(kind, run_id, meta.ignored)
+        if isinstance(item, OutboundMessage) and item.files:
+            final["hermes"]["files"] = file_links(item)
         await _sse(response, final)
         if meta.include_usage:
             usage = usage_of(item)

@@ -206,6 +206,9 @@ def completion(
         text, kind, run_id, usage = "", reply.why, reply.run_id, usage_of(reply)
     else:
         text, kind, run_id, usage = reply.text, reply.kind, reply.run_id, usage_of(reply)
+    extra = hermes_field(kind, run_id, ignored)
+    if isinstance(reply, OutboundMessage) and reply.files:
+        extra["files"] = file_links(reply)
     return {
         "id": chat_id,
         "object": "chat.completion",
@@ -219,8 +222,16 @@ def completion(
             }
         ],
         "usage": usage,
-        "hermes": hermes_field(kind, run_id, ignored),
+        "hermes": extra,
     }
+
+
+def file_links(message: OutboundMessage) -> list[dict[str, str]]:
+    """The answer's files (`send_file`) as the `hermes` object shows them: the URL path on the
+    control port its client fetches each from (`adapters.api.files`)."""
+    return [
+        {"name": f.name, "url": f.path, "caption": f.caption, "kind": f.kind} for f in message.files
+    ]
 
 
 def chunk(

@@ -14,7 +14,8 @@ SPEC = PlatformSpec(
     probe="adapters.discord.probe:probe",
     menu=True,
     capabilities=Capabilities(can_edit=True, has_threads=True),
-    limits=Limits(message_chars=2000),
+    # a bot's uploads: 10 MB per file unless the server is boosted
+    limits=Limits(message_chars=2000, upload_bytes=10 * 1024 * 1024),
     # the bot token in an Authorization header; an interaction token ("interaction:" base64)
     token_patterns=(r"(?<=Bot )[A-Za-z0-9._-]{24,}", r"\baW50ZXJhY3Rpb246[A-Za-z0-9._-]+"),
     order=2,

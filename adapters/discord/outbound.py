@@ -4,6 +4,7 @@ edit, and discord.py's errors translated into the gateway's `AdapterError`s."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ from hermes_gateway.platforms import (
     Remember,
     Replier,
     TransientAdapterError,
+    Upload,
     header,
     retry_after_s,
     with_retry,
@@ -121,6 +123,13 @@ class ChannelReply:
     async def sent(self, part: str, key: str | None, after: str) -> bool:
         return False  # posted again with the same nonce, which Discord does not double
 
+    async def upload(self, index: int, upload: Upload, key: str | None) -> None:
+        reply_to = self.outbox.reference(self.out.reply_to) if index == 0 else None
+        await self.outbox.attach(self.channel_id, upload, reply_to, nonce=key)
+
+    async def uploaded(self, upload: Upload, key: str | None, after: str) -> bool:
+        return False  # the attachment's message carries the nonce too
+
 
 class FollowUp:
     """A slash command's answer, part by part through its interaction's follow-up webhook (a
@@ -198,6 +207,24 @@ class DiscordOutbox:
             return await channel.send(text, reference=ref, **extra)
 
         return await self._call(call, "send", retry)
+
+    async def attach(
+        self, channel_id: int, upload: Upload, reply_to: int | None, *, nonce: str | None
+    ) -> discord.Message:
+        """Post one file as a message attachment, its caption as the message's text, with the
+        part's nonce: Discord does not double it either."""
+
+        async def call() -> discord.Message:
+            channel = self._client().get_partial_messageable(channel_id)
+            file = discord.File(io.BytesIO(upload.data), filename=upload.file.name)
+            extra: dict[str, Any] = {} if nonce is None else {"nonce": nonce}
+            if reply_to is not None:
+                extra["reference"] = discord.MessageReference(
+                    message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
+                )
+            return await channel.send(upload.file.caption or None, file=file, **extra)
+
+        return await self._call(call, "send_file", True)
 
     async def edit(
         self, channel_id: int, message_id: int, text: str, *, retry: bool = True

@@ -17,7 +17,8 @@ SPEC = PlatformSpec(
     required=required_tokens,
     probe="adapters.slack.probe:probe",
     capabilities=Capabilities(can_edit=True, can_react=True, has_threads=True),
-    limits=Limits(message_chars=3900),  # the default of platforms.slack.message_limit
+    # the default of platforms.slack.message_limit; Slack takes files up to 1 GB
+    limits=Limits(message_chars=3900, upload_bytes=1024 * 1024 * 1024),
     # bot and user tokens; app-level tokens (Socket Mode)
     token_patterns=(r"\bxox[abprs]-[A-Za-z0-9-]{8,}", r"\bxapp-[A-Za-z0-9-]{8,}"),
     order=3,

@@ -344,7 +344,8 @@ class SlackAdapter:
         on its own (earlier parts are never sent twice). A streamed preview becomes part 1."""
         if self.web is None:
             raise TransientAdapterError("slack: not started")
-        await post_reply(self.web, self._replier, message, self.config.message_limit)
+        limit = self.config.message_limit
+        await post_reply(self.web, self._replier, message, limit, self._me.user_id)
 
     async def download(self, attachment: Attachment) -> Path:
         """Fetch a file (``url_private``, with the bot token) into ``<home>/media``, never at

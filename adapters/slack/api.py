@@ -160,6 +160,24 @@ class SlackWeb:
         )
         return str(response.get("ts") or "")
 
+    async def upload(
+        self, channel: str, thread_ts: str | None, data: bytes, name: str, caption: str
+    ) -> None:
+        """Share one file in the channel (thread) with ``caption`` as its comment, through
+        files_upload_v2 (files.getUploadURLExternal, the upload, files.completeUploadExternal:
+        the token needs ``files:write``)."""
+        await self.call(
+            "files.upload_v2",
+            lambda: self.client.files_upload_v2(
+                channel=channel,
+                thread_ts=thread_ts,
+                file=data,
+                filename=name,
+                title=name,
+                initial_comment=caption or None,
+            ),
+        )
+
     async def update(
         self, channel: str, ts: str, text: str, *, attempts: int | None = None
     ) -> None:

@@ -1,4 +1,5 @@
-"""`hermes doctor`'s check of the Slack bot token: auth.test."""
+"""`hermes doctor`'s check of the Slack bot token: auth.test, and whether the token's scopes
+(Slack lists them in the answer's ``x-oauth-scopes`` header) let `send_file` share files."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ def probe(section: SlackConfig, http: httpx.Client) -> str:
     response = http.post(
         f"{base}auth.test", headers={"Authorization": f"Bearer {section.bot_token}"}
     )
-    return token_verdict(
+    verdict = token_verdict(
         response,
         lambda data: f"{data.get('user')} in {data.get('team')}" if data.get("ok") else None,
     )
+    scopes = response.headers.get("x-oauth-scopes")
+    if scopes is not None and "files:write" not in {s.strip() for s in scopes.split(",")}:
+        verdict += "; no files:write scope: files the agent sends (send_file) cannot be shared"
+    return verdict

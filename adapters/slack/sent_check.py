@@ -29,6 +29,33 @@ async def find_posted(
 ) -> str | None:
     """The ts of a message after ``after`` (a ts; "" for any) carrying ``key``, or None when
     there is none or the history cannot be read."""
+    for message in await _after(web, channel, thread_ts, after):
+        meta = message.get("metadata") or {}
+        payload = meta.get("event_payload") or {}
+        if meta.get("event_type") == EVENT_TYPE and payload.get("key") == key:
+            log.info("slack.part_found", channel=channel, ts=message.get("ts"))
+            return str(message.get("ts") or "")
+    return None
+
+
+async def find_file(
+    web: SlackWeb, channel: str, thread_ts: str | None, after: str, bot: str, name: str
+) -> str | None:
+    """The ts of a message of the bot (user id ``bot``) after ``after`` that shares a file
+    named ``name`` (a shared file carries no metadata: its name and author are the check)."""
+    for message in await _after(web, channel, thread_ts, after):
+        names = [f.get("name") for f in message.get("files") or []]
+        if message.get("user") == bot and name in names:
+            log.info("slack.file_found", channel=channel, ts=message.get("ts"))
+            return str(message.get("ts") or "")
+    return None
+
+
+async def _after(
+    web: SlackWeb, channel: str, thread_ts: str | None, after: str
+) -> list[dict[str, Any]]:
+    """The messages after ``after`` in the thread (or channel), metadata included; none when
+    the history cannot be read."""
     oldest = after or None
     try:
         if thread_ts:
@@ -53,11 +80,5 @@ async def find_posted(
             )
     except AdapterError as exc:
         log.warning("slack.history_unreadable", channel=channel, error=str(exc))
-        return None
-    for message in response.get("messages") or []:
-        meta = message.get("metadata") or {}
-        payload = meta.get("event_payload") or {}
-        if meta.get("event_type") == EVENT_TYPE and payload.get("key") == key:
-            log.info("slack.part_found", channel=channel, ts=message.get("ts"))
-            return str(message.get("ts") or "")
-    return None
+        return []
+    return list(response.get("messages") or [])

@@ -15,7 +15,8 @@ SPEC = PlatformSpec(
     probe="adapters.telegram.probe:probe",
     menu=True,
     capabilities=Capabilities(can_edit=True, has_threads=True),
-    limits=Limits(message_chars=4096),  # UTF-16 units, as Telegram counts them
+    # UTF-16 units, as Telegram counts them; the Bot API takes uploads up to 50 MB
+    limits=Limits(message_chars=4096, upload_bytes=50 * 1024 * 1024),
     # a bot token, also inside the Bot API's /bot<token>/ URLs
     token_patterns=(r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}",),
     order=1,

@@ -27,9 +27,10 @@ from hermes_gateway.platforms import (
     Remember,
     Replier,
     TransientAdapterError,
+    Upload,
     with_retry,
 )
-from telegram import Bot
+from telegram import Bot, Message, ReplyParameters
 from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
@@ -48,6 +49,7 @@ Op = Callable[[str, str | None], Awaitable[T]]  # (text, parse_mode) -> result
 
 Key = tuple[str, str]  # what a preview answers: (chat id, message id)
 LIMIT = 4096  # UTF-16 units per message, as Telegram counts them
+PHOTO_BYTES = 10 * 1024 * 1024  # larger images go as documents
 
 
 def translate(exc: TelegramError) -> AdapterError:
@@ -163,6 +165,38 @@ class Sender:
 
         await self._deliver("telegram.editMessageText", html, op, attempts)
 
+    async def caption_once(self, chat_id: str, message_id: int, caption: str) -> None:
+        """One editMessageCaption, PTB's errors as they are (a file part's probe)."""
+        await self._call(
+            "editMessageCaption", chat_id=chat_ref(chat_id), message_id=message_id, caption=caption
+        )
+
+    async def upload(
+        self, chat_id: str, upload: Upload, *, thread_id: str | None, reply_to: str | None
+    ) -> int:
+        """Send one file the way Telegram shows its kind best; returns its message id. The
+        caption goes as plain text (it is what a probe after a crash compares)."""
+        file, bot = upload.file, self.bot
+        methods: dict[str, Callable[..., Awaitable[Message]]] = {
+            "image": bot.send_photo if len(upload.data) <= PHOTO_BYTES else bot.send_document,
+            "audio": bot.send_audio,
+            "voice": bot.send_voice,
+        }
+        method = methods.get(file.kind, bot.send_document)
+        field = method.__name__.removeprefix("send_")
+        reply = None
+        if reply_to and reply_to.isdigit():
+            reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True)
+        thread = int(thread_id) if thread_id and thread_id.isdigit() else None
+        fields: dict[str, Any] = {field: upload.data, "filename": file.name}
+        fields.update(caption=file.caption or None, message_thread_id=thread)
+
+        async def attempt() -> int:
+            sent = await call(lambda: method(chat_ref(chat_id), reply_parameters=reply, **fields))
+            return int(sent.message_id)
+
+        return await with_retry(attempt, what=f"telegram.{method.__name__}", attempts=5)
+
     async def delete(self, chat_id: str, message_id: int) -> None:
         try:
             await call(lambda: self.bot.delete_message(chat_ref(chat_id), message_id))
@@ -218,6 +252,22 @@ class ChatReply:
     async def sent(self, part: str, key: str | None, after: str) -> bool:
         chat = self.message.chat_id
         return await find_sent(self.sender, self.known, chat, part, after, self.limit) is not None
+
+    async def upload(self, index: int, upload: Upload, key: str | None) -> None:
+        message = self.message
+        reply_to = message.reply_to if index == 0 else None
+        thread = message.thread_id
+        sent = await self.sender.upload(
+            message.chat_id, upload, thread_id=thread, reply_to=reply_to
+        )
+        self.known.note(message.chat_id, sent)
+
+    async def uploaded(self, upload: Upload, key: str | None, after: str) -> bool:
+        """Probed by caption: a file without one matches any captionless message of this bot
+        in the window, so it is found rather than doubled (docs/media.md says so)."""
+        chat, caption = self.message.chat_id, upload.file.caption
+        found = await find_sent(self.sender, self.known, chat, caption, after, self.limit, True)
+        return found is not None
 
 
 class Outbox:

@@ -1,8 +1,9 @@
 """Exactly once on Telegram, which has no idempotency key: before sending again a part whose
 send a crash cut short, find out whether it went out, by probing the message ids after the
-newest one known before that send with an edit to the same text. Telegram answers "message is
-not modified" only for a message that exists with exactly that text; a missing id answers
-"message to edit not found"; a message of someone else "can't be edited"."""
+newest one known before that send with an edit to the same text (a file's: to the same
+caption). Telegram answers "message is not modified" only for a message that exists with
+exactly that text; a missing id answers "message to edit not found"; a message of someone else
+"can't be edited"."""
 
 from __future__ import annotations
 
@@ -53,14 +54,21 @@ class Known:
 
 
 async def find_sent(
-    sender: Sender, known: Known, chat_id: str, html: str, after: str, limit: int
+    sender: Sender,
+    known: Known,
+    chat_id: str,
+    html: str,
+    after: str,
+    limit: int,
+    caption: bool = False,
 ) -> int | None:
     """The id of the bot's message after ``after`` that shows exactly ``html``, or None.
 
     Probes at most ``limit`` ids in order, skipping ids this process knows (its own messages
     must not be overwritten by a probe), and stops at the first id Telegram does not know (ids
     are given in order in a chat: the rest are newer still). None when unsure: the part is then
-    sent again, since a doubled part is better than a lost one.
+    sent again, since a doubled part is better than a lost one. ``caption``: ``html`` is the
+    plain caption of a file part, probed with editMessageCaption.
     """
     if not after.isdigit():
         return None
@@ -71,7 +79,10 @@ async def find_sent(
         if candidate in skip:
             continue
         tried += 1
-        answer = await _probe(sender, chat_id, candidate, html)
+        if caption:
+            answer = await _probe_caption(sender, chat_id, candidate, html)
+        else:
+            answer = await _probe(sender, chat_id, candidate, html)
         if answer == "same":
             log.info("telegram.part_found", chat_id=chat_id, message_id=candidate, probes=tried)
             return candidate
@@ -101,4 +112,20 @@ async def _probe(sender: Sender, chat_id: str, message_id: int, html: str) -> Pr
         # it changed: a message of this bot this process did not know (another instance's)
         log.error("telegram.probe_overwrote", chat_id=chat_id, message_id=message_id)
         return "other"
+    return "other"
+
+
+async def _probe_caption(sender: Sender, chat_id: str, message_id: int, caption: str) -> Probe:
+    """Edit the caption of ``message_id`` to ``caption``: a text message "has no caption"."""
+    try:
+        await sender.caption_once(chat_id, message_id, caption)
+    except BadRequest as exc:
+        why = str(exc).lower()
+        if NOT_MODIFIED in why:
+            return "same"
+        return "missing" if _MISSING in why else "other"
+    except TelegramError as exc:
+        log.warning("telegram.probe_failed", chat_id=chat_id, error=str(exc))
+        return "unknown"
+    log.error("telegram.probe_overwrote", chat_id=chat_id, message_id=message_id)
     return "other"

@@ -1,5 +1,6 @@
 """The gateway's services for tools: approvals asked in the chat, past-message search,
-attachment downloads and the vision model, as plain synchronous callables for worker threads.
+attachment downloads, the vision model and files sent with the answer, as plain synchronous
+callables for worker threads.
 
 Each callable hops to the event loop with `run_coroutine_threadsafe(...).result(timeout)`: the
 worker thread blocks, the loop never does, and no coroutine here waits on the run pool, so a
@@ -12,6 +13,7 @@ path.
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 import re
 import threading
 import time
@@ -24,9 +26,9 @@ import structlog
 
 from agent_core import LLMClient, ModelError
 from hermes_gateway.errors import AdapterError, JobRequestError
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import FileKind, MessageEvent, OutboundFile, OutboundMessage
 from hermes_gateway.memory.scope import sole_user
-from hermes_gateway.platform_spec import capabilities
+from hermes_gateway.platform_spec import capabilities, megabytes, platform_spec
 from hermes_gateway.thread_hop import hop
 from tools.approval import CANNOT_ASK
 from tools.errors import ToolError
@@ -295,3 +297,52 @@ class GatewayToolHost:
         if completion.interrupted:
             raise ToolError("interrupted by the user")
         return completion.content
+
+    # -- files sent with the answer -------------------------------------------------------
+
+    def send_file(self, session_key: str, path: Path, caption: str) -> str:
+        try:
+            size = path.stat().st_size  # the tool has just opened it: a regular file
+        except OSError as exc:  # removed since
+            raise ToolError(f"{path.name} cannot be read: {exc.strerror}") from None
+        file = OutboundFile(str(path), path.name, caption, file_kind(path.name))
+        sent: str = self._hop(self._attach(session_key, file, size))
+        return sent
+
+    async def _attach(self, session_key: str, file: OutboundFile, size: int) -> str:
+        """Checked against the platform's limit now, so the model can make it smaller; checked
+        again when it is sent (it may have grown)."""
+        event = self.runs.attach_check(session_key)
+        if event is None:
+            raise ToolError(
+                "no chat answer is being written here right now (a scheduled job's answer "
+                "takes no files yet)"
+            )
+        spec = platform_spec(event.platform)
+        limit = spec.limits.upload_bytes if spec is not None else None
+        if limit is None:
+            raise ToolError(f"{event.platform} does not take files from me")
+        if size > limit:
+            raise ToolError(
+                f"{file.name} is {megabytes(size)}; {event.platform} takes files up to "
+                f"{megabytes(limit)}: make it smaller (compress, split, fewer pages)"
+            )
+        self.runs.attach(session_key, file)
+        log.info("tool.file_attached", session_key=session_key, bytes=size, kind=file.kind)
+        return (
+            f"{file.name} ({size} bytes) will be sent after your answer's text, as it is then "
+            "(do not change it meanwhile)."
+        )
+
+
+def file_kind(name: str) -> FileKind:
+    """How a platform shows a file, by its name: an image it can display, audio, a voice note
+    (Ogg/Opus), or a document."""
+    mime = mimetypes.guess_type(name)[0] or ""
+    if mime in ("image/jpeg", "image/png", "image/gif", "image/webp"):
+        return "image"
+    if mime in ("audio/ogg", "audio/opus"):
+        return "voice"
+    if mime.startswith("audio/"):
+        return "audio"
+    return "document"

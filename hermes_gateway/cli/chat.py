@@ -34,7 +34,14 @@ class _Restarting(Exception):
 
 class ChatClient:
     def __init__(
-        self, base_url: str, token: str | None, session: str, *, stream: bool, out: TextIO
+        self,
+        base_url: str,
+        token: str | None,
+        session: str,
+        *,
+        stream: bool,
+        out: TextIO,
+        downloads: Path | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.headers = headers
@@ -43,6 +50,8 @@ class ChatClient:
         self.session = session
         self.stream = stream
         self.out = out
+        # where the files an answer sends (`send_file`) are saved
+        self.downloads = downloads if downloads is not None else Path.cwd() / "hermes-files"
         # where a streamed reply stands: whether its current text block has its `hermes> `
         # and whether the last thing written ended a line
         self._prompted = False
@@ -90,6 +99,8 @@ class ChatClient:
             _check_restarting(response)
             if response.status_code != 409:
                 self.out.write(f"hermes> {_text_of(response)}\n")
+            if response.status_code == 200:
+                self._save_files((response.json().get("hermes") or {}).get("files"))
             return response.status_code
         with self.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
             if r.status_code != 200:
@@ -155,7 +166,30 @@ class ChatClient:
             piece = (choice.get("delta") or {}).get("content")
             if piece:
                 self._write_text(piece)
+        if extra.get("files"):
+            self._end_line()
+            self._save_files(extra["files"])
         self.out.flush()
+
+    def _save_files(self, files: object) -> None:
+        """Fetch each file the answer sent and save it under `downloads`, saying where: a
+        name is never a path, and a file already there is not overwritten."""
+        if not isinstance(files, list):
+            return
+        for item in files:
+            name = Path(str(item.get("name") or "file")).name or "file"
+            try:
+                got = self.http.get(str(item["url"]), params={"user": self.session}, timeout=60)
+                got.raise_for_status()
+            except (httpx.HTTPError, KeyError) as exc:
+                self.out.write(f"[file {name} could not be fetched: {exc}]\n")
+                continue
+            self.downloads.mkdir(parents=True, exist_ok=True)
+            target, n = self.downloads / name, 1
+            while target.exists():
+                target, n = self.downloads / f"{Path(name).stem}-{n}{Path(name).suffix}", n + 1
+            target.write_bytes(got.content)
+            self.out.write(f"[file saved: {target}]\n")
 
     def _write_tool_note(self, tool: str, phase: object, ok: object) -> None:
         """A call shows when it starts; one that failed shows again when it ends, so a failure

@@ -194,6 +194,7 @@ class Replayer:
             answers=tuple(u.event.message_id for u in newest),
             run_id=newest[0].run_id,
             skip_parts=sent,
+            files=newest[0].files,
         )
         if doubt is not None:  # the crash cut that part's send short: it may be out already
             out = replace(out, doubt=doubt)

@@ -13,7 +13,7 @@ from agent_core import RunControl, RunResult
 from hermes_gateway.core.job_turns import JobTicket
 from hermes_gateway.core.pool import Tenant
 from hermes_gateway.core.sessions import Pending, SessionTable
-from hermes_gateway.events import MessageEvent
+from hermes_gateway.events import MessageEvent, OutboundFile
 from hermes_gateway.store.fence import Fence
 
 QUEUE_FULL = (
@@ -114,6 +114,7 @@ class Run:
     persist_task: asyncio.Task[None] | None = None  # writing an abandoned run's stopped turn
     state: RunState = RunState.RUNNING
     fence: Fence | None = None  # cluster mode: the session lease's token its writes carry
+    files: list[OutboundFile] = field(default_factory=list)  # `send_file`'s, for the answer
 
     def move(self, to: RunState) -> None:
         """Go to ``to``; raises `IllegalMove` if the lifecycle has no such step."""
@@ -199,6 +200,20 @@ class LiveRuns:
         """All the messages the session's active run answers, oldest first."""
         run = self.table.active(key)
         return [p.event for p in run.items] if run is not None and not run.job else []
+
+    def attach_check(self, key: str) -> MessageEvent | None:
+        """The message the session's live run answers, or None when no run is live to take a
+        file (a job's turn takes none yet: its answer goes out through the job's ledger)."""
+        run = self.table.active(key)
+        return None if run is None or run.stopped or run.job else run.primary
+
+    def attach(self, key: str, file: OutboundFile) -> bool:
+        """Add ``file`` to the answer of the session's live run; False when none is live."""
+        run = self.table.active(key)
+        if run is None or run.stopped or run.job:
+            return False
+        run.files.append(file)
+        return True
 
     def counts(self) -> dict[str, int]:
         """Sessions with a run (``active``), messages waiting, sessions tracked."""

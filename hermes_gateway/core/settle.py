@@ -17,7 +17,7 @@ from hermes_gateway.core.job_turns import withdraw
 from hermes_gateway.core.run import EMPTY_ANSWER, Run, inbox_ids
 from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import FencedOut, StoreError
-from hermes_gateway.events import MessageEvent, OutboundMessage
+from hermes_gateway.events import MessageEvent, OutboundFile, OutboundMessage
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.store.store import Store
 
@@ -59,15 +59,22 @@ class Settler:
             run.carry_forward = run.carried + answered
             return
         text = result.text or EMPTY_ANSWER
-        if not await self.persist(run, result, answered, reply=text, status="done"):
+        files = tuple(run.files)  # `send_file`'s: they go after the text, and with it
+        if not await self.persist(run, result, answered, reply=text, status="done", files=files):
             return
         if self.on_turn is not None and result.status == "done" and turn_user(answered):
             self.on_turn(run.primary, "\n\n".join(p.event.text for p in answered), text)
-        why = {"usage": result.usage, "error": result.error or ""}
+        why = {"usage": result.usage, "error": result.error or "", "files": files}
         await self.reply(run, text, "reply", result.status, answered + run.carried, **why)
 
     async def persist(
-        self, run: Run, result: RunResult, items: list[Pending], reply: str, status: str
+        self,
+        run: Run,
+        result: RunResult,
+        items: list[Pending],
+        reply: str,
+        status: str,
+        files: tuple[OutboundFile, ...] = (),
     ) -> bool:
         """Store the turn; False when the store refused it because the session's lease passed
         to another instance (cluster mode): then nothing of this run may go out."""
@@ -84,6 +91,7 @@ class Settler:
                 status=status,
                 user_id=turn_user(items),
                 fence=run.fence,
+                files=files,
             )
         except FencedOut as exc:
             log.warning("run.fenced_out", error=str(exc), reply="not sent")
@@ -117,7 +125,7 @@ class Settler:
         kind: str,
         outcome: str,
         answered: list[Pending] | None = None,
-        **extra: Any,  # usage, error: for the local API
+        **extra: Any,  # usage, error: for the local API; files
     ) -> None:
         items = answered if answered is not None else run.items + run.carried
         # the newest message is the one a platform quotes; the rest are settled with it

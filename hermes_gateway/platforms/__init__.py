@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from hermes_gateway.events import Attachment as Attachment
     from hermes_gateway.events import ChatType as ChatType
     from hermes_gateway.events import MessageEvent as MessageEvent
+    from hermes_gateway.events import OutboundFile as OutboundFile
     from hermes_gateway.events import OutboundKind as OutboundKind
     from hermes_gateway.events import OutboundMessage as OutboundMessage
     from hermes_gateway.events import without_surrogates as without_surrogates
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.intake import Inbound as Inbound
     from hermes_gateway.platforms.intake import Intake as Intake
     from hermes_gateway.platforms.intake import tolerant as tolerant
+    from hermes_gateway.platforms.outfile import read_outbound as read_outbound
     from hermes_gateway.platforms.peers import Peers as Peers
     from hermes_gateway.platforms.peers import Whereabouts as Whereabouts
     from hermes_gateway.platforms.preview import LivePreview as LivePreview
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.reply import PreviewRef as PreviewRef
     from hermes_gateway.platforms.reply import Replier as Replier
     from hermes_gateway.platforms.reply import ReplyWire as ReplyWire
+    from hermes_gateway.platforms.reply import Upload as Upload
+    from hermes_gateway.platforms.reply import UploadWire as UploadWire
     from hermes_gateway.platforms.retry import header as header
     from hermes_gateway.platforms.retry import retry_after_s as retry_after_s
     from hermes_gateway.platforms.retry import with_retry as with_retry
@@ -134,6 +138,7 @@ _WHERE: dict[str, str] = {
     "MEDIA_MAX_BYTES": "hermes_gateway.platform_spec",
     "MessageEvent": "hermes_gateway.events",
     "OutboundKind": "hermes_gateway.events",
+    "OutboundFile": "hermes_gateway.events",
     "OutboundMessage": "hermes_gateway.events",
     "Paragraph": "hermes_gateway.text.render",
     "PeerUnreachable": "hermes_gateway.errors",
@@ -150,6 +155,9 @@ _WHERE: dict[str, str] = {
     "Remember": "hermes_gateway.platforms.preview",
     "Replier": "hermes_gateway.platforms.reply",
     "ReplyWire": "hermes_gateway.platforms.reply",
+    "read_outbound": "hermes_gateway.platforms.outfile",
+    "Upload": "hermes_gateway.platforms.reply",
+    "UploadWire": "hermes_gateway.platforms.reply",
     "RequestError": "hermes_gateway.errors",
     "RetryLater": "hermes_gateway.platforms.supervisor",
     "Rule": "hermes_gateway.text.render",

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from hermes_gateway.errors import PartialDeliveryError, RateLimitedError, TransientAdapterError
 from hermes_gateway.events import OutboundMessage
 
-SendPart = Callable[[int, str], Awaitable[None]]  # (index in the split, text) -> None
+P = TypeVar("P")  # a part: its text, or a file sent after the text (`Replier`)
+SendPart = Callable[[int, P], Awaitable[None]]  # (index in the split, part) -> None
 Anchor = Callable[[], str]  # the newest platform reference a part about to go out comes after
 KEY_CHARS = 24  # fits Discord's 25-character nonce
 
@@ -26,7 +28,10 @@ def part_key(message: OutboundMessage, index: int, text: str) -> str | None:
 
 
 async def send_parts(
-    message: OutboundMessage, parts: Sequence[str], send: SendPart, anchor: Anchor | None = None
+    message: OutboundMessage,
+    parts: Sequence[P],
+    send: SendPart[P],
+    anchor: Anchor | None = None,
 ) -> None:
     """Send ``parts[message.skip_parts:]`` in order through ``send(index, part)``.
 

@@ -1,17 +1,26 @@
 """The reply skeleton every chat platform shares: a reply's parts go out in order, the first one
-taking over the live preview that answered its message, and a part a crash left in doubt asked
-after before it is sent again. A platform gives only its wire primitives (`ReplyWire`)."""
+taking over the live preview that answered its message, then its files (`send_file`), one part
+each; a part a crash left in doubt is asked after before it is sent again. A platform gives only
+its wire primitives (`ReplyWire`, and `UploadWire` for one that takes files)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
-from hermes_gateway.events import OutboundMessage
+import structlog
+
+from hermes_gateway.events import OutboundFile, OutboundMessage
+from hermes_gateway.platform_spec import platform_spec
+from hermes_gateway.platforms.outfile import read_outbound
 from hermes_gateway.platforms.parts import part_key, send_parts
 from hermes_gateway.platforms.preview import PreviewBook
+
+log = structlog.get_logger("hermes.platforms")
+NOT_SENT = "(I could not send the file {name}: {why}.)"
 
 R = TypeVar("R")  # a platform's message reference: a Telegram or Discord id, a Slack ts
 K = TypeVar("K", bound=Hashable)  # what a preview answers, as its platform's `PreviewBook` keys it
@@ -45,6 +54,27 @@ class ReplyWire(Protocol[Ref]):
 
 
 @dataclass(frozen=True, slots=True)
+class Upload:
+    """One file part as it goes out: what the model asked to send, and its bytes as read now."""
+
+    file: OutboundFile
+    data: bytes = b""
+
+
+@runtime_checkable
+class UploadWire(ReplyWire[Ref], Protocol[Ref]):
+    """A reply's wire on a platform that takes files: each file goes as a native upload."""
+
+    async def upload(self, index: int, upload: Upload, key: str | None) -> None:
+        """Send file part ``index`` as a new message, with its caption."""
+        ...
+
+    async def uploaded(self, upload: Upload, key: str | None, after: str) -> bool:
+        """The sent-check of a file part in doubt, as `ReplyWire.sent` is for text."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class PreviewRef(Generic[K, R]):
     """The live preview a reply takes over (the platform chooses which): ``ref`` in its
     `PreviewBook` under ``key``, where it stays for the redelivery if editing it fails for now."""
@@ -69,9 +99,13 @@ class Replier(Generic[K, R]):
         """Each part of ``parts`` not sent by an earlier attempt, once: the first edited into
         ``preview`` (posted anew if the preview is gone), the one in doubt (`message.doubt`)
         looked up first and not sent twice, the others posted. How far it got, and a failure
-        part-way, are reported as `send_parts` says."""
+        part-way, are reported as `send_parts` says. The message's files follow its text,
+        each a part of its own (its own intent), read when it is sent."""
 
-        async def one(index: int, part: str) -> None:
+        async def one(index: int, part: str | OutboundFile) -> None:
+            if isinstance(part, OutboundFile):
+                await self._file(message, index, part, wire)
+                return
             if index == 0 and preview is not None:
                 edit = partial(wire.edit, preview.ref, part)
                 if await self.previews.into(preview.key, preview.ref, edit):
@@ -82,4 +116,31 @@ class Replier(Generic[K, R]):
                 return  # it went out before the crash: not twice
             await wire.post(index, part, key)
 
-        await send_parts(message, parts, one, wire.after)
+        items: list[str | OutboundFile] = [*parts, *message.files]
+        await send_parts(message, items, one, wire.after)
+
+    async def _file(
+        self, message: OutboundMessage, index: int, file: OutboundFile, wire: ReplyWire[R]
+    ) -> None:
+        """Upload one file, or, when it cannot go (gone, grown over the limit, a platform that
+        takes no files), a line in its place saying so: the user learns what is missing."""
+        spec = platform_spec(message.platform)
+        limit = spec.limits.upload_bytes if spec is not None else None
+        doubt = message.doubt if index == message.skip_parts else None
+        if limit is None or not isinstance(wire, UploadWire):
+            got: bytes | str = "this platform does not take files from me"
+        else:
+            got = await asyncio.to_thread(read_outbound, file, limit)
+        if isinstance(got, str):
+            log.warning("reply.file_not_sent", platform=message.platform, why=got)
+            line = NOT_SENT.format(name=file.name, why=got)
+            key = part_key(message, index, line)
+            if doubt is None or not await wire.sent(line, key, doubt):
+                await wire.post(index, line, key)
+            return
+        assert isinstance(wire, UploadWire)
+        upload = Upload(file, got)
+        key = part_key(message, index, f"\x00{file.path}\x00{file.caption}")
+        if doubt is not None and await wire.uploaded(upload, key, doubt):
+            return  # it went out before the crash: not twice
+        await wire.upload(index, upload, key)

@@ -28,7 +28,7 @@ _IDS: Any = bindparam("ids", expanding=True)
 _BY_IDS = _INBOX.c.id.in_(_IDS)
 _MARK = update(_INBOX).where(_BY_IDS).values(status=bindparam("s"), updated_at=bindparam("now"))
 _MARK_REPLY = _MARK.values(reply=bindparam("new_reply"))
-_SETTLE = _MARK_REPLY.values(run_id=bindparam("new_run_id"))
+_SETTLE = _MARK_REPLY.values(run_id=bindparam("new_run_id"), reply_files=bindparam("new_files"))
 _PROGRESS = (
     update(_INBOX).where(_BY_IDS).values(parts_sent=bindparam("parts"), updated_at=bindparam("now"))
 )
@@ -95,7 +95,7 @@ def warm_up() -> list[tuple[Any, Row]]:
             "user_id",
         ]
     )
-    settle = {"ids": [0], "s": "", "now": 0.0, "new_reply": "", "new_run_id": ""}
+    settle = {"ids": [0], "s": "", "now": 0.0, "new_reply": "", "new_run_id": "", "new_files": None}
     return [
         (_ACCEPT, inbox),
         (_ADD_MESSAGES, message),
@@ -179,10 +179,10 @@ class HotPath:
         session_id: int,
         rows: list[Row],
         ids: list[int],
-        settle: tuple[str, str, str, float],
+        settle: tuple[str, str, str, float, str | None],
         fence: Fence | None,
     ) -> None:
-        """Append message rows and settle inbox entries: (status, reply, run_id, now)."""
+        """Append message rows and settle inbox entries: (status, reply, run_id, now, files)."""
         if rows or ids or fence is not None:
             await self._run(partial(_complete_turn, rows, ids, settle, fence))
 
@@ -217,15 +217,16 @@ def _session_id(key: str, create: bool, now: float, db: Executor) -> int | None:
 def _complete_turn(
     rows: list[Row],
     ids: list[int],
-    settle: tuple[str, str, str, float],
+    settle: tuple[str, str, str, float, str | None],
     fence: Fence | None,
     db: Executor,
 ) -> None:
-    status, reply, run_id, now = settle
+    status, reply, run_id, now, files = settle
     if fence is not None:
         fencing.check(db, fence, now)
     if rows:
         db.executemany(_ADD_MESSAGES, rows)
     if ids:
         params = {"ids": ids, "s": status, "now": now, "new_reply": reply, "new_run_id": run_id}
+        params["new_files"] = files
         db.execute(_SETTLE, params)

@@ -60,8 +60,10 @@ class InboxRow(Base):
     until an operator retries it, back to accepted, or drops it).
 
     parts_sent: how many parts of a reply split into several messages went out (the next
-    attempt resumes after them). preview: where the run's live preview message is (a message
-    id, a Slack ts), so a replay after a crash finishes it instead of leaving it half-written.
+    attempt resumes after them; a reply's files are parts after its text). reply_files: those
+    files (JSON), so a replay sends them too. preview: where the run's live preview message is
+    (a message id, a Slack ts), so a replay after a crash finishes it instead of leaving it
+    half-written.
     sending, sending_after: the part whose send began last (recorded before it can reach the
     platform) and the platform reference it comes after; a replay finding ``sending ==
     parts_sent`` cannot tell whether that part went out, and has the adapter check first.
@@ -97,6 +99,7 @@ class InboxRow(Base):
     suspect: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     sending: Mapped[int | None] = mapped_column(Integer, nullable=True)
     sending_after: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    reply_files: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class PairingRow(Base):

@@ -11,7 +11,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
 import structlog
@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.context import restore as restore_compacted
-from hermes_gateway.events import MessageEvent
+from hermes_gateway.events import MessageEvent, OutboundFile
 from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.hotpath import HotPath
 from hermes_gateway.store.inbox import InboxGuard, Quarantined, event_from_json
@@ -43,6 +43,7 @@ _REPLAY_COLUMNS = (
     "parts_sent",
     "sending",
     "sending_after",
+    "reply_files",
 )
 
 
@@ -57,6 +58,7 @@ class Undelivered:
     parts_sent: int = 0  # of a reply in several parts: these went out before the crash
     # the next part's send had begun: it may be out (the reference it comes after), else None
     doubt: str | None = None
+    files: tuple[OutboundFile, ...] = ()  # sent after the text, a part each (`send_file`)
 
 
 class Store(InboxGuard):
@@ -170,11 +172,12 @@ class Store(InboxGuard):
             )
             to_run: list[tuple[int, MessageEvent]] = []
             to_send: list[Undelivered] = []
-            for inbox_id, status, payload, reply, run_id, parts, sending, after in rows:
+            for inbox_id, status, payload, reply, run_id, parts, sending, after, files in rows:
                 ev = event_from_json(payload)
                 if status == "done" and reply is not None:
                     doubt = (after or "") if sending is not None and sending == parts else None
-                    to_send.append(Undelivered(inbox_id, ev, reply, run_id, parts or 0, doubt))
+                    undelivered = Undelivered(inbox_id, ev, reply, run_id, parts or 0, doubt)
+                    to_send.append(replace(undelivered, files=files_from_json(files)))
                 else:
                     to_run.append((inbox_id, ev))
             return to_run, to_send
@@ -294,17 +297,20 @@ class Store(InboxGuard):
         user_id: str = "",
         *,
         fence: Fence | None = None,
+        files: tuple[OutboundFile, ...] = (),
     ) -> None:
         """Append a turn and settle its inbox entries in one transaction: all or nothing.
-        ``user_id``: whose turn it is ("" when several users' messages were merged)."""
+        ``user_id``: whose turn it is ("" when several users' messages were merged); ``files``:
+        what the reply sends after its text, kept with it for a replay."""
         ids = list(inbox_ids)
         now = time.time()
+        stored = json.dumps([asdict(f) for f in files]) if files else None
 
         async def run(db: HotPath) -> None:
             sid = await self._session_id(db, session_key, create=True)
             assert sid is not None
             rows = [_message_row(sid, m, run_id, now, user_id) for m in messages]
-            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now), fence)
+            await db.complete_turn(sid, rows, ids, (status, reply, run_id, now, stored), fence)
 
         try:
             await self._hot(run)
@@ -347,6 +353,17 @@ class Store(InboxGuard):
             if len(self._sids) > _SID_CACHE:
                 self._sids.popitem(last=False)
         return sid
+
+
+def files_from_json(raw: str | None) -> tuple[OutboundFile, ...]:
+    """The files a stored reply sends (the ``reply_files`` column); none when unreadable."""
+    if not raw:
+        return ()
+    try:
+        return tuple(OutboundFile(**f) for f in json.loads(raw))
+    except (ValueError, TypeError) as exc:
+        log.error("inbox.files_unreadable", error=str(exc))
+        return ()
 
 
 def _message_row(

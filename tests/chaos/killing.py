@@ -57,6 +57,12 @@ class KillingTelegram(ChaosTelegram):
         self.trigger.check(str(p.get("text", "")))
         return message
 
+    async def _send_upload(self, p: dict[str, Any], kind: str) -> dict[str, Any]:
+        """A file part: the trigger sees ``file:<its name>``."""
+        message = await super()._send_upload(p, kind)
+        self.trigger.check(f"file:{self.uploads[-1]['file_name']}")
+        return message
+
 
 class KillingDiscord(FakeDiscord):
     def __init__(self, **kw: Any) -> None:
@@ -80,3 +86,7 @@ class KillingSlack(FakeSlack):
         answer = self._post_message(params)
         self.trigger.check(str(params.get("text", "")))
         return answer
+
+    def _on_upload(self, message: JsonDict) -> None:
+        """A file shared: the trigger sees ``file:<its name>``."""
+        self.trigger.check(f"file:{message['files'][0]['name']}")

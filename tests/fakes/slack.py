@@ -158,6 +158,7 @@ class FakeSlack(FakeServer):
         self.bot_user_id, self.bot_id, self.team_id = bot_user_id, bot_id, team_id
         self.calls: list[tuple[str, JsonDict]] = []
         self.posted: list[JsonDict] = []
+        self.scopes: list[str] | None = None  # the bot token's scopes, when set: x-oauth-scopes
         self.reactions: list[tuple[str, str, str, str]] = []
         self.acks: list[tuple[str, float]] = []
         self.envelopes: list[JsonDict] = []  # every envelope written to a socket, in order
@@ -203,12 +204,18 @@ class FakeSlack(FakeServer):
             "conversations.replies": self._replies,
             "users.info": self._user_info,
             "files.info": self._file_info,
+            "files.getUploadURLExternal": self._upload_url,
+            "files.completeUploadExternal": self._complete_upload,
             "assistant.threads.setStatus": lambda params: {},
         }
         self.app.router.add_route("*", "/api/{method}", self._api)
         self.app.router.add_route("*", "/as/{caller}/api/{method}", self._api_as)
         self.app.router.add_get("/link/", self._socket)
         self.app.router.add_get("/files-pri/{file_id}/{name}", self._download)
+        self.app.router.add_post("/upload/{file_id}", self._receive_upload)
+        # files_upload_v2's flow: a file named, its bytes posted, then shared in a message
+        self._uploading: dict[str, JsonDict] = {}
+        self.uploads: list[JsonDict] = []  # shared files: filename, data, channel, thread_ts
 
     def start(self) -> FakeSlack:
         super().start()
@@ -542,9 +549,12 @@ class FakeSlack(FakeServer):
         if token != expected:
             return _fail("invalid_auth" if token else "not_authed")
         try:
-            return web.json_response({"ok": True, **handler(params)})
+            response = web.json_response({"ok": True, **handler(params)})
         except SlackApiFailure as exc:
             return _fail(exc.code)
+        if self.scopes is not None:  # Slack lists the token's scopes on every answer
+            response.headers["x-oauth-scopes"] = ",".join(self.scopes)
+        return response
 
     def _connections_open(self, params: JsonDict) -> JsonDict:
         query = f"ticket={uuid.uuid4().hex}&app_id={self.api_app_id}&caller={_CALLER.get()}"
@@ -610,6 +620,59 @@ class FakeSlack(FakeServer):
             self._reacted.discard(key)
         self.reactions.append(("add" if add else "remove", channel, ts, name))
         return {}
+
+    def _upload_url(self, params: JsonDict) -> JsonDict:
+        name, length = params.get("filename"), int(params.get("length") or 0)
+        if not name or length <= 0:
+            raise SlackApiFailure("invalid_arguments")
+        file_id = f"FUP{next(self._counter)}"
+        self._uploading[file_id] = {"filename": name, "length": length, "data": None}
+        return {"upload_url": f"{self.url}/upload/{file_id}", "file_id": file_id}
+
+    async def _receive_upload(self, request: web.Request) -> web.Response:
+        pending = self._uploading.get(request.match_info["file_id"])
+        if pending is None:
+            return web.Response(status=404)
+        if request.content_type == "multipart/form-data":
+            form = await request.post()
+            field = next(v for v in form.values() if isinstance(v, web.FileField))
+            pending["data"] = field.file.read()
+        else:
+            pending["data"] = await request.read()
+        return web.Response(text=f"OK - {len(pending['data'])}")
+
+    def _complete_upload(self, params: JsonDict) -> JsonDict:
+        """Each uploaded file shared in ``channel_id`` (``thread_ts``), with the initial
+        comment as its message's text, as one bot message each."""
+        raw = params.get("files")
+        files = json.loads(raw) if isinstance(raw, str) else raw
+        channel = params.get("channel_id")
+        if not files or not channel:
+            raise SlackApiFailure("invalid_arguments")
+        shared = []
+        for item in files:
+            pending = self._uploading.pop(str(item.get("id")), None)
+            if pending is None or pending["data"] is None:
+                raise SlackApiFailure("file_not_found")
+            info = {"id": item["id"], "name": pending["filename"], "title": item.get("title")}
+            ts = self.next_ts()
+            message: JsonDict = {"channel": channel, "ts": ts, "user": self.bot_user_id}
+            message.update(bot_id=self.bot_id, text=params.get("initial_comment") or "")
+            message.update(files=[info])
+            if params.get("thread_ts"):
+                message["thread_ts"] = params["thread_ts"]
+            self.posted.append(message)
+            self._known.add((channel, ts))
+            self.uploads.append(
+                {"filename": pending["filename"], "data": pending["data"], "channel": channel}
+                | {"thread_ts": params.get("thread_ts"), "ts": ts}
+            )
+            self._on_upload(message)
+            shared.append(info)
+        return {"files": shared}
+
+    def _on_upload(self, message: JsonDict) -> None:
+        """A subclass's hook: a file was shared (a chaos test kills the gateway here)."""
 
     def _history(self, params: JsonDict) -> JsonDict:
         """A channel's top-level messages (the bot's posts; thread replies are not in it),

@@ -369,6 +369,9 @@ class FakeTelegram(FakeServer):
             "getFile": self._get_file,
             "sendDocument": lambda p: self._send_upload(p, "document"),
             "sendPhoto": lambda p: self._send_upload(p, "photo"),
+            "sendAudio": lambda p: self._send_upload(p, "audio"),
+            "sendVoice": lambda p: self._send_upload(p, "voice"),
+            "editMessageCaption": self._edit_message_caption,
             "answerCallbackQuery": self._answer_callback_query,
             "setMyCommands": self._set_my_commands,
             "getMyCommands": get_commands,
@@ -904,12 +907,29 @@ class FakeTelegram(FakeServer):
             raise bad_request(f"there is no {kind} in the request")
         name = value.get("filename") if isinstance(value, dict) else value
         media: JSON = {"photo": _photo_sizes(file)}
-        if kind == "document":
-            media = {"document": {**_file_object(file), "file_name": name}}
+        if kind != "photo":
+            media = {kind: {**_file_object(file), "file_name": name}}
         msg = self._bot_message(chat_id, p, **media, **({"caption": caption} if caption else {}))
         record = {**dict.fromkeys(RECORD_KEYS), **p, kind: name, "chat_id": chat_id}
         record.update(message_id=msg["message_id"], file_name=name, data=file["data"])
         self.uploads.append(record)
+        return msg
+
+    async def _edit_message_caption(self, p: JSON) -> JSON:
+        """A bot's media message gets ``caption``; the same caption is "not modified", as on
+        Telegram (an empty one on a message without a caption too)."""
+        caption = check_text(p.get("caption"), p.get("parse_mode"), caption=True)
+        msg = self._messages.get(_message_key(p))
+        if msg is None:
+            raise bad_request("message to edit not found")
+        if msg.get("from", {}).get("id") != self.bot_id:
+            raise bad_request("message can't be edited")
+        if not any(k in msg for k in ("photo", "document", "audio", "voice")):
+            raise bad_request("there is no caption in the message to edit")
+        if (msg.get("caption") or "") == (caption or ""):
+            raise bad_request(NOT_MODIFIED)
+        msg["caption"] = caption
+        self.edits.append({"chat_id": msg["chat"]["id"], "message_id": msg["message_id"]})
         return msg
 
     async def _answer_callback_query(self, p: JSON) -> bool:

@@ -166,7 +166,7 @@ async def hot_path_script(store: Store) -> list[Any]:
     ]
     sid, ids = out[4], out[:2]
     turn = [_message(sid, "user", "1"), _message(sid, "assistant", "hi")]
-    settle = ("done", "hi", "run1", T0 + 1)
+    settle = ("done", "hi", "run1", T0 + 1, None)
     out += [
         await hot(lambda db: db.complete_turn(sid, turn, ids[:1], settle, fence)),
         await hot(lambda db: db.mark(ids[1:], "answered", "yes", T0 + 2, fence)),
