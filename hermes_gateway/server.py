@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from hermes_gateway.cluster.ownership import Ownership
     from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.mcp.manager import McpManager
-    from hermes_gateway.scheduler.desk import JobDesk
+    from hermes_gateway.scheduler.job_service import JobService
     from hermes_gateway.scheduler.scheduler import Scheduler
     from hermes_gateway.scheduler.service import SchedulerService
 
@@ -86,16 +86,18 @@ class Gateway(Lifecycle):
 
     def _build_hands(self, config: Config, config_path: str | None) -> None:
         """What the agents act through, built before them: the model clients, the runs in
-        progress (read by tools and memory), the scheduler's desk, the tools' host, memory;
+        progress (read by tools and memory), the scheduler's job_service, the tools' host, memory;
         then the agents' factory and cache."""
         clients = model_clients(config, config_path, self.pool.workers)
         self.llm = clients.llm
         self.runs = LiveRuns()
-        self.desk: JobDesk | None = None
+        self.job_service: JobService | None = None
         if config.scheduler.enabled:
-            from hermes_gateway.scheduler.service import LaterKicks, job_desk
+            from hermes_gateway.scheduler.service import LaterKicks, build_job_service
 
-            self.desk = job_desk(self.live, self.store, LaterKicks(self._job_scheduler))
+            self.job_service = build_job_service(
+                self.live, self.store, LaterKicks(self._job_scheduler)
+            )
         self.tool_host = GatewayToolHost(
             runs=self.runs,
             delivery=self.delivery,
@@ -103,7 +105,7 @@ class Gateway(Lifecycle):
             adapters=self.adapters,
             vision=clients.vision,
             approval_timeout_s=config.tools.terminal.approval_timeout_s,
-            jobs=self.desk,
+            jobs=self.job_service,
             browser=browser_pool(config),
         )
         self.memory = build_memory(config, self.store, self.llm, self.runs)
@@ -159,7 +161,7 @@ class Gateway(Lifecycle):
             runs=self.runs,
             on_turn=self.memory.turn_done if config.memory.auto_retain else None,
             leases=None if self.ownership is None else self.ownership.keeping,
-            job_ledger=None if self.desk is None else self.desk.ledger,
+            job_ledger=None if self.job_service is None else self.job_service.ledger,
         )
         self.commands = Commands(
             self.live,
@@ -170,7 +172,7 @@ class Gateway(Lifecycle):
             self.agents,
             self.pool,
             tool_host=self.tool_host,
-            jobs=self.desk,
+            jobs=self.job_service,
         )
         self.here = Here(self.commands, self.runner, self.delivery, self.adapters)
         self.peers: Peers | None = None  # cluster mode: API requests carried to their owner
@@ -186,12 +188,12 @@ class Gateway(Lifecycle):
         self.route = self.ownership.route if self.ownership is not None else self.here.route
         self.inbox = InboxRoutes(self.store, self.route)
         self.scheduler: SchedulerService | None = None
-        if self.desk is not None:
+        if self.job_service is not None:
             from hermes_gateway.scheduler.service import SchedulerService
 
             live = self.live
             self.scheduler = SchedulerService(
-                self.desk,
+                self.job_service,
                 turns=self.runner,  # a job's run is a turn of its session, like a message
                 metrics=self.metrics,
                 workers=self.pool.workers,
@@ -307,11 +309,11 @@ class Gateway(Lifecycle):
             port=lambda: self.control.port,
             history=self.reception.history,
         )
-        board = self.scheduler.board if self.scheduler is not None else None
-        return Dashboard(parts, config.dashboard, jobs=board)  # its Jobs page with a scheduler
+        jobs_page = self.scheduler.jobs_page if self.scheduler is not None else None
+        return Dashboard(parts, config.dashboard, jobs=jobs_page)  # its Jobs page with a scheduler
 
     def _job_scheduler(self) -> Scheduler:
-        """The desk's way to the scheduler, built after it (see `LaterKicks`)."""
+        """The job service's way to the scheduler, built after it (see `LaterKicks`)."""
         assert self.scheduler is not None
         return self.scheduler.scheduler
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("hermes.adapters.discord")
 
 
-class Marks:
+class IntakeMarks:
     """Per channel, the newest message id whose intake is over (stored, or dropped on
     purpose), held below any message of that channel still being taken: a kept id never
     passes a message that is not in the inbox yet, so the next holder fetches that one."""
@@ -71,7 +71,7 @@ def parse(values: Mapping[str, str]) -> dict[int, int]:
     return {int(k): int(v) for k, v in values.items() if k.isdigit() and v.isdigit()}
 
 
-class Keeper:
+class MarkSync:
     """Writes each dirty shard's marks through the fleet's shares at most once a `period_s`,
     off the message path; and reads them for a shard just taken, until a read succeeds."""
 
@@ -113,7 +113,7 @@ class Keeper:
                 log.exception("discord.marks_failed", shard=n)
         self._warned = False
 
-    async def _write(self, n: int, marks: Marks) -> None:
+    async def _write(self, n: int, marks: IntakeMarks) -> None:
         marks.dirty = False
         try:
             await self.fleet.shares.note(n, marks.snapshot(), CatchUp.max_age_s)

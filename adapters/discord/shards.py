@@ -13,7 +13,7 @@ import structlog
 import discord
 from adapters.discord.catchup import CatchUp
 from adapters.discord.client import HermesClient
-from adapters.discord.handover import Keeper, Marks, parse
+from adapters.discord.handover import IntakeMarks, MarkSync, parse
 from adapters.discord.identify import Pacer, concurrency
 from hermes_gateway.platforms import CoordinationUnavailable, GiveUp, Shares
 
@@ -35,7 +35,7 @@ class Shard:
         self.ready = False
         self.sessions = 0  # READYs seen: after the first, missed messages are fetched
         self.catchup = CatchUp()
-        self.marks = Marks()  # what the shard's next holder fetches after (in a cluster)
+        self.marks = IntakeMarks()  # what the shard's next holder fetches after (in a cluster)
         self.recalled = fleet.shares.everything  # the last holder's marks were read
         self.behind = False  # those marks are to be fetched after, at the next READY
         self._recalling = False
@@ -53,7 +53,7 @@ class Shard:
     async def recall(self) -> None:
         """Start from the newest ids the shard's last holder kept, and fetch what came after
         them (at READY, or now if connected). Raises `CoordinationUnavailable`."""
-        if self._recalling:  # the keeper's retry while the first read is still out
+        if self._recalling:  # the mark sync's retry while the first read is still out
             return
         self._recalling = True
         try:
@@ -98,7 +98,7 @@ class Shard:
     # -- the connection -----------------------------------------------------------------------
 
     async def _run(self) -> None:
-        if not self.recalled:  # else the fleet's keeper reads them once it can
+        if not self.recalled:  # else the fleet's mark sync reads them once it can
             with contextlib.suppress(CoordinationUnavailable):
                 await self.recall()
         delay = 0.0
@@ -156,7 +156,7 @@ class Fleet:
         self._started = False
         self._failed: asyncio.Future[str] | None = None
         self.pacer = Pacer(shares, lambda: adapter.config.identify_delay_s, buckets)
-        self.keeper = None if shares.everything else Keeper(self)
+        self.mark_sync = None if shares.everything else MarkSync(self)
 
     async def run(self) -> None:
         """Serve the held shards until a fatal error (raised as `GiveUp`) or a cancel."""
@@ -164,8 +164,8 @@ class Fleet:
         if not self._started:
             self._started = True
             await self.shares.start()
-            if self.keeper is not None:
-                self.keeper.start()
+            if self.mark_sync is not None:
+                self.mark_sync.start()
         try:
             while True:
                 self._follow()
@@ -181,8 +181,8 @@ class Fleet:
     async def stop(self) -> None:
         """Give every shard back (the other instances take them at once) and disconnect."""
         self.closing = True
-        if self.keeper is not None:
-            await self.keeper.stop()
+        if self.mark_sync is not None:
+            await self.mark_sync.stop()
         await self.shares.release()
         await self._close(list(self.shards))
 

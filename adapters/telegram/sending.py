@@ -12,7 +12,7 @@ import structlog
 from adapters.shims.ptb import retry_after_s
 from adapters.telegram.http import AiohttpRequest
 from adapters.telegram.render import split_rendered_telegram, telegram_html_to_plain
-from adapters.telegram.sent_check import NOT_MODIFIED, PARSE_ERROR, Known, find_sent
+from adapters.telegram.sent_check import NOT_MODIFIED, PARSE_ERROR, SeenIds, find_sent
 from hermes_gateway.platforms import (
     AdapterAuthError,
     AdapterError,
@@ -227,7 +227,9 @@ class ChatReply:
     """One reply's primitives in its chat (a `ReplyWire`): the first part replies to the
     message answered, every id sent is noted, and a part in doubt is probed for."""
 
-    def __init__(self, sender: Sender, known: Known, message: OutboundMessage, limit: int) -> None:
+    def __init__(
+        self, sender: Sender, known: SeenIds, message: OutboundMessage, limit: int
+    ) -> None:
         self.sender = sender
         self.known = known
         self.message = message
@@ -279,7 +281,7 @@ class Outbox:
         self, sender: Sender, edit_interval: float = 1.0, remember: Remember | None = None
     ) -> None:
         self.sender = sender
-        self.known = Known()
+        self.known = SeenIds()
         self.edit_interval = edit_interval
         self.previews: PreviewBook[Key, int] = PreviewBook("telegram", remember)
         self.replier = Replier(self.previews)

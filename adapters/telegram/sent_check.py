@@ -28,7 +28,7 @@ _CHATS = 1024  # chats whose recent own message ids are kept
 _PER_CHAT = 64
 
 
-class Known:
+class SeenIds:
     """The message ids this process saw in each chat (the bot's own, the users' it answers):
     the reference a part comes after, and own messages a probe must never overwrite."""
 
@@ -55,7 +55,7 @@ class Known:
 
 async def find_sent(
     sender: Sender,
-    known: Known,
+    known: SeenIds,
     chat_id: str,
     html: str,
     after: str,

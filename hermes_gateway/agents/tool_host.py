@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from hermes_gateway.core.delivery import Delivery
     from hermes_gateway.core.run import LiveRuns
     from hermes_gateway.platforms.adapter import Adapter
-    from hermes_gateway.scheduler.desk import JobDesk
+    from hermes_gateway.scheduler.job_service import JobService
     from hermes_gateway.store.store import Store
 
 log = structlog.get_logger("hermes.tools")
@@ -104,7 +104,7 @@ class GatewayToolHost:
         adapters: dict[str, Adapter],
         vision: LLMClient,
         approval_timeout_s: float,
-        jobs: JobDesk | None = None,
+        jobs: JobService | None = None,
         browser: BrowserPool | None = None,
     ) -> None:
         self.runs = runs
@@ -235,7 +235,9 @@ class GatewayToolHost:
         text: str = self._hop(self._manage_jobs(self.jobs, session_key, dict(request)))
         return text
 
-    async def _manage_jobs(self, jobs: JobDesk, session_key: str, request: dict[str, Any]) -> str:
+    async def _manage_jobs(
+        self, jobs: JobService, session_key: str, request: dict[str, Any]
+    ) -> str:
         try:  # the chat and user come from the run, never from the model's arguments
             return await jobs.from_tool(session_key, self.runs.current_event(session_key), request)
         except JobRequestError as exc:

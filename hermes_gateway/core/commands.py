@@ -28,7 +28,7 @@ from hermes_gateway.store.store import Store
 
 if TYPE_CHECKING:
     from hermes_gateway.agents.tool_host import GatewayToolHost
-    from hermes_gateway.scheduler.desk import JobDesk
+    from hermes_gateway.scheduler.job_service import JobService
 
 log = structlog.get_logger("hermes.commands")
 
@@ -105,7 +105,7 @@ class Commands:
         pool: AgentPool,
         *,
         tool_host: GatewayToolHost | None = None,
-        jobs: JobDesk | None = None,
+        jobs: JobService | None = None,
     ) -> None:
         self.live = config
         self.tool_host = tool_host

@@ -82,7 +82,7 @@ class DashboardParts:
 
 
 class Dashboard:
-    """``jobs``: the scheduler's board (None: no Jobs page)."""
+    """``jobs``: the scheduler's Jobs page (None: none)."""
 
     def __init__(
         self, parts: DashboardParts, config: DashboardConfig, jobs: JobsSource | None = None

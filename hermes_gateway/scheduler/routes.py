@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from hermes_gateway.errors import RequestError
-from hermes_gateway.scheduler.desk import DeskError, JobDesk
+from hermes_gateway.scheduler.job_service import JobService, JobServiceError
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.text.jsonbody import read_object
 
@@ -17,8 +17,8 @@ _FIELDS = ("prompt", "schedule", "name", "timezone", "deliver", "repeat")
 
 
 class JobRoutes:
-    def __init__(self, desk: JobDesk, ledger: Ledger) -> None:
-        self.desk = desk
+    def __init__(self, job_service: JobService, ledger: Ledger) -> None:
+        self.job_service = job_service
         self.ledger = ledger
 
     def mount(self, add_route: Any) -> None:
@@ -40,8 +40,8 @@ class JobRoutes:
         if "repeat" in fields and not isinstance(fields["repeat"], int):
             raise RequestError(400, "'repeat' must be a whole number")
         try:
-            job = await self.desk.create({"action": "create", **fields}, None, "operator")
-        except DeskError as exc:
+            job = await self.job_service.create({"action": "create", **fields}, None, "operator")
+        except JobServiceError as exc:
             raise RequestError(400, str(exc), "invalid_job") from None
         return web.json_response({"job": job.summary()})
 
@@ -66,8 +66,10 @@ class JobRoutes:
         job = await self._job(request)
         action = request.path.rsplit("/", 1)[1]
         try:
-            text = await self.desk.act({"action": action, "job_id": job.id}, None, "operator")
-        except DeskError as exc:
+            text = await self.job_service.act(
+                {"action": action, "job_id": job.id}, None, "operator"
+            )
+        except JobServiceError as exc:
             raise RequestError(409, str(exc), "conflict") from None
         return web.json_response({"job_id": job.id, "action": action, "result": text})
 

@@ -1,5 +1,5 @@
-"""The scheduler inside a running gateway: the desk the `cronjob` tool and `/cron` share (built
-first), the scheduler around it (handing its runs to the gateway's runner as turns of their
+"""The scheduler inside a running gateway: the job service the `cronjob` tool and `/cron` share
+(built first), the scheduler around it (handing its runs to the gateway's runner as turns of their
 jobs' sessions), the operator's routes, and what it shows in /status, /readyz and /metrics."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import structlog
 from prometheus_client import Counter
 
 from hermes_gateway.core.job_turns import JobTurns
-from hermes_gateway.scheduler.board import JobBoard
-from hermes_gateway.scheduler.desk import JobDesk, Kicks
+from hermes_gateway.scheduler.job_service import JobService, Kicks
 from hermes_gateway.scheduler.jobs import Job
+from hermes_gateway.scheduler.jobs_page import JobsPage
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.routes import JobRoutes
 from hermes_gateway.scheduler.scheduler import Scheduler
@@ -51,13 +51,13 @@ def pid_alive(pid: int) -> bool:
     return pid != os.getpid()  # our own pid, reused after a crash: not the owner
 
 
-def job_desk(live: LiveConfig, store: Store, kicks: Kicks) -> JobDesk:
-    """The desk the `cronjob` tool, `/cron` and the routes work through, built before the tool
-    host and the commands; ``kicks`` reach the `Scheduler`, built after them (its runs are
-    agents, whose tools use this desk)."""
+def build_job_service(live: LiveConfig, store: Store, kicks: Kicks) -> JobService:
+    """The job service the `cronjob` tool, `/cron` and the routes work through, built before
+    the tool host and the commands; ``kicks`` reach the `Scheduler`, built after them (its runs are
+    agents, whose tools use this job service)."""
     config = live.now
     owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    return JobDesk(
+    return JobService(
         Ledger(store, owner, config.scheduler.lease_s),
         kicks,
         lambda: live.now.scheduler,
@@ -68,8 +68,8 @@ def job_desk(live: LiveConfig, store: Store, kicks: Kicks) -> JobDesk:
 
 @dataclass(frozen=True, slots=True)
 class LaterKicks:
-    """The desk's `Kicks`, passed on to the scheduler ``scheduler()`` finds once it is built
-    (the one cycle of the gateway's parts: the desk is in every agent's tools, the scheduler
+    """The job service's `Kicks`, passed on to the scheduler ``scheduler()`` finds once it is built
+    (the one cycle of the gateway's parts: the job service is in every agent's tools, the scheduler
     runs agents); nothing calls them before the gateway has started."""
 
     scheduler: Callable[[], Scheduler]
@@ -82,12 +82,12 @@ class LaterKicks:
 
 
 class SchedulerService:
-    """Builds the scheduler around the desk, from the runner its runs are turns of (which
+    """Builds the scheduler around the job service, from the runner its runs are turns of (which
     delivers their answers too)."""
 
     def __init__(
         self,
-        desk: JobDesk,
+        job_service: JobService,
         *,
         turns: JobTurns,
         metrics: Metrics,
@@ -95,22 +95,22 @@ class SchedulerService:
         per_user: Callable[[], bool],
     ) -> None:
         self.host = socket.gethostname()[:64]
-        self.desk, self.ledger = desk, desk.ledger
+        self.job_service, self.ledger = job_service, job_service.ledger
         self._runs = _runs_counter(metrics)
         self.scheduler = Scheduler(
-            lambda: desk.config,
+            lambda: job_service.config,
             self.ledger,
             turns,
             workers=workers,
             on_outcome=self._count,
             per_user=per_user,
         )
-        self.board = JobBoard(desk)  # the dashboard's Jobs page, when it is on
+        self.jobs_page = JobsPage(job_service)  # the dashboard's Jobs page, when it is on
         self._register(metrics)
 
     def mount(self, add_route: Callable[..., None]) -> None:
         """The operator's routes, on the control server."""
-        JobRoutes(self.desk, self.ledger).mount(add_route)
+        JobRoutes(self.job_service, self.ledger).mount(add_route)
 
     def _register(self, m: Metrics) -> None:
         s = self.scheduler
@@ -121,7 +121,7 @@ class SchedulerService:
         m.gauge("hermes_cron_tick_age_seconds", "Seconds since the last tick", self._tick_age)
 
     async def start(self, spawn: Callable[[Any, str], None]) -> None:
-        await self.desk.learn_zone()
+        await self.job_service.learn_zone()
         # what a crashed process of this host left behind is freed now, not a lease later
         freed = await self.ledger.take_back(self.host, pid_alive, time.time())
         if freed:
@@ -147,7 +147,7 @@ class SchedulerService:
         return -1.0 if last is None else time.monotonic() - last
 
     def status(self) -> dict[str, Any]:
-        return {**self.scheduler.status(), "timezone": self.desk.default_zone}
+        return {**self.scheduler.status(), "timezone": self.job_service.default_zone}
 
     def problem(self) -> str | None:
         return self.scheduler.stalled()

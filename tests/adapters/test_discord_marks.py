@@ -9,7 +9,7 @@ from typing import Any, cast
 import discord
 
 from adapters.discord.catchup import CatchUp
-from adapters.discord.handover import Marks, parse
+from adapters.discord.handover import IntakeMarks, parse
 
 
 def message(channel: int, message_id: int) -> discord.Message:
@@ -17,7 +17,7 @@ def message(channel: int, message_id: int) -> discord.Message:
 
 
 def test_a_kept_id_stays_below_a_message_still_being_taken() -> None:
-    marks = Marks()
+    marks = IntakeMarks()
     first, second, third = message(7, 100), message(7, 200), message(8, 300)
     for m in (first, second, third):
         marks.begin(m)
@@ -29,7 +29,7 @@ def test_a_kept_id_stays_below_a_message_still_being_taken() -> None:
 
 
 def test_what_the_last_holder_kept_is_merged_and_a_newer_id_seen_here_stays() -> None:
-    marks = Marks()
+    marks = IntakeMarks()
     marks.begin(message(7, 500))
     marks.end(message(7, 500))
     marks.merge(parse({"7": "400", "9": "450", "bad": "x"}))

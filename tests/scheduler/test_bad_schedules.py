@@ -166,11 +166,11 @@ async def test_a_bad_row_is_listed_with_its_error_and_the_other_jobs_run_on(
     fake_llm.responder = model
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, client):
         assert gw.scheduler is not None
-        desk, ledger = gw.scheduler.desk, gw.scheduler.ledger
+        job_service, ledger = gw.scheduler.job_service, gw.scheduler.ledger
         rows = bad_rows(time.time())
         await put(gw.store, list(rows.values()))
         bad = {row["id"] for row in rows.values()}
-        good = await desk.create(
+        good = await job_service.create(
             {"prompt": "tick", "schedule": "every 1s", "deliver": "none"}, None, "operator"
         )
 

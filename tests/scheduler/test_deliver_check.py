@@ -13,7 +13,7 @@ import pytest
 from hermes_gateway.cli.cron import run_cron
 from hermes_gateway.cli.main import build_parser
 from hermes_gateway.control.token import operator_token
-from hermes_gateway.scheduler.desk import DeskError, JobDesk
+from hermes_gateway.scheduler.job_service import JobService, JobServiceError
 from hermes_gateway.scheduler.jobs import Origin, new_job
 from hermes_gateway.scheduler.schedule import parse
 from tests.fakes.openai import FakeOpenAI
@@ -28,7 +28,7 @@ async def test_a_disabled_platform_is_refused_by_every_way_a_job_is_made(
     config = make_config(tmp_path, fake_llm.base_url, scheduler={"enabled": True})
     async with running_gateway(config) as (gw, client):
         assert gw.scheduler is not None
-        desk, ledger = gw.scheduler.desk, gw.scheduler.ledger
+        job_service, ledger = gw.scheduler.job_service, gw.scheduler.ledger
         # the operator's CLI
         token = operator_token(None, config.home_path)
         args = build_parser().parse_args(
@@ -44,15 +44,15 @@ async def test_a_disabled_platform_is_refused_by_every_way_a_job_is_made(
             assert response.status == 400 and OFF in await response.text()
         # a name no platform has, and one that cannot send unasked
         for deliver, why in (("telgram:1", "no platform 'telgram'"), ("api:1", "unasked")):
-            with pytest.raises(DeskError, match=why):
-                await desk.create(
+            with pytest.raises(JobServiceError, match=why):
+                await job_service.create(
                     {"prompt": "p", "schedule": "in 1h", "deliver": deliver}, None, "o"
                 )
         # the model's tool, in a Telegram chat (a gateway whose config has Telegram off)
         chat = dm("1", "hi", chat="555")
         create = {"action": "create", "prompt": "p", "schedule": "in 1h"}
-        with pytest.raises(DeskError, match=OFF):
-            await desk.from_tool(chat.session_key, chat, create)
+        with pytest.raises(JobServiceError, match=OFF):
+            await job_service.from_tool(chat.session_key, chat, create)
         # and its update, of a job made while Telegram was on
         now = time.time()
         job = new_job(
@@ -65,13 +65,13 @@ async def test_a_disabled_platform_is_refused_by_every_way_a_job_is_made(
         )
         await ledger.add(job, now)
         update = {"action": "update", "job_id": job.id, "deliver": "origin"}
-        with pytest.raises(DeskError, match=OFF):
-            await desk.from_tool(chat.session_key, chat, update)
+        with pytest.raises(JobServiceError, match=OFF):
+            await job_service.from_tool(chat.session_key, chat, update)
         assert [j.id for j in await ledger.jobs()] == [job.id]  # nothing was made
         stored = await ledger.get(job.id)
         assert stored is not None and stored.deliver == "none"  # nor changed
-        # a desk told Telegram is on takes the same job
-        on = JobDesk(
+        # a job service told Telegram is on takes the same job
+        on = JobService(
             ledger, gw.scheduler.scheduler, lambda: config.scheduler, "UTC", frozenset({"telegram"})
         )
         made = await on.create(

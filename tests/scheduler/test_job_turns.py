@@ -14,7 +14,7 @@ from hermes_gateway.scheduler.jobs import Job
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, Response, hang, last_user_text, text
 from tests.harness import dm, running_gateway
-from tests.scheduler.test_runs import desk, scheduling, until
+from tests.scheduler.test_runs import job_service, scheduling, until
 
 PREFACE = "[Scheduled job"
 
@@ -26,7 +26,7 @@ async def run_now(gw: Gateway, job: Job) -> None:
 
 async def finished_run(gw: Gateway, job: Job) -> Any:
     async def probe() -> Any:
-        runs = await desk(gw).ledger.runs(job.id)
+        runs = await job_service(gw).ledger.runs(job.id)
         return runs[0] if runs and runs[0].finished_at else None
 
     return await until(probe, timeout=20)
@@ -46,7 +46,9 @@ async def test_a_job_turn_waits_behind_a_chat_turn_of_its_session(
         update={"runner": config.runner.model_copy(update={"busy_policy": "queue"})}
     )
     async with running_gateway(config) as (gw, _):
-        job = await desk(gw).create({"prompt": "watch", "schedule": "every 1h"}, None, "operator")
+        job = await job_service(gw).create(
+            {"prompt": "watch", "schedule": "every 1h"}, None, "operator"
+        )
         chat = replace(dm("1", "hello"), session_key=job.session_key)
         await gw.runner.dispatch(chat, None)
 
@@ -71,7 +73,9 @@ async def test_a_waiting_job_turn_superseded_by_the_latest_policy_is_recorded_fa
         update={"runner": config.runner.model_copy(update={"busy_policy": "latest"})}
     )
     async with running_gateway(config) as (gw, _):
-        job = await desk(gw).create({"prompt": "watch", "schedule": "every 1h"}, None, "operator")
+        job = await job_service(gw).create(
+            {"prompt": "watch", "schedule": "every 1h"}, None, "operator"
+        )
         await gw.runner.dispatch(replace(dm("1", "hello"), session_key=job.session_key), None)
         await run_now(gw, job)  # it waits behind the chat's turn
 
@@ -94,7 +98,9 @@ async def test_a_timed_out_job_turn_held_its_session_and_frees_it(
 
     fake_llm.responder = model
     async with running_gateway(scheduling(tmp_path, fake_llm, run_timeout_s=1)) as (gw, _):
-        job = await desk(gw).create({"prompt": "watch", "schedule": "every 1h"}, None, "operator")
+        job = await job_service(gw).create(
+            {"prompt": "watch", "schedule": "every 1h"}, None, "operator"
+        )
         await run_now(gw, job)
 
         async def held() -> bool:
@@ -113,7 +119,7 @@ async def test_a_silent_answer_is_stored_delivered_nowhere_and_joins_no_chat(
     fake_llm.responder = lambda body: text("[SILENT]")
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, _):
         alice = dm("1", "hi", chat="555", platform="api")
-        d = desk(gw)
+        d = job_service(gw)
         made = await d.from_tool(
             alice.session_key, alice, {"action": "create", "prompt": "p", "schedule": "every 1h"}
         )

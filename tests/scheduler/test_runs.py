@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.scheduler.desk import DeskError, JobDesk
+from hermes_gateway.scheduler.job_service import JobService, JobServiceError
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, Response, hang, text
 from tests.harness import dm, make_config, running_gateway
@@ -36,9 +36,9 @@ async def until(probe: Any, timeout: float) -> Any:
     return found
 
 
-def desk(gateway: Gateway) -> JobDesk:
+def job_service(gateway: Gateway) -> JobService:
     assert gateway.scheduler is not None
-    return gateway.scheduler.desk
+    return gateway.scheduler.job_service
 
 
 async def test_a_hung_run_times_out_and_the_next_slot_runs_on_time(
@@ -52,7 +52,7 @@ async def test_a_hung_run_times_out_and_the_next_slot_runs_on_time(
 
     fake_llm.responder = model
     async with running_gateway(scheduling(tmp_path, fake_llm, run_timeout_s=1)) as (gw, _):
-        d = desk(gw)
+        d = job_service(gw)
         job = await d.create({"prompt": "watch", "schedule": "every 3s"}, None, "operator")
 
         async def two_runs() -> list[Any]:
@@ -75,7 +75,7 @@ async def test_a_chat_sees_and_changes_only_its_own_jobs(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, _):
-        d = desk(gw)
+        d = job_service(gw)
         # chats on the local API: Telegram is off here, and a job may deliver only to a
         # platform that is on (the API's answers stay in the job's runs)
         alice = dm("1", "hi", chat="555", platform="api")
@@ -87,14 +87,14 @@ async def test_a_chat_sees_and_changes_only_its_own_jobs(
         assert job_id in await d.command(alice, "")
         assert await d.command(bob, "") == "No scheduled jobs in this chat."
         for action in ("remove", "pause", "run", "runs", "update"):
-            with pytest.raises(DeskError, match="no job"):
+            with pytest.raises(JobServiceError, match="no job"):
                 await d.from_tool(bob.session_key, bob, {"action": action, "job_id": job_id})
         assert "no job" in await d.command(bob, f"rm {job_id}")
         assert await d.ledger.get(job_id) is not None  # untouched
         # a job's own run acts for its chat: it may list, not create (off by default)
         mine = f"cron:{job_id}"
         assert job_id in await d.from_tool(mine, None, {"action": "list"})
-        with pytest.raises(DeskError, match="cannot create"):
+        with pytest.raises(JobServiceError, match="cannot create"):
             await d.from_tool(mine, None, {"action": "create", "prompt": "p", "schedule": "in 5m"})
         change = {"action": "update", "job_id": job_id, "schedule": "every 2h", "deliver": "none"}
         assert (await d.from_tool(alice.session_key, alice, change)).startswith("Updated")

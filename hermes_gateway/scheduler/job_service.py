@@ -28,7 +28,7 @@ TEXT_LIMITS = {"schedule": 200, "name": 200, "timezone": 64, "deliver": 300}
 MAX_REPEAT = 100_000
 
 
-DeskError = JobRequestError  # the desk's refusals
+JobServiceError = JobRequestError  # the job service's refusals
 
 
 def when(t: float | None, zone: str) -> str:
@@ -57,10 +57,10 @@ def checked_fields(request: dict[str, Any]) -> None:
         if key == "schedule":
             value = " ".join(value.split())  # stored so, as parsed
         if len(value) > limit:
-            raise DeskError(f"{key} is longer than {limit} characters")
+            raise JobServiceError(f"{key} is longer than {limit} characters")
     repeat = request.get("repeat")
     if repeat is not None and not (isinstance(repeat, int) and 1 <= repeat <= MAX_REPEAT):
-        raise DeskError(f"repeat must be a whole number from 1 to {MAX_REPEAT}")
+        raise JobServiceError(f"repeat must be a whole number from 1 to {MAX_REPEAT}")
 
 
 def check_deliverable(where: Target, enabled: frozenset[str], named: bool) -> None:
@@ -72,13 +72,13 @@ def check_deliverable(where: Target, enabled: frozenset[str], named: bool) -> No
     if not platform:
         return
     if platform_spec(platform) is None:
-        raise DeskError(f"deliver: there is no platform {platform!r}")
+        raise JobServiceError(f"deliver: there is no platform {platform!r}")
     if not capabilities(platform).can_push:
         if named:
-            raise DeskError(f"deliver: {platform} cannot send a message unasked")
+            raise JobServiceError(f"deliver: {platform} cannot send a message unasked")
         return
     if platform not in enabled:
-        raise DeskError(
+        raise JobServiceError(
             f"deliver: {platform} is not enabled (platforms.{platform}.enabled is off in "
             "the config), so no answer could be delivered there; enable it and restart the "
             "gateway, or deliver elsewhere"
@@ -86,14 +86,14 @@ def check_deliverable(where: Target, enabled: frozenset[str], named: bool) -> No
 
 
 class Kicks(Protocol):
-    """What the desk asks of the `Scheduler`: look again now, or run a job at once."""
+    """What the job service asks of the `Scheduler`: look again now, or run a job at once."""
 
     def wake(self) -> None: ...
 
     async def run_now(self, job: Job) -> int | None: ...
 
 
-class JobDesk:
+class JobService:
     """``platforms``: the platforms enabled in the config, the only ones a job may deliver
     to (every way a job is made or changed comes through here)."""
 
@@ -132,14 +132,14 @@ class JobDesk:
         if session_key.startswith("cron:"):
             parent = await self.ledger.get(session_key.removeprefix("cron:"))
             if parent is None:
-                raise DeskError("this job no longer exists")
+                raise JobServiceError("this job no longer exists")
             if request.get("action") == "create" and not self.config.allow_jobs_from_jobs:
-                raise DeskError(
+                raise JobServiceError(
                     "a scheduled job's run cannot create jobs (scheduler.allow_jobs_from_jobs)"
                 )
             return await self.act(request, parent.origin, "job")
         if event is None:
-            raise DeskError("jobs can be managed only from a chat")
+            raise JobServiceError("jobs can be managed only from a chat")
         return await self.act(request, origin_of(event), "chat")
 
     async def command(self, event: MessageEvent, args: str) -> str:
@@ -158,7 +158,7 @@ class JobDesk:
             request["job_id"] = words[1]
         try:
             return await self.act(request, origin_of(event), "chat")
-        except DeskError as exc:
+        except JobServiceError as exc:
             return str(exc)
 
     # -- the actions ----------------------------------------------------------------------
@@ -175,7 +175,7 @@ class JobDesk:
             return "\n".join(describe(j) for j in jobs) or "No scheduled jobs in this chat."
         job = await self.own(str(request.get("job_id") or ""), origin)
         if job.problem is not None and action in ("resume", "run"):
-            raise DeskError(
+            raise JobServiceError(
                 f"job {job.id} cannot {action}: {job.problem}; update its schedule or remove it"
             )
         now = self.clock()
@@ -207,12 +207,12 @@ class JobDesk:
             return "\n".join(lines) or f"Job {job.id} has not run yet."
         if action == "update":
             return await self.update(job, request)
-        raise DeskError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+        raise JobServiceError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
 
     async def create(self, request: dict[str, Any], origin: Origin | None, by: str) -> Job:
         prompt, text = str(request.get("prompt") or ""), str(request.get("schedule") or "")
         if not prompt.strip() or not text.strip():
-            raise DeskError("create needs a prompt and a schedule")
+            raise JobServiceError("create needs a prompt and a schedule")
         checked_fields(request)
         deliver = str(request.get("deliver") or "origin")
         if origin is None:  # the operator names where it goes
@@ -223,11 +223,13 @@ class JobDesk:
             deliver = deliver if where.platform else "none"
             check_deliverable(where, self.platforms, named=True)
         elif deliver not in ("origin", "none"):
-            raise DeskError("from a chat, deliver is 'origin' or 'none'")
+            raise JobServiceError("from a chat, deliver is 'origin' or 'none'")
         else:
             check_deliverable(target(deliver, origin), self.platforms, named=False)
         if len(await self.visible(origin)) >= self.config.max_jobs_per_chat:
-            raise DeskError(f"this chat has {self.config.max_jobs_per_chat} jobs, the most allowed")
+            raise JobServiceError(
+                f"this chat has {self.config.max_jobs_per_chat} jobs, the most allowed"
+            )
         now = self.clock()
         zone = str(request.get("timezone") or self.default_zone)
         try:
@@ -244,7 +246,7 @@ class JobDesk:
                 catch_up=self.config.catch_up,
             )
         except ScheduleError as exc:
-            raise DeskError(str(exc)) from None
+            raise JobServiceError(str(exc)) from None
         await self.ledger.add(job, now)
         log.info("job.created", job_id=job.id, schedule=schedule.text, zone=zone, by=by)
         self.scheduler.wake()
@@ -270,14 +272,14 @@ class JobDesk:
                     min_interval_s=self.config.min_interval_s,
                 )
             except ScheduleError as exc:
-                raise DeskError(str(exc)) from None
+                raise JobServiceError(str(exc)) from None
             values.update(
                 schedule=s.text, kind=s.kind, timezone=s.zone, anchor=s.anchor, every_s=s.every_s
             )
             values["next_run_at"] = s.next_after(now)
             job = replace(job, schedule=s, next_run_at=values["next_run_at"])
         if not values:
-            raise DeskError(
+            raise JobServiceError(
                 "nothing to update: give prompt, name, schedule, timezone, deliver or repeat"
             )
         await self.ledger.change(job.id, now, **values)
@@ -296,7 +298,7 @@ class JobDesk:
             origin is not None
             and (job.origin.platform, job.origin.chat_id) != (origin.platform, origin.chat_id)
         ):
-            raise DeskError(f"there is no job {job_id!r} in this chat (list shows them)")
+            raise JobServiceError(f"there is no job {job_id!r} in this chat (list shows them)")
         return job
 
 

@@ -1,6 +1,6 @@
 """The dashboard's Jobs page as the scheduler serves it (`JobsSource`, duck-typed: the
 dashboard ranks above the scheduler): every job with its last runs, read off the loop in two
-bounded queries, and the operator's run now / pause / resume through the `JobDesk`."""
+bounded queries, and the operator's run now / pause / resume through the `JobService`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hermes_gateway.errors import RequestError
-from hermes_gateway.scheduler.desk import DeskError, JobDesk, when
+from hermes_gateway.scheduler.job_service import JobService, JobServiceError, when
 from hermes_gateway.scheduler.jobs import Job, RunRecord, job_from_row
 from hermes_gateway.scheduler.rows import RECORD, RUNS, record
 from hermes_gateway.scheduler.schedule import UNUSABLE, zone_of
@@ -24,14 +24,14 @@ _CHUNK = 100  # per-job subqueries in one statement (SQLite allows 500)
 ACTIONS = ("run", "pause", "resume")
 
 
-class JobBoard:
-    def __init__(self, desk: JobDesk) -> None:
-        self.desk = desk
+class JobsPage:
+    def __init__(self, job_service: JobService) -> None:
+        self.job_service = job_service
 
     async def snapshot(self) -> list[dict[str, Any]]:
         """Every job (at most `JOBS_SHOWN`) with its newest runs, JSON-ready. Text the model
         or a user wrote (name, prompt, output) is passed as text; the page shows it as text."""
-        jobs, runs = await self.desk.ledger.store.read(self._read)
+        jobs, runs = await self.job_service.ledger.store.read(self._read)
         return [self._job(job, runs.get(job.id, [])) for job in jobs]
 
     async def _read(self, db: AsyncSession) -> tuple[list[Job], dict[str, list[RunRecord]]]:
@@ -79,15 +79,17 @@ class JobBoard:
 
     async def act(self, job_id: str, action: str) -> dict[str, Any]:
         """run now, pause or resume, as the operator (every job); 404 for no such job, 409
-        for what the desk refuses (a run still going)."""
+        for what the job service refuses (a run still going)."""
         if action not in ACTIONS:
             raise RequestError(404, f"no action {action!r} (one of {', '.join(ACTIONS)})")
-        job = await self.desk.ledger.get(job_id) if 0 < len(job_id) <= 16 else None
+        job = await self.job_service.ledger.get(job_id) if 0 < len(job_id) <= 16 else None
         if job is None:
             raise RequestError(404, f"no job {job_id!r}", "not_found")
         try:
-            text = await self.desk.act({"action": action, "job_id": job.id}, None, "operator")
-        except DeskError as exc:
+            text = await self.job_service.act(
+                {"action": action, "job_id": job.id}, None, "operator"
+            )
+        except JobServiceError as exc:
             raise RequestError(409, str(exc), "conflict") from None
         return {"job_id": job.id, "action": action, "result": text}
 

@@ -1,4 +1,4 @@
-"""The scheduler's side of the Jobs page (`JobBoard`): what a snapshot holds, run now, pause and
+"""The scheduler's side of the Jobs page (`JobsPage`): what a snapshot holds, run now, pause and
 resume through it, an unknown job, and a run's answer carrying markup kept as plain text."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hermes_gateway.errors import RequestError
-from hermes_gateway.scheduler.board import OUTPUT_CHARS, RUNS_SHOWN, JobBoard
+from hermes_gateway.scheduler.jobs_page import OUTPUT_CHARS, RUNS_SHOWN, JobsPage
 from hermes_gateway.server import Gateway
 from tests.fakes.openai import FakeOpenAI, Response, text
 from tests.harness import make_config, running_gateway
@@ -44,10 +44,10 @@ def scheduling(tmp_path: Path, llm: FakeOpenAI, store: dict[str, str] | None = N
     )
 
 
-def board(gw: Gateway) -> JobBoard:
+def jobs_page(gw: Gateway) -> JobsPage:
     assert gw.scheduler is not None and gw.dashboard is not None
-    assert gw.dashboard.jobs is gw.scheduler.board  # the server wired the page to it
-    return gw.scheduler.board
+    assert gw.dashboard.jobs is gw.scheduler.jobs_page  # the server wired the page to it
+    return gw.scheduler.jobs_page
 
 
 async def until(probe: Any, timeout: float = 20) -> Any:
@@ -62,15 +62,15 @@ async def test_a_snapshot_lists_jobs_with_their_newest_runs(
 ) -> None:
     fake_llm.responder = lambda body: text("x" * (OUTPUT_CHARS + 50))
     async with running_gateway(scheduling(tmp_path, fake_llm, store)) as (gw, _):
-        b = board(gw)
+        b = jobs_page(gw)
         assert await b.snapshot() == []
-        desk = b.desk
-        often = await desk.create(
+        job_service = b.job_service
+        often = await job_service.create(
             {"prompt": "tick", "schedule": "every 1s", "name": "often", "deliver": "none"},
             None,
             "operator",
         )
-        later = await desk.create(
+        later = await job_service.create(
             {"prompt": "later", "schedule": "0 9 * * *", "timezone": "Europe/Berlin"},
             None,
             "operator",
@@ -82,7 +82,7 @@ async def test_a_snapshot_lists_jobs_with_their_newest_runs(
             return jobs if done and jobs[0]["runs_total"] > RUNS_SHOWN else []
 
         first, second = await until(enough, timeout=30)
-        await desk.act({"action": "pause", "job_id": often.id}, None, "operator")
+        await job_service.act({"action": "pause", "job_id": often.id}, None, "operator")
         assert (first["id"], first["name"], first["schedule"]) == (often.id, "often", "every 1s")
         assert (second["id"], second["zone"], second["state"]) == (
             later.id,
@@ -104,8 +104,8 @@ async def test_run_now_pause_and_resume_act_on_the_job(
 ) -> None:
     fake_llm.responder = lambda body: text("done")
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, _):
-        b = board(gw)
-        job = await b.desk.create(
+        b = jobs_page(gw)
+        job = await b.job_service.create(
             {"prompt": "report", "schedule": "0 3 * * *", "name": "nightly"}, None, "operator"
         )
         paused = await b.act(job.id, "pause")
@@ -132,12 +132,12 @@ async def test_run_now_pause_and_resume_act_on_the_job(
 
 async def test_an_unknown_job_or_action_is_refused(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, _):
-        b = board(gw)
+        b = jobs_page(gw)
         for job_id in ("nosuchjob", "", "x" * 200):
             with pytest.raises(RequestError) as refused:
                 await b.act(job_id, "run")
             assert refused.value.status == 404
-        job = await b.desk.create({"prompt": "p", "schedule": "0 3 * * *"}, None, "operator")
+        job = await b.job_service.create({"prompt": "p", "schedule": "0 3 * * *"}, None, "operator")
         with pytest.raises(RequestError) as refused:
             await b.act(job.id, "remove")  # the page offers no remove
         assert refused.value.status == 404
@@ -153,8 +153,8 @@ async def test_markup_in_a_jobs_answer_stays_plain_text(
     fake_llm.responder = model
     async with running_gateway(scheduling(tmp_path, fake_llm)) as (gw, client):
         await client.dashboard_login()  # the dashboard wants the control token
-        b = board(gw)
-        job = await b.desk.create(
+        b = jobs_page(gw)
+        job = await b.job_service.create(
             {"prompt": HOSTILE, "schedule": "0 3 * * *", "name": HOSTILE}, None, "operator"
         )
         await b.act(job.id, "run")
