@@ -1,7 +1,7 @@
 """A scheduled job's answer takes files (`send_file`) as a chat's does: checked at tool time
 against the job's target platform (Telegram here, not `cron`), sent after the text as parts of
 their own, recorded on the run so a delivery taken over after a crash sends them once; a job
-whose answer goes to no chat is told so."""
+whose answer goes to no chat is told so, and a `[SILENT]` answer sends its files neither."""
 
 from __future__ import annotations
 
@@ -138,6 +138,23 @@ async def test_a_job_whose_answer_goes_to_no_chat_is_told_no_file_can_go(
         run = await finished_run(gw, job)
     assert "delivers its answer to no chat" in told(fake_llm)[1]
     assert (run.status, run.delivery, run.files) == ("succeeded", "skipped", ())
+
+
+async def test_a_silent_answer_sends_its_files_neither(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram
+) -> None:
+    fake_llm.push(
+        tool_calls(("write_file", {"path": "r.csv", "content": CSV})),
+        tool_calls(("send_file", {"path": "r.csv"})),
+        text("[SILENT]"),
+    )
+    async with running_gateway(config(tmp_path, fake_llm, tg)) as (gw, _):
+        job = await make_job(gw)
+        await run_now(gw, job)
+        run = await settled(gw, job)
+    assert "If you answer exactly [SILENT], nothing is sent" in told(fake_llm)[1]
+    assert (run.status, run.delivery) == ("succeeded", "skipped")
+    assert shown(tg) == []
 
 
 async def test_a_delivery_taken_over_after_a_crash_sends_the_file_once(
