@@ -314,27 +314,27 @@ class GatewayToolHost:
     async def _attach(self, session_key: str, file: OutboundFile, size: int) -> str:
         """Checked against the platform's limit now, so the model can make it smaller; checked
         again when it is sent (it may have grown)."""
-        event = self.runs.attach_check(session_key)
-        if event is None:
-            raise ToolError(
-                "no chat answer is being written here right now (a scheduled job's answer "
-                "takes no files yet)"
-            )
-        spec = platform_spec(event.platform)
+        target = self.runs.attach_check(session_key)
+        if target is None:
+            raise ToolError("no chat answer is being written here right now")
+        platform = target.platform
+        if platform is None:
+            raise ToolError("this scheduled job delivers its answer to no chat: no file can go")
+        spec = platform_spec(platform)
         limit = spec.limits.upload_bytes if spec is not None else None
         if limit is None:
-            raise ToolError(f"{event.platform} does not take files from me")
+            raise ToolError(f"{platform} does not take files from me")
         if size > limit:
             raise ToolError(
-                f"{file.name} is {megabytes(size)}; {event.platform} takes files up to "
+                f"{file.name} is {megabytes(size)}; {platform} takes files up to "
                 f"{megabytes(limit)}: make it smaller (compress, split, fewer pages)"
             )
         self.runs.attach(session_key, file)
         log.info("tool.file_attached", session_key=session_key, bytes=size, kind=file.kind)
         return (
             f"{file.name} ({size} bytes) will be sent after your answer's text, as it is then "
-            "(do not change it meanwhile)."
-        )
+            f"(do not change it meanwhile). {target.note}"
+        ).rstrip()
 
 
 def file_kind(name: str) -> FileKind:

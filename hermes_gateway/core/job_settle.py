@@ -17,7 +17,7 @@ from hermes_gateway.agents.cache import AgentCache, SessionContext
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.job_turns import AnswerLedger, JobAnswer, JobTicket, TurnOutcome
 from hermes_gateway.errors import FencedOut, StoreError
-from hermes_gateway.events import OutboundMessage
+from hermes_gateway.events import OutboundFile, OutboundMessage
 from hermes_gateway.platform_spec import capabilities
 from hermes_gateway.store.store import Store
 
@@ -37,9 +37,16 @@ class JobSettle:
         self.outcomes: Counter[str] = Counter()  # how deliveries ended (not those taken over)
 
     async def settle(
-        self, ticket: JobTicket, ctx: SessionContext, result: RunResult, *, shutdown: bool
+        self,
+        ticket: JobTicket,
+        ctx: SessionContext,
+        result: RunResult,
+        *,
+        shutdown: bool,
+        files: tuple[OutboundFile, ...] = (),
     ) -> TurnOutcome | None:
-        """Store the turn in the job's session; its outcome (None: stopped by a shutdown)."""
+        """Store the turn in the job's session; its outcome (None: stopped by a shutdown),
+        with the ``files`` the answer sends after its text when it succeeded."""
         key = ticket.turn.session_key
         if result.status == "interrupted" and shutdown:
             return None
@@ -56,7 +63,7 @@ class JobSettle:
         except StoreError as exc:  # the answer still goes out; the next run will not see it
             log.error("job.persist_failed", error=str(exc), session_key=key)
         if result.status == "done":
-            return TurnOutcome("succeeded", result.text.strip())
+            return TurnOutcome("succeeded", result.text.strip(), files=files)
         if result.status == "interrupted":
             return ticket.ended("interrupted")
         return TurnOutcome("failed", result.text, result.error or result.status)
@@ -106,6 +113,7 @@ class JobSettle:
             skip_parts=track.sent,
             on_part=track.progress,
             outcome="scheduled",
+            files=answer.files,
         )
         # the part left in doubt, until a later attempt got past it
         checked = answer.doubt if track.sent == answer.parts_sent else None

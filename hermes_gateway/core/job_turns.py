@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hermes_gateway.core.sessions import Pending
-from hermes_gateway.events import Chat, MessageEvent, OutboundKind
+from hermes_gateway.events import Chat, MessageEvent, OutboundFile, OutboundKind
 
 SILENT = "[SILENT]"  # a job's answer that says there is nothing worth telling: nothing is sent
 JOB_PLATFORM = "cron"  # what a job turn's event names as its platform: there is no such adapter
@@ -25,15 +25,20 @@ class JobTurn:
     run_id: int  # its row in the run ledger
     slot: int  # the slot it runs for (epoch seconds)
     timeout_s: float  # wall clock, from the turn's start (not while it waits for its session)
+    # the platform its answer is delivered to (what `send_file` checks a file against); None:
+    # the answer goes to no chat, so no file can go with it
+    target: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TurnOutcome:
-    """status: succeeded | failed | timed_out; ``text``: the answer (or why it failed)."""
+    """status: succeeded | failed | timed_out; ``text``: the answer (or why it failed);
+    ``files``: what the answer sends after its text (`send_file`'s)."""
 
     status: str
     text: str
     error: str | None = None
+    files: tuple[OutboundFile, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,7 @@ class JobAnswer:
     joins: str | None = None  # the chat session whose history the delivered answer joins
     parts_sent: int = 0  # taken up after a crash: the parts already out
     doubt: str | None = None  # ... and the part whose send the crash cut short (checked first)
+    files: tuple[OutboundFile, ...] = ()  # sent after the text, a part each
 
 
 class AnswerLedger(Protocol):

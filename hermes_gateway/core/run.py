@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from agent_core import RunControl, RunResult
-from hermes_gateway.core.job_turns import JobTicket
+from hermes_gateway.core.job_turns import SILENT, JobTicket
 from hermes_gateway.core.pool import Tenant
 from hermes_gateway.core.sessions import Pending, SessionTable
 from hermes_gateway.events import MessageEvent, OutboundFile
@@ -182,6 +182,19 @@ def with_text(event: MessageEvent, text: str) -> MessageEvent:
     return replace(event, text=text)
 
 
+@dataclass(frozen=True, slots=True)
+class FileTarget:
+    """Where a live run's answer, and so a file sent with it, goes: ``platform`` (None: a
+    scheduled job's answer that goes to no chat); ``note``: what the model should know."""
+
+    platform: str | None
+    note: str = ""
+
+
+# A job's answer of exactly `[SILENT]` sends nothing: its files are the answer's, so they stay too
+JOB_NOTE = f"If you answer exactly {SILENT}, nothing is sent, this file neither."
+
+
 class LiveRuns:
     """Which message each session's run answers, and whether anything runs: read by the tool
     host and memory over the session table the runner writes (both on the loop thread). Built
@@ -201,16 +214,20 @@ class LiveRuns:
         run = self.table.active(key)
         return [p.event for p in run.items] if run is not None and not run.job else []
 
-    def attach_check(self, key: str) -> MessageEvent | None:
-        """The message the session's live run answers, or None when no run is live to take a
-        file (a job's turn takes none yet: its answer goes out through the job's ledger)."""
+    def attach_check(self, key: str) -> FileTarget | None:
+        """Where the answer of the session's live run goes (a job's: to its target), or None
+        when no run is live to take a file."""
         run = self.table.active(key)
-        return None if run is None or run.stopped or run.job else run.primary
+        if run is None or run.stopped:
+            return None
+        if run.job is not None:
+            return FileTarget(run.job.turn.target, JOB_NOTE)
+        return FileTarget(run.primary.platform)
 
     def attach(self, key: str, file: OutboundFile) -> bool:
         """Add ``file`` to the answer of the session's live run; False when none is live."""
         run = self.table.active(key)
-        if run is None or run.stopped or run.job:
+        if run is None or run.stopped:
             return False
         run.files.append(file)
         return True

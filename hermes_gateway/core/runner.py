@@ -287,7 +287,10 @@ class GatewayRunner:
                 status, error, usage = result.status, result.error, result.usage
                 self._begin_settling(run, result)
                 if run.job is not None:
-                    outcome = await self.jobs.settle(run.job, ctx, result, shutdown=run.shutdown)
+                    files = tuple(run.files)  # `send_file`'s, for the job's answer
+                    outcome = await self.jobs.settle(
+                        run.job, ctx, result, shutdown=run.shutdown, files=files
+                    )
                     run.job.resolve(outcome)
                 else:
                     await self.settler.settle(run, ctx, result)

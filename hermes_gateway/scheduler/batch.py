@@ -59,3 +59,4 @@ class Finish:
     output: str | None
     error: str | None
     delivery: str
+    files: str | None = None  # the answer's files (JSON), as the ledger keeps them

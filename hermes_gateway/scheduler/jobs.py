@@ -7,6 +7,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Literal
 
+from hermes_gateway.events import OutboundFile
 from hermes_gateway.scheduler.schedule import (
     UNUSABLE,
     Kind,
@@ -16,6 +17,7 @@ from hermes_gateway.scheduler.schedule import (
     slot_in_range,
 )
 from hermes_gateway.store.models import CronJobRow
+from hermes_gateway.store.store import files_from_json
 
 CatchUp = Literal["one", "skip"]
 Action = Literal["run", "skip", "missed"]
@@ -204,6 +206,12 @@ class RunRecord:
     error: str | None
     sending: int | None = None  # the part whose send began last (its intent was written)
     sending_after: str | None = None  # the platform reference that part comes after
+    output_files: str | None = None  # the files the answer sends after its text (JSON)
+
+    @property
+    def files(self) -> tuple[OutboundFile, ...]:
+        """The files the answer sends after its text (`send_file`'s), in order."""
+        return files_from_json(self.output_files)
 
     @property
     def doubt(self) -> str | None:

@@ -9,9 +9,11 @@ whose lease ran out is `abandoned`, never left `running`.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from functools import partial
 from typing import Any, TypeVar
 
@@ -19,6 +21,7 @@ import structlog
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hermes_gateway.events import OutboundFile
 from hermes_gateway.scheduler.batch import Coalescer, Finish
 from hermes_gateway.scheduler.jobs import LIVE, Job, Plan, RunRecord, job_from_row
 from hermes_gateway.scheduler.ledger_tx import TAKEN, LedgerWrites
@@ -205,10 +208,13 @@ class Ledger:
         output: str | None,
         error: str | None,
         delivery: str,
+        files: tuple[OutboundFile, ...] = (),
     ) -> bool:
-        """running -> its outcome, with the answer to deliver (``delivery`` pending) or not;
-        the lease runs on while it is delivered. False if it is no longer ours."""
-        return await self._finishes(Finish(run_id, status, now, output, error, delivery))
+        """running -> its outcome, with the answer to deliver (``delivery`` pending) or not,
+        and the ``files`` it sends after its text; the lease runs on while it is delivered.
+        False if it is no longer ours."""
+        stored = json.dumps([asdict(f) for f in files]) if files else None
+        return await self._finishes(Finish(run_id, status, now, output, error, delivery, stored))
 
     async def _finish_batch(self, ends: list[Finish]) -> list[bool]:
         moved = await self._paced(lambda: self.writes.finish(ends))

@@ -139,7 +139,7 @@ class LedgerWrites:
         params: dict[str, Any] = {"mine": self.owner}
         for i, e in enumerate(ends):
             until = e.now + self.lease_s
-            values = (e.run_id, e.status, e.now, e.output, e.error, e.delivery, until)
+            values = (e.run_id, e.status, e.now, e.output, e.error, e.delivery, until, e.files)
             params.update(zip((f"{k}{i}" for k in _FINISHED), values, strict=True))
         return await self._ids(_finish(len(ends)), params)
 
@@ -168,7 +168,7 @@ class LedgerWrites:
 # cached, so each executor compiles one once (a statement with the values baked in would be
 # compiled again for every batch: milliseconds, inside the write transaction)
 _SIZES = 64  # more than a batch's length can be (scheduler.CLAIM_CHUNK, batch.MAX_BATCH)
-_FINISHED = ("r", "status", "at", "output", "error", "how", "until")
+_FINISHED = ("r", "status", "at", "output", "error", "how", "until", "files")
 
 
 def _advance(db: Executor, items: Items, now: float) -> set[str]:
@@ -257,6 +257,7 @@ def _finish(n: int) -> Any:
             error=_by_run("error", n, Text()),
             delivery=_by_run("how", n, String()),
             lease_until=_by_run("until", n, Float()),
+            output_files=_by_run("files", n, Text()),
         )
         .returning(RUNS.c.id)
     )

@@ -78,7 +78,8 @@ async def _run(
         beat.cancel()
     silent = outcome.status == "succeeded" and outcome.text == SILENT
     delivery = "skipped" if silent or job.deliver == "none" else "pending"
-    await ledger.finish(run_id, outcome.status, time.time(), outcome.text, outcome.error, delivery)
+    ended = (outcome.status, time.time(), outcome.text, outcome.error, delivery, outcome.files)
+    await ledger.finish(run_id, *ended)
     await ledger.let_go([run_id], time.time())  # the gateway takes the delivery over
     print(f"job {job_id} run {run_id}: {outcome.status}; delivery {delivery}")
     if delivery == "pending":

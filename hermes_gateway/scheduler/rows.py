@@ -14,7 +14,7 @@ JOBS = cast(Table, CronJobRow.__table__)
 RUNS = cast(Table, CronRunRow.__table__)
 RECORD_COLUMNS = (
     "id job_id scheduled_for kind status delivery claimed_at started_at finished_at "
-    "missed parts_sent output error sending sending_after"
+    "missed parts_sent output error sending sending_after output_files"
 )
 RECORD = [RUNS.c[n] for n in RECORD_COLUMNS.split()]
 

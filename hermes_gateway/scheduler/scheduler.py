@@ -18,7 +18,7 @@ import structlog
 from hermes_gateway.config.schema import SchedulerConfig
 from hermes_gateway.core.job_turns import SILENT, JobTurns, TurnOutcome
 from hermes_gateway.errors import StoreError
-from hermes_gateway.events import OutboundKind
+from hermes_gateway.events import OutboundFile, OutboundKind
 from hermes_gateway.scheduler.job_turn import answer_of, turn_of
 from hermes_gateway.scheduler.jobs import Job, Plan, RunRecord, plan
 from hermes_gateway.scheduler.ledger import Ledger
@@ -197,7 +197,8 @@ class Scheduler:
                 log.info(
                     "job.redelivering", job_id=job.id, run_id=left.id, in_doubt=doubt is not None
                 )
-                await self._deliver(job, left.id, left.output, "reply", left.parts_sent, doubt)
+                sent, files = left.parts_sent, left.files
+                await self._deliver(job, left.id, left.output, "reply", sent, doubt, files)
 
         self._spawn(send(), left.id, left.job_id)
 
@@ -246,16 +247,16 @@ class Scheduler:
             text = FAILED.format(name=job.name, id=job.id, error=outcome.error)
         delivery = "skipped" if silent or job.deliver == "none" else "pending"
         self._count(outcome.status)
-        if not await self.ledger.finish(
-            run_id, outcome.status, self.clock(), outcome.text, outcome.error, delivery
-        ):
+        files = outcome.files  # only a succeeded answer has them; [SILENT] sends none either
+        ended = (outcome.status, self.clock(), outcome.text, outcome.error, delivery, files)
+        if not await self.ledger.finish(run_id, *ended):
             log.warning("job.finish_lost", job_id=job.id, run_id=run_id)  # reaped meanwhile
             return False
         if delivery != "pending":
             return False
         # a delivery and its retries take minutes at worst: not on a worker
         kind: OutboundKind = "reply" if outcome.status == "succeeded" else "notice"
-        self._spawn(self._deliver(job, run_id, text, kind), run_id, job.id)
+        self._spawn(self._deliver(job, run_id, text, kind, files=files), run_id, job.id)
         return True
 
     async def _deliver(
@@ -266,11 +267,20 @@ class Scheduler:
         kind: OutboundKind,
         parts_sent: int = 0,
         doubt: str | None = None,
+        files: tuple[OutboundFile, ...] = (),
     ) -> str:
-        """The answer to the job's target, through the runner's delivery (which records it on
-        the run); taken up after a crash, from ``parts_sent`` with ``doubt`` checked first."""
+        """The answer to the job's target, its ``files`` after its text, through the runner's
+        delivery (which records it on the run); taken up after a crash, from ``parts_sent``
+        with ``doubt`` checked first."""
         answer = answer_of(
-            job, run_id, text, kind, per_user=self.per_user(), parts_sent=parts_sent, doubt=doubt
+            job,
+            run_id,
+            text,
+            kind,
+            per_user=self.per_user(),
+            parts_sent=parts_sent,
+            doubt=doubt,
+            files=files,
         )
         final = await self.turns.deliver_job(answer)
         if final != "taken":  # another gateway adopted it: not ours to count either

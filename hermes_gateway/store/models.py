@@ -184,6 +184,8 @@ class CronRunRow(Base):
     # as on `InboxRow`: the part whose send began last, and the platform reference before it
     sending: Mapped[int | None] = mapped_column(Integer, nullable=True)
     sending_after: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # the files a succeeded run's answer sends after its text (JSON, as `InboxRow.reply_files`)
+    output_files: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class MemoryRow(Base):
