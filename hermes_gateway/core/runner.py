@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -60,7 +61,7 @@ from hermes_gateway.platforms.adapter import StreamSink
 from hermes_gateway.store.store import Fence, Store
 
 if TYPE_CHECKING:
-    from hermes_gateway.media_in import InboundMedia, TurnInput
+    from hermes_gateway.media_in import InboundMedia
 
 log = structlog.get_logger("hermes.runner")
 
@@ -329,11 +330,10 @@ class GatewayRunner:
         )
         self.bus.emit("agent_run", run.primary, run_id=run.run_id)
         sent = run.primary.history  # a stateless API request brings its own
-        turn = await self._turn_input(run)
-        images = {"images": turn.images} if turn.images else {}
+        text, images = await self._turn_input(run)
         run.future = self.pool.submit(
             ctx.agent.run_conversation,
-            turn.text,
+            text,
             [*sent, *ctx.history] if sent else ctx.history.snapshot(),
             control=run.control,
             on_delta=progress.delta if sink is not None else None,
@@ -341,7 +341,7 @@ class GatewayRunner:
             # a job's turn never takes the share kept for chats, nor counts against a user
             tenant=Tenant(job=True) if run.job else tenant_of(run.primary),
             on_wait=lambda wait: self._tell_waiting(run, wait),
-            **images,
+            **({"images": images} if images else {}),
         )
         assert run.abandon is not None
         waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
@@ -350,16 +350,15 @@ class GatewayRunner:
             return None  # abandoned: the thread's late result is discarded
         return run.future.result()
 
-    async def _turn_input(self, run: Run) -> TurnInput:
+    async def _turn_input(self, run: Run) -> tuple[str, tuple[str, ...]]:
         """The turn's text (voice notes transcribed) and images; a failure's notice is sent."""
-        from hermes_gateway.media_in import TurnInput
-
         if self.media is None or run.job is not None:
-            return TurnInput(merge_text(run.items))
-        turn = await self.media.prepare(run.items)
+            return merge_text(run.items), ()
+        turn = await self.media.prepare([p.event for p in run.items])
         for notice in turn.notices:
             self._background(self.settler.tell_waiting(run, notice))
-        return turn
+        items = [replace(p, event=e) for p, e in zip(run.items, turn.events, strict=True)]
+        return merge_text(items), turn.images
 
     def _tell_waiting(self, run: Run, wait: Wait) -> None:
         """A run its user's or chat's cap holds is told so. One that waits for a free thread

@@ -19,8 +19,6 @@ from typing import Any
 import structlog
 
 from agent_core.completion import ModelError
-from hermes_gateway.core.run import merge_text
-from hermes_gateway.core.sessions import Pending
 from hermes_gateway.errors import AdapterError
 from hermes_gateway.events import Attachment, MessageEvent
 from hermes_gateway.media_in.transcriber import Transcriber
@@ -44,10 +42,10 @@ class MediaSettings:
 
 @dataclass(frozen=True, slots=True)
 class TurnInput:
-    """What the agent gets: the user turn's text, its images as data URLs, and the notices
-    the user is sent before the answer."""
+    """A run's messages as the agent gets them (voice notes' lines now their words), the
+    images as data URLs, and the notices the user is sent before the answer."""
 
-    text: str
+    events: tuple[MessageEvent, ...]
     images: tuple[str, ...] = ()
     notices: tuple[str, ...] = ()
 
@@ -65,12 +63,11 @@ class InboundMedia:
         self.adapters = adapters
         self.transcriber = transcriber
 
-    async def prepare(self, items: list[Pending]) -> TurnInput:
+    async def prepare(self, events: list[MessageEvent]) -> TurnInput:
         notices: list[str] = []
-        events = [await self._transcribed(p.event, notices) for p in items]
-        text = merge_text([replace(p, event=e) for p, e in zip(items, events, strict=True)])
-        images = await self._images(events) if self.settings.vision else ()
-        return TurnInput(text, images, tuple(notices))
+        out = [await self._transcribed(e, notices) for e in events]
+        images = await self._images(out) if self.settings.vision else ()
+        return TurnInput(tuple(out), images, tuple(notices))
 
     # -- voice notes ------------------------------------------------------------------------
 
