@@ -21,6 +21,7 @@ import structlog
 from agent_core.completion import ModelError
 from hermes_gateway.errors import AdapterError
 from hermes_gateway.events import Attachment, MessageEvent
+from hermes_gateway.media_in.probe import audio_seconds
 from hermes_gateway.media_in.transcriber import Transcriber
 
 log = structlog.get_logger("hermes.media")
@@ -91,7 +92,9 @@ class InboundMedia:
         try:
             path = await self._fetch(platform, a)
             size = await asyncio.to_thread(lambda: path.stat().st_size)
-            if size > s.max_audio_bytes:
+            # the platform's word on its length, else the file's own header
+            seconds = a.duration or await asyncio.to_thread(audio_seconds, path)
+            if size > s.max_audio_bytes or seconds > s.max_audio_seconds:
                 notices.append(FAILED.format(what=what, why=_too_big(s)))
                 return None
             assert self.transcriber is not None
