@@ -131,16 +131,18 @@ class AIAgent:
         control: RunControl | None = None,
         on_delta: Callable[[str], None] | None = None,
         on_event: EventSink | None = None,
+        images: Sequence[str] = (),
     ) -> RunResult:
         """Run one turn to a final answer, an interrupt, a failure or `max_iterations`.
 
         ``history`` may be a plain message list (repaired and encoded for this call) or a
-        `History`, whose messages are valid and encoded already.
+        `History`, whose messages are valid and encoded already. ``images``: data URLs the
+        model sees with ``text`` this turn (the history keeps the text alone).
         """
         control = control or RunControl()
         self._control = control
         try:
-            return _Turn(self, control, on_delta, on_event).run(text, history)
+            return _Turn(self, control, on_delta, on_event).run(text, history, images)
         finally:
             self._control = None
 
@@ -182,7 +184,9 @@ class _Turn:
             depth=agent.depth,
         )
 
-    def run(self, text: str, history: Sequence[Message] | History) -> RunResult:
+    def run(
+        self, text: str, history: Sequence[Message] | History, images: Sequence[str] = ()
+    ) -> RunResult:
         self.new.append({"role": "user", "content": text})
         if not self.agent.llm.configured:
             # nothing was asked: the prompt must not wait in the history for a model to come
@@ -192,6 +196,9 @@ class _Turn:
         self.history = history if isinstance(history, History) else History(history)
         self._wire = [self.agent.system_json, *self.history.encoded]
         self._prefix = len(self._wire)
+        if images:  # sent with its images, stored without them: base64 would swell the history
+            self._wire.append(encode(with_images(text, images)))
+            self._sent = 1
         tool_specs = self.agent.tools.specs() or None
         for _ in range(self.agent.max_iterations):
             self._take_steers()
@@ -372,3 +379,10 @@ class _Turn:
             steered=self.steered,
             compaction=self.compaction,
         )
+
+
+def with_images(text: str, images: Sequence[str]) -> Message:
+    """A user message of a text part and an `image_url` part per data URL."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
+    return {"role": "user", "content": parts}

@@ -64,6 +64,7 @@ class Attachment:
     size: int = 0
     url: str = ""
     path: str = ""
+    duration: float = 0.0  # seconds, for voice and audio when the platform says (0: unknown)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from hermes_gateway.core.sizing import fairness, pool_size
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.lifecycle import Lifecycle, LifecycleParts
 from hermes_gateway.liveness.sdnotify import SystemdNotifier
+from hermes_gateway.media_in.wiring import inbound_media
 from hermes_gateway.memory.routes import MemoryRoutes
 from hermes_gateway.memory.wiring import build_memory
 from hermes_gateway.metrics import Metrics
@@ -162,6 +163,7 @@ class Gateway(Lifecycle):
             on_turn=self.memory.turn_done if config.memory.auto_retain else None,
             leases=None if self.ownership is None else self.ownership.keeping,
             job_ledger=None if self.job_service is None else self.job_service.ledger,
+            media=inbound_media(config, self.adapters),
         )
         self.commands = Commands(
             self.live,

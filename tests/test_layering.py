@@ -48,7 +48,7 @@ RANKS = [
     ["cluster"],
     ["core"],
     ["agents", "platforms"],
-    ["memory", "mcp"],
+    ["memory", "mcp", "media_in"],
     ["store", "text", "liveness", "browser"],
 ]
 BASE = {

@@ -178,8 +178,18 @@ def _attachments(msg: Message) -> tuple[Attachment, ...]:
             continue
         name = getattr(obj, "file_name", None) or getattr(obj, "title", None) or default
         mime = getattr(obj, "mime_type", None) or ""
-        found.append(Attachment(kind, obj.file_id, name, mime, obj.file_size or 0))
+        seconds = _seconds(getattr(obj, "duration", None))
+        found.append(
+            Attachment(kind, obj.file_id, name, mime, obj.file_size or 0, duration=seconds)
+        )
     return tuple(found)
+
+
+def _seconds(duration: Any) -> float:
+    """A media duration in seconds: PTB gives an int, or a timedelta in its newer mode."""
+    if hasattr(duration, "total_seconds"):
+        return float(duration.total_seconds())
+    return float(duration) if isinstance(duration, int | float) else 0.0
 
 
 def _with_notes(text: str, attachments: tuple[Attachment, ...]) -> str:

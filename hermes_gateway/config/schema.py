@@ -107,6 +107,10 @@ class ModelConfig(_Section):
     # a system prompt rides along with every model call: 64 K characters is ~16 K tokens
     system_prompt: str = Field("", max_length=65_536)
     context_budget: int = Field(100_000, ge=0)  # tokens; 0 = never compact on its own
+    # the model sees images: a message's images go to it as image parts of the user turn
+    vision: bool = False
+    vision_max_images: int = Field(4, ge=1, le=16)  # per turn; the rest only as a line
+    vision_max_bytes: int = Field(5 * 1024 * 1024, ge=1024, le=20 * 1024 * 1024)  # per image
 
 
 class Platforms(_Section):
@@ -332,6 +336,20 @@ class MemoryConfig(_Section):
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
 
 
+class TranscriptionConfig(_Section):
+    enabled: bool = False  # voice notes and audio files become text before the model sees them
+    base_url: str = ""  # empty = model.base_url
+    api_key: str = ""  # empty = model.api_key when base_url is empty too
+    model: str = "whisper-1"
+    max_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=20 * 1024 * 1024)
+    max_seconds: float = Field(300, gt=0)  # longer notes stay an attachment line
+    timeout_s: float = Field(60, gt=0)
+
+
+class MediaConfig(_Section):
+    transcription: TranscriptionConfig = TranscriptionConfig()
+
+
 class WatchdogConfig(_Section):
     interval_ms: int = Field(200, ge=10)
     warn_ms: int = Field(250, ge=1)
@@ -369,6 +387,7 @@ class Config(_Section):
     tools: ToolsConfig = ToolsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     memory: MemoryConfig = MemoryConfig()
+    media: MediaConfig = MediaConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
     logging: LoggingConfig = LoggingConfig()
     cluster: ClusterConfig = ClusterConfig()
@@ -400,6 +419,7 @@ class Config(_Section):
             self.model.api_key,
             self.control.token or "",
             self.memory.embeddings.api_key,
+            self.media.transcription.api_key,
             _url_password(self.cluster.redis_url),
         ]
         for spec in platform_specs():

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -59,6 +60,9 @@ from hermes_gateway.metrics import Metrics
 from hermes_gateway.platforms.adapter import StreamSink
 from hermes_gateway.store.store import Fence, Store
 
+if TYPE_CHECKING:
+    from hermes_gateway.media_in import InboundMedia
+
 log = structlog.get_logger("hermes.runner")
 
 
@@ -83,6 +87,7 @@ class GatewayRunner:
         runs: LiveRuns | None = None,
         on_turn: TurnDone | None = None,
         job_ledger: AnswerLedger | None = None,
+        media: InboundMedia | None = None,
     ) -> None:
         self.config = config
         # a platform may have a policy of its own (the local API's is `queue`)
@@ -104,6 +109,7 @@ class GatewayRunner:
         self.leases: SessionLeases = SoleLeases() if leases is None else leases
         self._persisting: dict[str, asyncio.Task[Any]] = {}  # a stopped turn being written
         self.probation: Probation[Run] = probation or Probation()
+        self.media = media  # voice notes transcribed, images for a vision model
         self._probation_timer: asyncio.TimerHandle | None = None
         self.leases.bind(self)  # last: what the leases call on is all there now
 
@@ -327,9 +333,10 @@ class GatewayRunner:
         )
         self.bus.emit("agent_run", run.primary, run_id=run.run_id)
         sent = run.primary.history  # a stateless API request brings its own
+        text, images = await self._turn_input(run)
         run.future = self.pool.submit(
             ctx.agent.run_conversation,
-            merge_text(run.items),
+            text,
             [*sent, *ctx.history] if sent else ctx.history.snapshot(),
             control=run.control,
             on_delta=progress.delta if sink is not None else None,
@@ -337,6 +344,7 @@ class GatewayRunner:
             # a job's turn never takes the share kept for chats, nor counts against a user
             tenant=Tenant(job=True) if run.job else tenant_of(run.primary),
             on_wait=lambda wait: self._tell_waiting(run, wait),
+            **({"images": images} if images else {}),
         )
         assert run.abandon is not None
         waits: list[asyncio.Future[Any]] = [run.future, run.abandon]
@@ -344,6 +352,16 @@ class GatewayRunner:
         if not run.future.done() or run.state is RunState.ABANDONED:
             return None  # abandoned: the thread's late result is discarded
         return run.future.result()
+
+    async def _turn_input(self, run: Run) -> tuple[str, tuple[str, ...]]:
+        """The turn's text (voice notes transcribed) and images; a failure's notice is sent."""
+        if self.media is None or run.job is not None:
+            return merge_text(run.items), ()
+        turn = await self.media.prepare([p.event for p in run.items])
+        for notice in turn.notices:
+            self._background(self.settler.tell_waiting(run, notice))
+        items = [replace(p, event=e) for p, e in zip(run.items, turn.events, strict=True)]
+        return merge_text(items), turn.images
 
     def _tell_waiting(self, run: Run, wait: Wait) -> None:
         """A run its user's or chat's cap holds is told so. One that waits for a free thread

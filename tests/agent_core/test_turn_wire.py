@@ -56,3 +56,19 @@ def test_each_message_of_a_turn_is_encoded_once_and_the_requests_share_one_list(
     assert len(sent) == 1 + 2 * STEPS
     assert [id(m) for m in encoded] == [id(m) for m in sent]
     assert all(p is prefixes[0] for p in prefixes)
+
+
+def test_a_turns_images_go_with_every_request_of_the_turn_and_stay_out_of_its_messages(
+    fake_llm: FakeOpenAI,
+) -> None:
+    fake_llm.push(tool_calls(("nap", {"label": "a"})), text("a dot"))
+    llm = LLMClient(LLMSettings(fake_llm.base_url, "sk-fake", "m", stream=True, max_retries=0))
+    agent = AIAgent(llm, ToolRegistry([NapTool(Log())]), system_prompt="S", workspace=Path("/tmp"))
+    url = "data:image/png;base64,iVBORw0KGgo="
+    result = agent.run_conversation("what is it?", [], images=[url])
+    assert result.text == "a dot"
+    for request in fake_llm.requests:  # the tool step's request sees the image too
+        words, image = request["messages"][1]["content"]
+        assert words == {"type": "text", "text": "what is it?"}
+        assert image == {"type": "image_url", "image_url": {"url": url}}
+    assert result.new_messages[0] == {"role": "user", "content": "what is it?"}

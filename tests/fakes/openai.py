@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from tests.fakes import embeddings as fake_vectors
 from tests.fakes.server import FakeServer
@@ -205,6 +205,11 @@ class FakeOpenAI(FakeServer):
         self.app.router.add_post("/v1/embeddings", self._embeddings)
         self.embeddings_down = False  # answer /v1/embeddings with 503
         self.embedding_inputs: list[list[str]] = []  # each request's texts, in arrival order
+        self.app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
+        self.transcription = "hello from the fake transcriber"  # what every upload says
+        self.transcriptions_down = False  # answer /v1/audio/transcriptions with 503
+        # each upload's multipart fields: "model", and "file" as (filename, content type, bytes)
+        self.transcription_uploads: list[dict[str, Any]] = []
         # Control API for other processes (benchmarks): counters, and a reset between phases.
         self.app.router.add_get("/_fake/stats", self._ctl_stats)
         self.app.router.add_post("/_fake/reset", self._ctl_reset)
@@ -241,6 +246,8 @@ class FakeOpenAI(FakeServer):
             self.cancelled = 0
             self.embeddings_down = False
             self.embedding_inputs.clear()
+            self.transcriptions_down = False
+            self.transcription_uploads.clear()
 
     @property
     def pending(self) -> int:
@@ -351,6 +358,26 @@ class FakeOpenAI(FakeServer):
         return web.json_response(
             {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage}
         )
+
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        if (denied := self._check_auth(request)) is not None:
+            return denied
+        fields: dict[str, Any] = {}
+        async for part in await request.multipart():
+            if not isinstance(part, BodyPartReader) or part.name is None:
+                continue
+            data = await part.read()
+            if part.filename is not None:
+                fields[part.name] = (part.filename, part.headers.get("Content-Type", ""), data)
+            else:
+                fields[part.name] = data.decode()
+        with self._lock:
+            self.transcription_uploads.append(fields)
+        if self.transcriptions_down:
+            return web.json_response(error_body(503, "transcription is down"), status=503)
+        if "file" not in fields or "model" not in fields:
+            return web.json_response(error_body(400, "'file' and 'model' are required"), status=400)
+        return web.json_response({"text": self.transcription})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         if (denied := self._check_auth(request)) is not None:

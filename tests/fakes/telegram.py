@@ -488,6 +488,24 @@ class FakeTelegram(FakeServer):
 
         return self._on_loop(run)
 
+    def send_voice(
+        self,
+        chat_id: int = 555,
+        file_bytes: bytes = b"OggS fake-opus",
+        duration: int = 1,
+        mime_type: str = "audio/ogg",
+        message_id: int | None = None,
+        **kw: Any,
+    ) -> JSON:
+        """A voice note: its file on the file host, its length as Telegram announces it."""
+
+        def run() -> JSON:
+            file = self._register_file(file_bytes, "voice.ogg", "voice")
+            voice = {**_file_object(file), "duration": duration, "mime_type": mime_type}
+            return self._user_message(chat_id, message_id, kw, voice=voice)
+
+        return self._on_loop(run)
+
     def send_callback_query(
         self,
         chat_id: int,
