@@ -38,6 +38,10 @@ Message = dict[str, Any]
 OnStop = Callable[[Callable[[], None]], Callable[[], None]]  # registers a hook, returns its remover
 _BYTES_PER_TOKEN = 4
 SHARD_CONNECTIONS = 32  # most connections in one pool (`shards`)
+# how long an idle connection of a sized client stays open: past the gap between two bursts
+# of conversations (httpx's 5 s closed a burst's connections before the next, which then
+# opened hundreds at once, and one of them timed out); bounded by the pool's size
+KEEPALIVE_S = 60.0
 
 log = structlog.get_logger("hermes.llm")
 __all__ = ["Completion", "LLMClient", "LLMSettings", "ModelError", "ToolCall"]
@@ -68,7 +72,7 @@ def sdk_client(
     honour interrupts and outages), a placeholder key for a local server that wants none.
     ``connections``: as many connections kept alive, so a burst of that many calls neither
     waits for a connection nor, at its end, closes all but the SDK's 100 kept alive (the next
-    burst would open them again, TLS handshakes and all)."""
+    burst would open them again, TLS handshakes and all), each for `KEEPALIVE_S` idle."""
     # imported here: it is the biggest import of the daemon (about 0.6 s), and /healthz
     # should not wait for it
     import httpx
@@ -82,7 +86,7 @@ def sdk_client(
         limits = httpx.Limits(
             max_connections=2 * connections,
             max_keepalive_connections=connections,
-            keepalive_expiry=limits.keepalive_expiry,
+            keepalive_expiry=KEEPALIVE_S,
         )
     # its connections tell `cutoff` their sockets, so an interrupt can shut a request in flight
     http = openai.DefaultHttpxClient(transport=wire.transport(limits))

@@ -76,7 +76,8 @@ class FakeServer:
         self._stopped = asyncio.Event()
         self._runner = web.AppRunner(self.app, handle_signals=False, shutdown_timeout=1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        # a backlog for a crowd: aiohttp's 128 drops connections when hundreds open at once
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=4096)
         await site.start()
         server = site._server
         assert server is not None

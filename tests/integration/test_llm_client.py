@@ -7,7 +7,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agent_core.llm import SHARD_CONNECTIONS, LLMClient, LLMSettings, ModelError, shards
+from agent_core.llm import (
+    KEEPALIVE_S,
+    SHARD_CONNECTIONS,
+    LLMClient,
+    LLMSettings,
+    ModelError,
+    sdk_client,
+    shards,
+)
 from tests.fakes.openai import FakeOpenAI, raw, text, tool_calls
 
 
@@ -99,3 +107,17 @@ def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeO
         assert [len(p) for p in pools()] == [32, 16]
     finally:
         llm.close()
+
+
+def test_a_sized_client_keeps_its_connections_between_bursts() -> None:
+    """A client sized for a pool keeps that many connections alive for a minute, not httpx's
+    5 s: a burst's connections are still open for the next burst, which would otherwise
+    open hundreds at once (one of them timed out in the crowd bench)."""
+    client = sdk_client("http://127.0.0.1:9/v1", "sk-fake", 30.0, connections=32)
+    try:
+        pool = client._client._transport._pool  # type: ignore[attr-defined]
+        assert KEEPALIVE_S >= 60
+        assert pool._keepalive_expiry == KEEPALIVE_S
+        assert pool._max_keepalive_connections == 32
+    finally:
+        client.close()
