@@ -172,3 +172,36 @@ def test_a_default_start_and_first_message_import_no_optional_feature(
     assert "hermes_gateway.server" in names  # the recorder saw the start
     held = sorted(n for n in names if any(n == m or n.startswith(m + ".") for m in OPTIONAL))
     assert held == [], f"a default start imported: {held}"
+
+
+def test_an_idle_gateway_holds_no_model_sdk_until_the_first_message(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The model SDK (about 25 MB) is imported when the first message comes, not at the start:
+    ready and idle for a while, the process has not imported it; answered once, it has."""
+    imported = tmp_path / "imported.txt"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(AUDIT), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HERMES_IMPORT_ALL": str(imported),
+    }
+    config = {"model": {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}}
+    gateway = GatewayProcess(tmp_path / "home", config, env)
+    try:
+        gateway.start(wait=False)
+        gateway.wait_healthy(timeout=60)
+        deadline = time.monotonic() + 60
+        while not any(e.get("event") == "gateway.ready" for e in gateway.log_events()):
+            assert time.monotonic() < deadline, gateway.stderr()
+            time.sleep(0.05)
+        time.sleep(2.0)  # what a warm-up at the start would have imported by now
+        idle = set(imported.read_text().split())
+        answer = gateway.chat("hello").json()["choices"][0]["message"]["content"]
+        answered = set(imported.read_text().split())
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(30) == 0
+    finally:
+        gateway.kill()
+    assert answer == "echo: hello"
+    assert "hermes_gateway.server" in idle  # the recorder saw the start
+    assert "openai" not in idle, "the model SDK was imported before any message"
+    assert "openai" in answered

@@ -297,7 +297,11 @@ async def test_the_startup_heap_is_frozen_out_of_the_collector(
 ) -> None:
     gc.unfreeze()
     async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (gw, client):
-        # once the model client is warm, a full collection no longer scans the startup heap
+        # once ready, a full collection no longer scans the startup heap
         await eventually(lambda: gc.get_freeze_count() > 0)
-        assert any(c is not None for c in gw.llm._clients)  # warm: a client was built
+        frozen_at_ready = gc.get_freeze_count()
+        assert all(c is None for c in gw.llm._clients)  # idle: the SDK waits for a message
         assert (await client.chat("still answers"))["text"] == "echo: still answers"
+        # the first message built the client, and what it loaded was frozen out too
+        await eventually(lambda: any(c is not None for c in gw.llm._clients))
+        await eventually(lambda: gc.get_freeze_count() > frozen_at_ready)
