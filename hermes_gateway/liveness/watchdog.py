@@ -24,6 +24,7 @@ from hermes_gateway.metrics import Metrics
 
 log = structlog.get_logger("hermes.watchdog")
 EXIT_RESTART = 75
+THREAD_FRAMES = 4  # of each thread's stack in a freeze's dump: the innermost, where it waits
 
 
 class LoopWatchdog:
@@ -140,9 +141,16 @@ class LoopWatchdog:
 
 
 def _all_stacks() -> str:
-    """Every thread's stack: the loop is often waiting on one of them (a lock, a queue)."""
+    """Every thread's innermost frames, ours (``hermes-*``) first: the loop is often waiting
+    on one of them (a lock, a queue). The log keeps 4 KB of a field, and a gateway has tens of
+    threads (pools, the store's writer), so each gets the few frames that say what it does."""
     names = {t.ident: t.name for t in threading.enumerate()}
+    frames = sorted(
+        sys._current_frames().items(),
+        key=lambda item: not str(names.get(item[0], "")).startswith("hermes"),
+    )
     return "\n".join(
-        f"Thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame, limit=25))
-        for ident, frame in sys._current_frames().items()
+        f"Thread {names.get(ident, ident)}:\n"
+        + "".join(traceback.format_stack(frame, limit=THREAD_FRAMES))
+        for ident, frame in frames
     )

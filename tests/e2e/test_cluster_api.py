@@ -43,7 +43,10 @@ def model(fake_llm: FakeOpenAI) -> Iterator[FakeOpenAI]:
 
     def answer(body: dict[str, Any]) -> Response:
         said = last_user_text(body)
-        return text(f"answer to {said}", delay=rng.uniform(0.2, 0.5), chunk_size=6)
+        # pieces 20 ms apart, as a model streams: deltas that come at once are sent as one
+        return text(
+            f"answer to {said}", delay=rng.uniform(0.2, 0.5), chunk_size=6, chunk_delay=0.02
+        )
 
     fake_llm.responder = answer
     fake_llm.session_of = _session_of

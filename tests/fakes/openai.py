@@ -248,6 +248,10 @@ class FakeOpenAI(FakeServer):
             self.embedding_inputs.clear()
             self.transcriptions_down = False
             self.transcription_uploads.clear()
+            # a test's session tracking ends with it: another test's requests are not its own
+            self.session_of = None
+            self.overlaps.clear()
+            self._running.clear()
 
     @property
     def pending(self) -> int:
@@ -401,8 +405,9 @@ class FakeOpenAI(FakeServer):
         finally:
             with self._lock:
                 self.in_flight -= 1
-                if session is not None:
-                    self._running[session].remove(request)
+                running = self._running.get(session or "", [])
+                if request in running:  # a reset meanwhile forgot it
+                    running.remove(request)
 
     def _track(self, body: dict[str, Any], request: web.Request) -> str | None:
         """Note the request under its session; a second live one of that session is an
