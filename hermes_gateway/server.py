@@ -274,6 +274,7 @@ class Gateway(Lifecycle):
             control=self.control,
             scheduler=self.scheduler,
             notifier=self.notifier,
+            tracer=self.tracer,
         )
 
     def _vital_parts(self) -> VitalParts:

@@ -181,7 +181,11 @@ class OtelTracer:
         span.end(end_time=end)
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        # the SDK's own shutdown exports every queued batch, each up to the export timeout:
+        # with the collector gone that could hold the stop for long, so it gets one timeout
+        closing = threading.Thread(target=self.provider.shutdown, name="traces-stop", daemon=True)
+        closing.start()
+        closing.join(self.config.export_timeout_s)
 
 
 def _key(event: MessageEvent) -> tuple[str, str, str]:
