@@ -19,7 +19,15 @@ from hermes_gateway.traces import OFF, Tracer, scalar_attrs
 
 log = structlog.get_logger("hermes.runner")
 # what a model call's span carries of the agent's report: outcome and counts, no error text
-_MODEL_ATTRS = ("outcome", "status", "prompt_tokens", "completion_tokens")
+_MODEL_ATTRS = (
+    "model",
+    "outcome",
+    "status",
+    "error_class",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+)
 # what waits for the loop: a piece of text, or a tool event (kind, data)
 _Item = str | tuple[str, dict[str, Any]]
 

@@ -149,6 +149,9 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
     assert _attrs(run)["hermes.run.status"] == "done"
     assert _attrs(tool) == {"hermes.tool.tool": "session_search", "hermes.tool.ok": True}
     assert {_attrs(s)["hermes.model.outcome"] for s in spans["model.call"]} == {"ok"}
+    finishes = sorted(_attrs(s)["hermes.model.finish_reason"] for s in spans["model.call"])
+    assert finishes == ["stop", "tool_calls"]
+    assert all(_attrs(s)["hermes.model.model"] for s in spans["model.call"])
     resource = {kv.key: kv.value.string_value for kv in receiver.spans[0][0].attributes}
     assert resource["service.name"] == "hermes-under-test"
     assert resource["deployment.environment"] == "e2e"
