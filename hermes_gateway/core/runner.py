@@ -343,7 +343,7 @@ class GatewayRunner:
         sent = run.primary.history  # a stateless API request brings its own
         text, images = await self._turn_input(run)
         run.future = self.pool.submit(
-            ctx.agent.run_conversation,
+            self.tracer.waited(ctx.agent.run_conversation),  # its wait for a thread: a span
             text,
             [*sent, *ctx.history] if sent else ctx.history.snapshot(),
             control=run.control,

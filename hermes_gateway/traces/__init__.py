@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sys
-from collections.abc import Coroutine, Mapping, MutableMapping
+from collections.abc import Callable, Coroutine, Mapping, MutableMapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from hermes_gateway.config.schema import TracesConfig
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 Attr = str | int | float | bool
 Work = Coroutine[Any, Any, None]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class SpanHandle(Protocol):
@@ -41,6 +43,10 @@ class Tracer(Protocol):
 
     def annotate(self, key: str, value: Attr) -> None:
         """Set an attribute on the current span, if one is recording."""
+        ...
+
+    def waited(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """``fn``, recording as it begins (on a worker thread) how long it waited for one."""
         ...
 
     def finished(self, name: str, seconds: float, attrs: Mapping[str, Attr]) -> None:
@@ -72,6 +78,9 @@ class _Off:
 
     def annotate(self, key: str, value: Attr) -> None:
         pass
+
+    def waited(self, fn: Callable[P, R]) -> Callable[P, R]:
+        return fn
 
     def finished(self, name: str, seconds: float, attrs: Mapping[str, Attr]) -> None:
         pass

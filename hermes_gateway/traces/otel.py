@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import Counter
 
-from hermes_gateway.traces import Attr, SpanHandle, Work, session_attr
+from hermes_gateway.traces import Attr, P, R, SpanHandle, Work, session_attr
 
 if TYPE_CHECKING:
     from hermes_gateway.config.schema import TracesConfig
@@ -174,9 +174,20 @@ class OtelTracer:
     def annotate(self, key: str, value: Attr) -> None:
         trace.get_current_span().set_attribute(key, value)
 
+    def waited(self, fn: Callable[P, R]) -> Callable[P, R]:
+        submitted = time.time_ns()
+
+        def begin(*args: P.args, **kwargs: P.kwargs) -> R:
+            self._between("pool.wait", submitted, time.time_ns(), {})
+            return fn(*args, **kwargs)
+
+        return begin
+
     def finished(self, name: str, seconds: float, attrs: Mapping[str, Attr]) -> None:
         end = time.time_ns()
-        start = end - int(max(0.0, seconds) * 1e9)
+        self._between(name, end - int(max(0.0, seconds) * 1e9), end, attrs)
+
+    def _between(self, name: str, start: int, end: int, attrs: Mapping[str, Attr]) -> None:
         span = self.tracer.start_span(name, attributes=dict(attrs), start_time=start)
         span.end(end_time=end)
 

@@ -129,8 +129,8 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
         gateway.start()
         reply = gateway.chat(PRIVATE).json()
         assert reply["choices"][0]["message"]["content"] == ANSWER
-        names = {"message", "admission", "inbox.write", "run", "model.call", "tool.call"}
-        spans = _wait_for(receiver, names | {"reply.send"})
+        names = {"message", "admission", "inbox.write", "run", "pool.wait", "model.call"}
+        spans = _wait_for(receiver, names | {"tool.call", "reply.send"})
         events = gateway.log_events()
     finally:
         gateway.kill()
@@ -141,7 +141,7 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
     assert message.parent_span_id == b""
     for child in [*spans["admission"], *spans["inbox.write"], run]:
         assert child.parent_span_id == message.span_id and child.trace_id == message.trace_id
-    for child in [*spans["model.call"], tool, reply_send]:
+    for child in [*spans["model.call"], *spans["pool.wait"], tool, reply_send]:
         assert child.parent_span_id == run.span_id and child.trace_id == message.trace_id
     assert _attrs(message)["hermes.message.chars"] == len(PRIVATE)
     assert _attrs(message)["hermes.platform"] == "api"
