@@ -219,12 +219,13 @@ class _Turn:
                     on_stop=self.control.on_interrupt,
                 )
             except ModelError as exc:
-                self._model_call(started, "error", {"status": exc.status})
+                self._model_call(started, "error", {"status": exc.status, "error_class": exc.kind})
                 # the user's message stays (the next turn sees what was asked); the error text
                 # does not: stored as the assistant's words, the model would read it as its own
                 return self._finish("failed", exc.user_message, error=str(exc))
             outcome = "interrupted" if completion.interrupted else "ok"
-            self._model_call(started, outcome, completion.usage)
+            finish = {"finish_reason": completion.finish_reason}
+            self._model_call(started, outcome, {**completion.usage, **finish})
             self._add_usage(completion)
             if completion.interrupted:
                 return self._interrupted(completion.content)
@@ -294,7 +295,10 @@ class _Turn:
     def _model_call(self, started: float, outcome: str, data: Mapping[str, Any]) -> None:
         """Tell the host about one model request (its metrics), from this thread."""
         seconds = time.monotonic() - started
-        self.on_event("model_call", {"seconds": seconds, "outcome": outcome, **data})
+        model = self.agent.llm.settings.model
+        self.on_event(
+            "model_call", {"seconds": seconds, "outcome": outcome, "model": model, **data}
+        )
 
     def _add_usage(self, completion: Completion) -> None:
         for key, value in completion.usage.items():

@@ -34,6 +34,7 @@ from hermes_gateway.liveness.early_stop import EARLY
 from hermes_gateway.liveness.sentinel import Sentinel
 from hermes_gateway.liveness.watchdog import LoopWatchdog
 from hermes_gateway.platforms.adapter import adapter_class, load_adapter
+from hermes_gateway.traces import OFF, Tracer
 
 if TYPE_CHECKING:
     from hermes_gateway.agents.cache import AgentCache
@@ -94,6 +95,7 @@ class LifecycleParts:
     control: ControlServer
     scheduler: SchedulerService | None
     notifier: SystemdNotifier
+    tracer: Tracer = OFF  # its queued spans are exported last, within a timeout
 
 
 class Lifecycle:
@@ -239,6 +241,7 @@ class Lifecycle:
         stops.push_async_callback(self.parts.control.stop)
         await self._listen()
         stops.push_async_callback(self._end_background)
+        stops.push_async_callback(asyncio.to_thread, self.parts.tracer.shutdown)
         stops.push_async_callback(asyncio.to_thread, self.parts.pool.shutdown)
         # undelivered replies wait in the inbox for the next start
         stops.push_async_callback(self.parts.delivery.close)

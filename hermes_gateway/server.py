@@ -46,6 +46,7 @@ from hermes_gateway.platforms.adapter import Adapter, StreamSink
 from hermes_gateway.platforms.pairing import PairingBook
 from hermes_gateway.platforms.peers import Peers
 from hermes_gateway.store.store import Store
+from hermes_gateway.traces import build_tracer
 from tools.host import ToolHost
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class Gateway(Lifecycle):
         self.intake_closed = asyncio.Event()  # the adapters have stopped: nothing new is taken
         self.started_at = time.time()
         self.metrics = Metrics()
+        self.tracer = build_tracer(config.observability.traces, self.metrics)  # OFF: no SDK
         self.bus = EventBus(timeout=config.hook_timeout_s)
         self.store = Store(config.store_url)
         self.pairing = PairingBook(self.store)
@@ -77,7 +79,9 @@ class Gateway(Lifecycle):
         self.gate = Gatekeeper(self.live, self.pairing, self.adapters)
         workers = pool_size(config)
         self.pool = AgentPool(workers, fairness(config.runner, workers))
-        self.delivery = Delivery(self.adapters, self.store, self.bus, self.metrics)
+        self.delivery = Delivery(
+            self.adapters, self.store, self.bus, self.metrics, tracer=self.tracer
+        )
         self._build_hands(config, config_path)
         self._build_core(config)
         self._build_faces(config)
@@ -164,6 +168,7 @@ class Gateway(Lifecycle):
             leases=None if self.ownership is None else self.ownership.keeping,
             job_ledger=None if self.job_service is None else self.job_service.ledger,
             media=inbound_media(config, self.adapters),
+            tracer=self.tracer,
         )
         self.commands = Commands(
             self.live,
@@ -230,6 +235,7 @@ class Gateway(Lifecycle):
             closed=self.intake_closed,
             adapters=self.adapters,
             peers=self.peers,
+            tracer=self.tracer,
         )
         self.admin = AdminRoutes(self.pairing, self.adapters, self.delivery)
         self.admin.mount(self.control.add_route)
@@ -268,6 +274,7 @@ class Gateway(Lifecycle):
             control=self.control,
             scheduler=self.scheduler,
             notifier=self.notifier,
+            tracer=self.tracer,
         )
 
     def _vital_parts(self) -> VitalParts:

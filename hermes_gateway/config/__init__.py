@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hermes_gateway.config.otel import otel_defaults
 from hermes_gateway.config.schema import (
     PLATFORM_NAMES,
     BusyPolicy,
@@ -91,6 +92,7 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     if isinstance(data["model"], dict) and "api_key" not in data["model"]:
         data["model"]["api_key"] = env.get("OPENAI_API_KEY", "")
     _default_platform_secrets(data, env)
+    otel_defaults(data, env)
     if env.get("HERMES_HOME"):
         data["home"] = env["HERMES_HOME"]
     try:

@@ -376,6 +376,27 @@ class LoggingConfig(_Section):
     backups: int = Field(5, ge=0)
 
 
+class TracesConfig(_Section):
+    """OpenTelemetry traces over OTLP/HTTP (docs/traces.md); off, nothing of the SDK loads."""
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    headers: dict[str, str] = Field(default_factory=dict)  # ${VAR} keeps secrets out of the file
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    service_name: str = "hermes-gateway"
+    resource: dict[str, str] = Field(default_factory=dict)  # more resource attributes
+    session_key: Literal["hashed", "omitted"] = "hashed"
+    # spans waiting for export at most; past it they are dropped (and counted), not kept
+    queue_max: int = Field(2048, ge=1)
+    batch_max: int = Field(512, ge=1)
+    export_timeout_s: float = Field(5, gt=0)
+    schedule_delay_s: float = Field(2, gt=0)
+
+
+class ObservabilityConfig(_Section):
+    traces: TracesConfig = TracesConfig()
+
+
 class Config(_Section):
     home: str = "~/.hermes"
     runner: RunnerConfig = RunnerConfig()
@@ -392,6 +413,7 @@ class Config(_Section):
     logging: LoggingConfig = LoggingConfig()
     cluster: ClusterConfig = ClusterConfig()
     mcp: McpConfig = McpConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
     hooks: tuple[str, ...] = ()
     hook_timeout_s: float = Field(5, gt=0)
 
@@ -431,6 +453,7 @@ class Config(_Section):
         for server in self.mcp.servers.values():
             values += [v for k, v in server.env.items() if _SECRET_NAME.search(k)]
             values += server.headers.values()
+        values += self.observability.traces.headers.values()
         return [v for v in values if v and len(v) >= 4]
 
 

@@ -26,6 +26,7 @@ from hermes_gateway.metrics import Metrics
 from hermes_gateway.platforms.adapter import Adapter
 from hermes_gateway.store.fence import Fence
 from hermes_gateway.store.store import Store
+from hermes_gateway.traces import OFF, Tracer
 
 log = structlog.get_logger("hermes.delivery")
 # fenced: the session's lease passed to another instance, which sends the rest
@@ -39,12 +40,19 @@ class Delivery:
     redeliver_delays: tuple[float, ...] = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 
     def __init__(
-        self, adapters: Mapping[str, Adapter], store: Store, bus: EventBus, metrics: Metrics
+        self,
+        adapters: Mapping[str, Adapter],
+        store: Store,
+        bus: EventBus,
+        metrics: Metrics,
+        *,
+        tracer: Tracer = OFF,
     ) -> None:
         self.adapters = adapters
         self.store = store
         self.bus = bus
         self.metrics = metrics
+        self.tracer = tracer
         self._later: set[asyncio.Task[None]] = set()
         self._owed: Counter[str] = Counter()  # session key -> replies still being settled
 
@@ -175,7 +183,10 @@ class Delivery:
             log.error("delivery.no_adapter", platform=out.platform)
         else:
             try:
-                await adapter.send(out)
+                attrs = {"hermes.platform": out.platform, "hermes.reply.kind": out.kind}
+                with self.tracer.span("reply.send", attrs) as span:
+                    await adapter.send(out)
+                    span.set("hermes.reply.chars", len(out.text))
                 result = "delivered"
             except PermanentAdapterError as exc:
                 result = "permanent"

@@ -15,8 +15,19 @@ from hermes_gateway.core.bus import EventBus
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platforms.adapter import StreamSink
+from hermes_gateway.traces import OFF, Tracer, scalar_attrs
 
 log = structlog.get_logger("hermes.runner")
+# what a model call's span carries of the agent's report: outcome and counts, no error text
+_MODEL_ATTRS = (
+    "model",
+    "outcome",
+    "status",
+    "error_class",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+)
 # what waits for the loop: a piece of text, or a tool event (kind, data)
 _Item = str | tuple[str, dict[str, Any]]
 
@@ -40,6 +51,7 @@ class Progress:
         *,
         bus: EventBus,
         metrics: Metrics,
+        tracer: Tracer = OFF,
     ) -> None:
         self.message = message  # the one the run answers
         self.run_id = run_id
@@ -47,6 +59,7 @@ class Progress:
         self.sink = sink
         self.bus = bus
         self.metrics = metrics
+        self.tracer = tracer  # spans made here, on the agent's thread: the run's is current
         self.loop = asyncio.get_running_loop()
         self.hop = _hop_of(self.loop)
         self.buffer: list[_Item] = []  # under the hop's lock; taken whole by `_Hop.drain`
@@ -58,7 +71,12 @@ class Progress:
     def event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "model_call":
             self.metrics.model_call(data)  # counted here: it needs no hop to the loop
+            attrs = scalar_attrs("hermes.model.", data, _MODEL_ATTRS)
+            self.tracer.finished("model.call", float(data.get("seconds", 0.0)), attrs)
         else:
+            if kind == "tool_end":
+                attrs = scalar_attrs("hermes.tool.", data, ("tool", "ok"))
+                self.tracer.finished("tool.call", float(data.get("duration_s", 0.0)), attrs)
             self.hop.send(self, (kind, data))
 
     def deliver(self, items: list[_Item]) -> None:

@@ -34,6 +34,7 @@ from hermes_gateway.platforms.adapter import (
 )
 from hermes_gateway.platforms.peers import Follower, Peers
 from hermes_gateway.store.store import Store
+from hermes_gateway.traces import OFF, Tracer
 
 log = structlog.get_logger("hermes.gateway")
 TOO_LONG = "Your message is too long ({n} characters; the limit is {limit}). Please shorten it."
@@ -117,6 +118,7 @@ class Reception:
         closed: asyncio.Event,
         adapters: Mapping[str, Adapter],
         peers: Peers | None = None,
+        tracer: Tracer = OFF,
     ) -> None:
         self.live = live
         self.gate = gate
@@ -132,6 +134,7 @@ class Reception:
         self.closed = closed
         self.adapters = adapters
         self.peers = peers  # cluster mode: API requests carried to their session's owner
+        self.tracer = tracer
 
     @property
     def config(self) -> Config:
@@ -154,10 +157,21 @@ class Reception:
         sender: Sender = "user",
         admitted: Admitted | None = None,
     ) -> SubmitOutcome:
+        """`_submit` under the message's root span, which its run's span continues."""
+        with self.tracer.message(event) as span:
+            outcome = await self._submit(event, durable, sender, admitted)
+            span.set("hermes.intake", outcome)
+            return outcome
+
+    async def _submit(
+        self, event: MessageEvent, durable: bool, sender: Sender, admitted: Admitted | None
+    ) -> SubmitOutcome:
         """Intake: admit, validate, persist to the inbox (dedupe), announce, route. ``durable``:
         take it only once its inbox row is written (see `AdapterHost.submit`)."""
         event = encodable(event)  # every platform's text enters here, admission's replies too
-        if not await self.gate.admit(event, sender):  # default deny, whatever the adapter did
+        with self.tracer.span("admission", {}):
+            allowed = await self.gate.admit(event, sender)
+        if not allowed:  # default deny, whatever the adapter did
             return "refused"
         if admitted is not None:
             event = await admitted(event)
@@ -173,7 +187,8 @@ class Reception:
             text = TOO_LONG.format(n=len(event.text), limit=limit)
             await self.delivery.send(OutboundMessage.to(event, text, "error"), event=event)
             return "too_long"
-        inbox_id = await self._store(event, durable)
+        with self.tracer.span("inbox.write", {}):
+            inbox_id = await self._store(event, durable)
         if isinstance(inbox_id, str):
             if inbox_id == "duplicate":
                 self.metrics.duplicates.labels(event.platform).inc()

@@ -59,6 +59,7 @@ from hermes_gateway.events import MessageEvent
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platforms.adapter import StreamSink
 from hermes_gateway.store.store import Fence, Store
+from hermes_gateway.traces import OFF, Tracer
 
 if TYPE_CHECKING:
     from hermes_gateway.media_in import InboundMedia
@@ -88,6 +89,7 @@ class GatewayRunner:
         on_turn: TurnDone | None = None,
         job_ledger: AnswerLedger | None = None,
         media: InboundMedia | None = None,
+        tracer: Tracer = OFF,
     ) -> None:
         self.config = config
         # a platform may have a policy of its own (the local API's is `queue`)
@@ -97,6 +99,7 @@ class GatewayRunner:
         self.pool = pool
         self.agents = agents
         self.metrics = metrics
+        self.tracer = tracer
         self.settler = Settler(store, delivery, metrics, on_turn)
         self.jobs = JobSettle(store, delivery, agents, job_ledger)  # scheduled jobs' turns
         self.runs = runs if runs is not None else LiveRuns()  # what the tools read of it
@@ -125,6 +128,7 @@ class GatewayRunner:
             self.start([item])
             return
         policy = self._policy_for(event.platform)
+        self.tracer.annotate("hermes.busy_policy", policy)  # on the message's span
         if policy == "steer":
             run.control.steer(event.text)
             run.steered.append(item)
@@ -215,7 +219,9 @@ class GatewayRunner:
 
     def _launch(self, run: Run) -> None:
         run.started = time.monotonic()  # a suspect run's wait for its turn is not its run
-        run.task = asyncio.create_task(self._execute(run), name=f"run:{run.key}:{run.run_id}")
+        attrs = {"hermes.run.merged": len(run.items), "hermes.job": run.job is not None}
+        work = self.tracer.run(run.primary, attrs, self._execute(run))
+        run.task = asyncio.create_task(work, name=f"run:{run.key}:{run.run_id}")
         self._tasks.add(run.task)
         run.task.add_done_callback(self._tasks.discard)
         if run.job is not None:  # its wall-clock timeout: interrupted, then abandoned
@@ -312,6 +318,7 @@ class GatewayRunner:
                 run.job.resolve(run.job.ended(status))
             elapsed = time.monotonic() - run.started
             self.metrics.run_duration.labels(status).observe(elapsed)
+            self.tracer.annotate("hermes.run.status", status)
             say, why = (log.warning, {"error": error}) if error else (log.info, {})
             say("run.finished", status=status, seconds=round(elapsed, 3), **why)
             self.bus.emit(
@@ -330,12 +337,13 @@ class GatewayRunner:
             sink,
             bus=self.bus,
             metrics=self.metrics,
+            tracer=self.tracer,
         )
         self.bus.emit("agent_run", run.primary, run_id=run.run_id)
         sent = run.primary.history  # a stateless API request brings its own
         text, images = await self._turn_input(run)
         run.future = self.pool.submit(
-            ctx.agent.run_conversation,
+            self.tracer.waited(ctx.agent.run_conversation),  # its wait for a thread: a span
             text,
             [*sent, *ctx.history] if sent else ctx.history.snapshot(),
             control=run.control,

@@ -22,6 +22,7 @@ import structlog
 from hermes_gateway.config import Config
 from hermes_gateway.logs.bounds import ForeignRecordLimiter, cap_fields, capped, cut_foreign
 from hermes_gateway.platform_spec import platform_specs
+from hermes_gateway.traces import trace_ids
 
 # what is shaped like a credential whatever the platform; each platform adds its own
 # (`PlatformSpec.token_patterns`: a Telegram bot token, Slack's xoxb-/xapp-, Discord's)
@@ -157,6 +158,7 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> LogSink:
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.stdlib.filter_by_level,
+            trace_ids,  # read on the caller's thread, where its span is current
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
             structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -65,6 +65,8 @@ OPTIONAL = (
     "lxml",
     "playwright",
     "mcp",
+    "opentelemetry",
+    "hermes_gateway.traces.otel",
     "hermes_gateway.scheduler",
     "hermes_gateway.memory.archive",
     "hermes_gateway.memory.service",

@@ -1,0 +1,188 @@
+"""OpenTelemetry traces through `hermes gateway run`: a test OTLP/HTTP receiver gets the span
+tree of a message with one tool call (names, parent links, attributes, no message text), and a
+collector that is down delays no answer while its lost spans are counted in /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from tests.e2e.daemon import GatewayProcess, free_port
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
+
+pytest.importorskip("opentelemetry.sdk")
+trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+
+SECRET = "trace-header-secret-42"
+PRIVATE = "my private words about the zebra"
+QUERY = "zebra query words"
+ANSWER = "the final answer text"
+
+
+class Receiver:
+    """An OTLP/HTTP collector on 127.0.0.1: each request decoded into its spans and headers."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.spans: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/traces"
+
+    async def _export(self, request: web.Request) -> web.Response:
+        message = trace_service.ExportTraceServiceRequest()
+        message.ParseFromString(await request.read())
+        with self.lock:
+            self.headers.append(dict(request.headers))
+            for resource_spans in message.resource_spans:
+                for scope_spans in resource_spans.scope_spans:
+                    self.spans.extend((resource_spans.resource, s) for s in scope_spans.spans)
+        body = trace_service.ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=body, content_type="application/x-protobuf")
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_post("/v1/traces", self._export)
+        runner = web.AppRunner(app)
+        self.loop.run_until_complete(runner.setup())
+        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self.ready.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(runner.cleanup())
+
+    def start(self) -> None:
+        self.thread.start()
+        assert self.ready.wait(10)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    def named(self) -> dict[str, list[Any]]:
+        with self.lock:
+            found: dict[str, list[Any]] = {}
+            for _resource, span in self.spans:
+                found.setdefault(span.name, []).append(span)
+            return found
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    server.start()
+    yield server
+    server.stop()
+
+
+def _gateway(tmp_path: Path, fake_llm: FakeOpenAI, traces: dict[str, Any]) -> GatewayProcess:
+    model = {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}
+    config = {"model": model, "observability": {"traces": {"enabled": True, **traces}}}
+    return GatewayProcess(tmp_path / "home", config, {"TRACE_TOKEN": SECRET})
+
+
+def _attrs(span: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for kv in span.attributes:
+        which = kv.value.WhichOneof("value")
+        values[kv.key] = getattr(kv.value, which) if which else None
+    return values
+
+
+def _wait_for(receiver: Receiver, names: set[str], timeout: float = 30) -> dict[str, list[Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = receiver.named()
+        if names <= found.keys() and len(found.get("model.call", [])) >= 2:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"spans missing: {names - receiver.named().keys()}")
+
+
+def test_a_message_with_a_tool_call_exports_its_span_tree(
+    tmp_path: Path, fake_llm: FakeOpenAI, receiver: Receiver
+) -> None:
+    traces = {
+        "endpoint": receiver.endpoint,
+        "headers": {"x-collector-token": "${TRACE_TOKEN}"},
+        "schedule_delay_s": 0.1,
+        "service_name": "hermes-under-test",
+        "resource": {"deployment.environment": "e2e"},
+    }
+    gateway = _gateway(tmp_path, fake_llm, traces)
+    fake_llm.push(tool_calls(("session_search", {"query": QUERY})), text(ANSWER))
+    try:
+        gateway.start()
+        reply = gateway.chat(PRIVATE).json()
+        assert reply["choices"][0]["message"]["content"] == ANSWER
+        names = {"message", "admission", "inbox.write", "run", "pool.wait", "model.call"}
+        spans = _wait_for(receiver, names | {"tool.call", "reply.send"})
+        events = gateway.log_events()
+    finally:
+        gateway.kill()
+    (message,) = spans["message"]
+    (run,) = spans["run"]
+    (tool,) = spans["tool.call"]
+    (reply_send,) = spans["reply.send"]
+    assert message.parent_span_id == b""
+    for child in [*spans["admission"], *spans["inbox.write"], run]:
+        assert child.parent_span_id == message.span_id and child.trace_id == message.trace_id
+    for child in [*spans["model.call"], *spans["pool.wait"], tool, reply_send]:
+        assert child.parent_span_id == run.span_id and child.trace_id == message.trace_id
+    assert _attrs(message)["hermes.message.chars"] == len(PRIVATE)
+    assert _attrs(message)["hermes.platform"] == "api"
+    assert len(_attrs(message)["hermes.session.hash"]) == 16
+    assert _attrs(run)["hermes.run.status"] == "done"
+    assert _attrs(tool) == {"hermes.tool.tool": "session_search", "hermes.tool.ok": True}
+    assert {_attrs(s)["hermes.model.outcome"] for s in spans["model.call"]} == {"ok"}
+    finishes = sorted(_attrs(s)["hermes.model.finish_reason"] for s in spans["model.call"])
+    assert finishes == ["stop", "tool_calls"]
+    assert all(_attrs(s)["hermes.model.model"] for s in spans["model.call"])
+    resource = {kv.key: kv.value.string_value for kv in receiver.spans[0][0].attributes}
+    assert resource["service.name"] == "hermes-under-test"
+    assert resource["deployment.environment"] == "e2e"
+    assert all(h.get("x-collector-token") == SECRET for h in receiver.headers)
+    # no message text, tool argument, answer, session key or secret in any attribute
+    with receiver.lock:
+        everything = " ".join(str(_attrs(s)) + s.name for _r, s in receiver.spans)
+    for words in (PRIVATE, "zebra", QUERY, ANSWER, SECRET, "api:"):
+        assert words not in everything
+    # the tool's log line carries its run's trace
+    (logged,) = [e for e in events if e.get("event") == "tool.call"]
+    assert logged["trace_id"] == message.trace_id.hex()
+    assert logged["span_id"] == run.span_id.hex()
+
+
+def test_a_collector_down_delays_no_answer_and_its_spans_are_counted(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
+    traces = {"endpoint": closed, "schedule_delay_s": 0.1, "queue_max": 2, "batch_max": 1}
+    traces["export_timeout_s"] = 30  # a wait on the collector would outlast the chat's timeout
+    gateway = _gateway(tmp_path, fake_llm, traces)
+    try:
+        gateway.start()
+        for n in range(3):
+            fake_llm.push(tool_calls(("session_search", {"query": QUERY})), text(f"answer {n}"))
+            reply = gateway.chat(PRIVATE, timeout=20).json()
+            assert reply["choices"][0]["message"]["content"] == f"answer {n}"
+        metrics = httpx.get(f"{gateway.url}/metrics", headers=gateway.operator, timeout=10).text
+    finally:
+        gateway.kill()
+    dropped = [line for line in metrics.splitlines() if line.startswith("hermes_trace_spans_total")]
+    counts = {line.split('"')[1]: float(line.split()[-1]) for line in dropped}
+    assert counts.get("dropped", 0) > 0, metrics[-3000:]
