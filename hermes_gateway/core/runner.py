@@ -289,44 +289,59 @@ class GatewayRunner:
                 return
             finally:
                 self.agents.release(run.key, ctx)
-            if result is not None and run.control.expired and not run.stopped:
-                # its lease ran out while it ran: nothing of it is written or sent
-                log.warning("run.lease_expired", result=result.status)
-                status = "lease_lost"
-                self.leases.lost(run.key)
-            elif result is not None:
-                # also after a /stop that raced with the answer: it was ready, so it goes out
-                status, error, usage = result.status, result.error, result.usage
-                self._begin_settling(run, result)
-                if run.job is not None:
-                    files = tuple(run.files)  # `send_file`'s, for the job's answer
-                    outcome = await self.jobs.settle(
-                        run.job, ctx, result, shutdown=run.shutdown, files=files
-                    )
-                    run.job.resolve(outcome)
-                else:
-                    await self.settler.settle(run, ctx, result)
-            else:
-                status = "abandoned"
+            status, error, usage = self._verdict(run, result)
+            if result is not None and status != "lease_lost":
+                await self._settle_result(run, ctx, result)
         except Exception:
             log.exception("run.crashed")
             if not run.stopped and not run.shutdown and run.job is None:
                 await self.settler.reply(run, CRASHED.format(run_id=run.run_id), "error", "crashed")
         finally:  # cancelled by a shutdown that stopped waiting for it: not a crash
             status = "interrupted" if status == "crashed" and run.shutdown else status
-            if run.job is not None:
-                run.job.resolve(run.job.ended(status))
-            elapsed = time.monotonic() - run.started
-            self.metrics.run_duration.labels(status).observe(elapsed)
-            self.tracer.annotate("hermes.run.status", status)
-            say, why = (log.warning, {"error": error}) if error else (log.info, {})
-            say("run.finished", status=status, seconds=round(elapsed, 3), **why)
-            self.bus.emit(
-                "processing_complete", run.primary, run_id=run.run_id, status=status, usage=usage
-            )
-            if not run.stopped:  # a stopped run no longer holds the guard
-                run.move(RunState.DONE)
-                self._next(run)
+            self._ended(run, status, error, usage)
+
+    def _verdict(
+        self, run: Run, result: RunResult | None
+    ) -> tuple[str, str | None, dict[str, int]]:
+        """How the run ended, from what the agent gave back (None: abandoned): its status,
+        error and the tokens its model calls used. A lease that ran out while it ran is given
+        up here: nothing of the run is written or sent."""
+        if result is None:
+            return "abandoned", None, {}
+        if run.control.expired and not run.stopped:
+            log.warning("run.lease_expired", result=result.status)
+            self.leases.lost(run.key)
+            return "lease_lost", None, {}
+        # also after a /stop that raced with the answer: it was ready, so it goes out
+        return result.status, result.error, result.usage
+
+    async def _settle_result(self, run: Run, ctx: SessionContext, result: RunResult) -> None:
+        """A chat's turn is settled and its reply sent; a job's turn is stored and its
+        outcome (with the files `send_file` gave it) handed back to the scheduler."""
+        self._begin_settling(run, result)
+        if run.job is None:
+            await self.settler.settle(run, ctx, result)
+            return
+        files = tuple(run.files)
+        outcome = await self.jobs.settle(run.job, ctx, result, shutdown=run.shutdown, files=files)
+        run.job.resolve(outcome)
+
+    def _ended(self, run: Run, status: str, error: str | None, usage: dict[str, int]) -> None:
+        """The run's end, whatever it was: its job's outcome, metrics, trace, log line and
+        lifecycle event, and the session's next run."""
+        if run.job is not None:
+            run.job.resolve(run.job.ended(status))
+        elapsed = time.monotonic() - run.started
+        self.metrics.run_duration.labels(status).observe(elapsed)
+        self.tracer.annotate("hermes.run.status", status)
+        say, why = (log.warning, {"error": error}) if error else (log.info, {})
+        say("run.finished", status=status, seconds=round(elapsed, 3), **why)
+        self.bus.emit(
+            "processing_complete", run.primary, run_id=run.run_id, status=status, usage=usage
+        )
+        if not run.stopped:  # a stopped run no longer holds the guard
+            run.move(RunState.DONE)
+            self._next(run)
 
     async def _call_agent(self, run: Run, ctx: SessionContext) -> RunResult | None:
         sink = self._stream_for(run.primary)
