@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from tests.e2e.daemon import GatewayProcess, telegram_config
-from tests.fakes.openai import FakeOpenAI, hang
+from tests.fakes.openai import FakeOpenAI, hang, text
 from tests.fakes.server import FakeServer, wait_until
 from tests.fakes.telegram import FakeTelegram
 
@@ -87,13 +88,22 @@ def routes(sink: CallbackSink | None = None) -> dict[str, Any]:
             "callback_url": f"{sink.url}/hook" if sink else "http://127.0.0.1:9/hook",
         },
         "tg": {"secret": SECRET, "template": "to telegram {n}", "deliver": f"telegram:{CHAT}"},
+        # answered in the response within 2 s, else in the Telegram chat
+        "slow": {
+            "secret": SECRET,
+            "template": "slow {n}",
+            "timeout_s": 2,
+            "fallback": f"telegram:{CHAT}",
+        },
     }
 
 
 @pytest.fixture
 def sink() -> Iterator[CallbackSink]:
-    with CallbackSink() as server:
-        yield server
+    server = CallbackSink()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture
@@ -195,29 +205,58 @@ def test_answers_go_to_a_callback_and_to_a_telegram_chat(
         gw.kill()
 
 
+def test_an_answer_past_the_timeout_is_202_and_goes_to_the_fallback(
+    tmp_path: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, sink: CallbackSink
+) -> None:
+    gw = gateway_for(tmp_path / "home", fake_llm, telegram, sink)
+    try:
+        gw.start()
+        fake_llm.push(text("late answer", delay=4))
+        body = b'{"n": 3}'
+        r = post(gw, "slow", body, signed(body, "slow-1"))
+        assert r.status_code == 202, r.text
+        assert r.json() == {
+            "status": "accepted",
+            "delivery": "slow-1",
+            "answer_to": f"telegram:{CHAT}",
+        }
+        wait_until(lambda: telegram.sent, timeout=20, explain=gw.story)
+        assert [m["text"] for m in telegram.sent] == ["late answer"]
+    finally:
+        gw.kill()
+
+
 def test_a_sigkill_with_requests_in_flight_delivers_each_once_after_the_restart(
     tmp_path: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, sink: CallbackSink
 ) -> None:
     gw = gateway_for(tmp_path / "home", fake_llm, telegram, sink)
     try:
         gw.start()
-        fake_llm.push(hang(60), hang(60))  # both runs wait on the model when the kill comes
+        fake_llm.push(hang(60), hang(60), hang(60))  # every run waits on the model at the kill
         body = b'{"n": 2}'
         assert post(gw, "cb", body, signed(body, "cb-2")).status_code == 202
         assert post(gw, "tg", body, signed(body, "tg-2")).status_code == 202
-        wait_until(lambda: len(fake_llm.requests) == 2, timeout=20, explain=gw.story)
-        gw.kill()  # SIGKILL: accepted means stored, so both are run again at the next start
+        # a synchronous request whose client waits when the gateway dies
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(post, gw, "slow", body, signed(body, "slow-2"))
+            wait_until(lambda: len(fake_llm.requests) == 3, timeout=20, explain=gw.story)
+            gw.kill()  # SIGKILL: accepted means stored, so all are run again at the next start
+            with pytest.raises(httpx.HTTPError):
+                waiting.result(10)
         assert not sink.received and not telegram.sent
 
         gw.start()
-        wait_until(lambda: sink.received and telegram.sent, timeout=30, explain=gw.story)
+        wait_until(lambda: sink.received and len(telegram.sent) >= 2, timeout=30, explain=gw.story)
         time.sleep(1.0)  # room for a second copy, which must not come
         assert [a["text"] for _, a in sink.received] == ["echo: callback 2"]
-        assert [m["text"] for m in telegram.sent] == ["echo: to telegram 2"]
+        # the synchronous request's client is gone: its answer goes to the route's fallback
+        texts = sorted(m["text"] for m in telegram.sent)
+        assert texts == ["echo: slow 2", "echo: to telegram 2"]
         # the senders' redeliveries after the crash are duplicates, not second runs
         calls = len(fake_llm.requests)
         assert post(gw, "cb", body, signed(body, "cb-2")).json()["status"] == "duplicate"
         assert post(gw, "tg", body, signed(body, "tg-2")).json()["status"] == "duplicate"
+        assert post(gw, "slow", body, signed(body, "slow-2")).json()["status"] == "duplicate"
         assert len(fake_llm.requests) == calls
     finally:
         gw.kill()
