@@ -35,6 +35,7 @@ PLATFORM = "webhook"
 OFF_LOOP_BYTES = 64 * 1024  # a body this large is parsed in a thread
 SESSION_CHARS = 64  # a session field's value, as it names the session
 LOGGED_CHARS = 2000  # an answer "delivered" to the log
+COMMAND_GUARD = "[webhook] "  # before a prompt that would read as a chat command
 
 
 class WebhookAdapter:
@@ -78,7 +79,9 @@ class WebhookAdapter:
     async def receive(self, name: str, request: web.Request) -> web.StreamResponse:
         if not self._open:
             raise RequestError(503, "the gateway is shutting down; retry", "shutting_down")
-        route = self._section().routes[name]
+        route = self._section().routes.get(name)
+        if route is None:  # the config in force no longer names it
+            raise RequestError(404, f"no webhook route {name}", "unknown_url")
         raw = await request.read()  # read by the control server under its webhook limit
         try:
             signed = verify(
@@ -112,10 +115,13 @@ class WebhookAdapter:
         extra = {"@route": name, "@event": signed.event, "@delivery": signed.delivery}
         template = Template.parse(route.template)
         text = template.render(payload, extra, route.field_chars, route.prompt_chars)
+        if text.strip().startswith("/"):  # a payload never runs a chat command (/reset, /stop)
+            text = COMMAND_GUARD + text
         chat_id = name
         if route.session_field:
             value = lookup(payload, tuple(route.session_field.split(".")))
-            chat_id = f"{name}:{cut(str(value if value is not None else ''), SESSION_CHARS)}"
+            shown = "".join(c if c.isprintable() else "?" for c in str(value or ""))
+            chat_id = f"{name}:{cut(shown, SESSION_CHARS)}"
         return MessageEvent.create(
             platform=PLATFORM,
             chat_type="dm",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -87,12 +89,13 @@ def routes(sink: CallbackSink | None = None) -> dict[str, Any]:
             "deliver": "callback",
             "callback_url": f"{sink.url}/hook" if sink else "http://127.0.0.1:9/hook",
         },
+        "raw": {"secret": SECRET, "template": "{text}", "session_field": "team"},
         "tg": {"secret": SECRET, "template": "to telegram {n}", "deliver": f"telegram:{CHAT}"},
-        # answered in the response within 2 s, else in the Telegram chat
+        # answered in the response within 1 s, else in the Telegram chat
         "slow": {
             "secret": SECRET,
             "template": "slow {n}",
-            "timeout_s": 2,
+            "timeout_s": 1,
             "fallback": f"telegram:{CHAT}",
         },
     }
@@ -172,10 +175,40 @@ def test_signed_requests_are_answered_and_the_rest_refused_without_a_model_call(
         tampered = raw.replace(b"ada", b"eve")
         assert post(gw, "gh", tampered, github(raw, "gh-2")).status_code == 401
         assert len(fake_llm.requests) == 2
+
+        # a payload's text is never a chat command; its session is the one its field names
+        cmd = json.dumps({"text": "/reset", "team": "ops"}).encode()
+        r = post(gw, "raw", cmd, signed(cmd, "raw-1"))
+        assert r.json()["text"] == "echo: [webhook] /reset"
+        assert r.json()["session"] == "raw:ops"
+        assert len(fake_llm.requests) == 3
     finally:
         gw.kill()
     log = (tmp_path / "home" / "logs" / "gateway.log").read_text()
     assert SECRET not in log and GH_SECRET not in log
+
+
+def test_doctor_and_config_check_look_at_the_routes(
+    tmp_path: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, sink: CallbackSink
+) -> None:
+    gw = gateway_for(tmp_path / "home", fake_llm, telegram, sink)
+    doctor = hermes(gw, "doctor")
+    assert "webhook" in doctor.stdout and "6 route(s)" in doctor.stdout, doctor.stdout
+    assert "cb (hermes, to callback)" in doctor.stdout
+    # without callback_networks the SSRF guard refuses the callback on 127.0.0.1
+    closed = gateway_for(tmp_path / "closed", fake_llm, telegram, sink, callback_networks=[])
+    refused = hermes(closed, "config", "check")
+    assert refused.returncode == 78, refused.stdout + refused.stderr
+    assert "platforms.webhook.routes.cb.deliver" in refused.stdout + refused.stderr
+    gw.env.pop("CI_HOOK_SECRET")
+    missing = hermes(gw, "config", "check")
+    assert missing.returncode == 78
+    assert "CI_HOOK_SECRET" in missing.stdout + missing.stderr
+
+
+def hermes(gw: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "hermes_gateway", *args, "--config", str(gw.config_path)]
+    return subprocess.run(command, env=gw.env, capture_output=True, text=True, timeout=60)
 
 
 def test_answers_go_to_a_callback_and_to_a_telegram_chat(
@@ -211,7 +244,7 @@ def test_an_answer_past_the_timeout_is_202_and_goes_to_the_fallback(
     gw = gateway_for(tmp_path / "home", fake_llm, telegram, sink)
     try:
         gw.start()
-        fake_llm.push(text("late answer", delay=4))
+        fake_llm.push(text("late answer", delay=2.5))
         body = b'{"n": 3}'
         r = post(gw, "slow", body, signed(body, "slow-1"))
         assert r.status_code == 202, r.text
