@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -211,6 +213,13 @@ def hermes(gw: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, env=gw.env, capture_output=True, text=True, timeout=60)
 
 
+def docs_sample() -> str:
+    """The ```sh block of docs/platforms.md's Webhook section."""
+    text = (Path(__file__).parents[2] / "docs" / "platforms.md").read_text()
+    section = text.split("\n## Webhook\n", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
 def test_answers_go_to_a_callback_and_to_a_telegram_chat(
     tmp_path: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, sink: CallbackSink
 ) -> None:
@@ -228,6 +237,13 @@ def test_answers_go_to_a_callback_and_to_a_telegram_chat(
         stamp = headers["X-Hermes-Signature"].split(",")[0][2:]
         mac = hmac.new(SECRET.encode(), f"{stamp}.cb-1.".encode() + raw, hashlib.sha256)
         assert headers["X-Hermes-Signature"].endswith(mac.hexdigest())
+
+        # the documented sample, as an operator pastes it: curl, the signature by openssl
+        if shutil.which("curl") and shutil.which("openssl"):
+            sample = docs_sample().replace("http://127.0.0.1:8642", gw.url)
+            env = {"PATH": os.environ["PATH"], "CI_HOOK_SECRET": SECRET}
+            shell = subprocess.run(["sh", "-c", sample], env=env, capture_output=True, text=True)
+            assert json.loads(shell.stdout)["text"] == "echo: CI alert disk: 95% full on db1"
 
         r = post(gw, "tg", body, signed(body, "tg-1"))
         assert r.status_code == 202
