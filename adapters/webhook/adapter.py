@@ -141,16 +141,12 @@ class WebhookAdapter:
         self, waiter: asyncio.Future[OutboundMessage], event: MessageEvent, route: WebhookRoute
     ) -> web.Response:
         """The answer within the route's timeout; else 202, and the answer, when it comes,
-        goes to the route's fallback."""
-        try:
-            message = await asyncio.wait_for(asyncio.shield(waiter), route.timeout_s)
-        except (TimeoutError, asyncio.CancelledError):
-            if not waiter.cancelled() and not waiter.done():
-                waiter.cancel()
-            elif waiter.done() and not waiter.cancelled():
-                return _answered(waiter.result(), event)
-            return _accepted(event, later=route.fallback)
-        return _answered(message, event)
+        goes to the route's fallback (so does one cut off by the gateway stopping)."""
+        await asyncio.wait({waiter}, timeout=route.timeout_s)
+        if waiter.done() and not waiter.cancelled():
+            return _answered(waiter.result(), event)
+        waiter.cancel()
+        return _accepted(event, later=route.fallback)
 
     async def _joined(
         self, first: asyncio.Future[OutboundMessage], event: MessageEvent, route: WebhookRoute
