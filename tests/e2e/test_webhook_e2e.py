@@ -100,6 +100,13 @@ def routes(sink: CallbackSink | None = None) -> dict[str, Any]:
             "timeout_s": 1,
             "fallback": f"telegram:{CHAT}",
         },
+        # the same with a timeout no test outlasts: a client still waits when the kill comes
+        "hold": {
+            "secret": SECRET,
+            "template": "slow {n}",
+            "timeout_s": 120,
+            "fallback": f"telegram:{CHAT}",
+        },
     }
 
 
@@ -195,7 +202,7 @@ def test_doctor_and_config_check_look_at_the_routes(
 ) -> None:
     gw = gateway_for(tmp_path / "home", fake_llm, telegram, sink)
     doctor = hermes(gw, "doctor")
-    assert "webhook" in doctor.stdout and "6 route(s)" in doctor.stdout, doctor.stdout
+    assert "webhook" in doctor.stdout and "7 route(s)" in doctor.stdout, doctor.stdout
     assert "cb (hermes, to callback)" in doctor.stdout
     # without callback_networks the SSRF guard refuses the callback on 127.0.0.1
     closed = gateway_for(tmp_path / "closed", fake_llm, telegram, sink, callback_networks=[])
@@ -287,7 +294,7 @@ def test_a_sigkill_with_requests_in_flight_delivers_each_once_after_the_restart(
         assert post(gw, "tg", body, signed(body, "tg-2")).status_code == 202
         # a synchronous request whose client waits when the gateway dies
         with ThreadPoolExecutor(1) as pool:
-            waiting = pool.submit(post, gw, "slow", body, signed(body, "slow-2"))
+            waiting = pool.submit(post, gw, "hold", body, signed(body, "hold-2"))
             wait_until(lambda: len(fake_llm.requests) == 3, timeout=20, explain=gw.story)
             gw.kill()  # SIGKILL: accepted means stored, so all are run again at the next start
             with pytest.raises(httpx.HTTPError):
@@ -305,7 +312,7 @@ def test_a_sigkill_with_requests_in_flight_delivers_each_once_after_the_restart(
         calls = len(fake_llm.requests)
         assert post(gw, "cb", body, signed(body, "cb-2")).json()["status"] == "duplicate"
         assert post(gw, "tg", body, signed(body, "tg-2")).json()["status"] == "duplicate"
-        assert post(gw, "slow", body, signed(body, "slow-2")).json()["status"] == "duplicate"
+        assert post(gw, "hold", body, signed(body, "hold-2")).json()["status"] == "duplicate"
         assert len(fake_llm.requests) == calls
     finally:
         gw.kill()
