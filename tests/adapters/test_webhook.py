@@ -1,21 +1,32 @@
 """The webhook platform's parts without a gateway: the template (substitution only, values and
 prompt cut to their caps), the signature schemes (constant-time, stale, swapped ids), the
-section's checks (`hermes config check`) and the doctor's probe of callback URLs."""
+section's checks (`hermes config check`), the doctor's probe of callback URLs, a callback's
+failures and a form body."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from urllib.parse import quote
 
 import httpx
 import pytest
+from aiohttp import web
 from pydantic import ValidationError
 
+from adapters.webhook.adapter import _parse
+from adapters.webhook.callback import Callbacks
 from adapters.webhook.probe import probe
 from adapters.webhook.settings import WebhookConfig, WebhookRoute, problems
 from adapters.webhook.signing import Unsigned, hermes_header, verify
 from adapters.webhook.template import Template, TemplateError
-from hermes_gateway.platform_spec import ProbeFailed
+from hermes_gateway.platforms import (
+    PermanentAdapterError,
+    ProbeFailed,
+    RequestError,
+    TransientAdapterError,
+)
+from tests.fakes.server import FakeServer
 
 SECRET = "0123456789abcdef-route-secret"
 NOW = 1_700_000_000.0
@@ -120,3 +131,51 @@ class TestChecks:
                 probe(loopback, http)
             allowed = loopback.model_copy(update={"callback_networks": ("127.0.0.0/8", "::1/128")})
             assert probe(allowed, http) == "1 route(s): ci (hermes, to callback)"
+
+
+class Receiver(FakeServer):
+    """Answers each callback POST with the next scripted status."""
+
+    def __init__(self, *statuses: int) -> None:
+        super().__init__()
+        self.statuses = list(statuses)
+        self.app.router.add_post("/hook", self._hook)
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=self.statuses.pop(0))
+
+
+async def test_a_callback_failure_is_transient_or_permanent_by_its_cause() -> None:
+    receiver = Receiver(500, 429, 404, 302, 200)
+    receiver.start()
+    allowed = Callbacks(("127.0.0.1/32",))
+    try:
+        url = f"{receiver.url}/hook"
+        for _ in range(2):  # 5xx and 429: offered again later
+            with pytest.raises(TransientAdapterError):
+                await allowed.post(url, SECRET, "d-1", {"text": "x"})
+        for _ in range(2):  # 4xx and a redirect, which is not followed
+            with pytest.raises(PermanentAdapterError):
+                await allowed.post(url, SECRET, "d-1", {"text": "x"})
+        await allowed.post(url, SECRET, "d-1", {"text": "x"})
+        # without callback_networks the guard refuses loopback before any connection
+        closed = Callbacks(())
+        with pytest.raises(PermanentAdapterError, match="refused"):
+            await closed.post(url, SECRET, "d-1", {"text": "x"})
+        await closed.close()
+        assert receiver.statuses == []
+    finally:
+        await allowed.close()
+        receiver.stop()
+
+
+async def test_a_form_body_is_read_from_its_payload_field() -> None:
+    form = "payload=" + quote('{"zen": "hi"}')
+    assert await _parse(form.encode(), "application/x-www-form-urlencoded; charset=utf-8") == {
+        "zen": "hi"
+    }
+    with pytest.raises(RequestError):
+        await _parse(b"other=1", "application/x-www-form-urlencoded")
+    with pytest.raises(RequestError):
+        await _parse(b"[[[", "application/json")
