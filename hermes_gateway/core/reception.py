@@ -19,7 +19,7 @@ from hermes_gateway.core.bus import EventBus
 from hermes_gateway.core.commands import Commands, parse_command
 from hermes_gateway.core.delivery import Delivery
 from hermes_gateway.core.runner import GatewayRunner
-from hermes_gateway.errors import StoreError
+from hermes_gateway.errors import PermanentAdapterError, StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage, Sender, encodable
 from hermes_gateway.metrics import Metrics
 from hermes_gateway.platform_spec import capabilities
@@ -264,6 +264,12 @@ class Reception:
 
     def shares(self, role: str, count: int) -> Shares:
         return self.roles.shares(role, count)
+
+    async def relay(self, message: OutboundMessage) -> None:
+        adapter = self.adapters.get(message.platform)
+        if adapter is None:
+            raise PermanentAdapterError(f"platform {message.platform!r} is not running here")
+        await adapter.send(message)
 
     async def remember_preview(self, event: MessageEvent, ref: str) -> None:
         with contextlib.suppress(StoreError):  # the preview goes on; only a replay misses it

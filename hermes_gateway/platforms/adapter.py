@@ -193,6 +193,14 @@ class AdapterHost(Protocol):
         the replay after a crash can finish it (`PreviewResumer`); never raises."""
         ...
 
+    async def relay(self, message: OutboundMessage) -> None:
+        """Send ``message`` through the adapter of its own platform (``message.platform``), as
+        a scheduled job's answer goes to its chat: for a platform whose answers go to a chat
+        elsewhere (the webhook's ``deliver``). Its intent and progress hooks are the caller's,
+        so the caller's inbox entry records how far it got. Raises `PermanentAdapterError`
+        when that platform is not running, else what its adapter's `send` raises."""
+        ...
+
 
 @runtime_checkable
 class Adapter(Protocol):

@@ -71,6 +71,8 @@ OPTIONAL = (
     "hermes_gateway.memory.archive",
     "hermes_gateway.memory.service",
     "hermes_gateway.memory.embeddings",
+    # the webhook platform's adapter and what it sends with (its spec is loaded with the config)
+    *(f"adapters.webhook.{name}" for name in ("adapter", "callback", "signing", "probe")),
     *(
         f"hermes_gateway.cluster.{name}"
         for name in ("on_redis", "build", "local", "ownership", "carry", "keeping", "peers")
