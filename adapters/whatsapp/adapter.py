@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -198,18 +196,19 @@ class WhatsAppAdapter:
                 )
 
     async def _messages(self, delivery: Delivery) -> bool:
-        """Every message of the delivery submitted; False when one was not taken (kept)."""
+        """Every message of the delivery submitted; False when one was not taken (kept). When
+        its sender wrote is kept first, so the reply (which may come at once) knows the window."""
         kept = False
         for message, profile in delivery.messages:
-            taken = await self.intake.take(partial(_read, message, profile), durable=True)
-            event = taken.event
-            if event is None:
+            inbound = normalize(message, profile)
+            if inbound is None:
                 continue
+            event = inbound.event
+            await self.ledger.heard_from(event.chat_id, _sent_at(message.get("timestamp")))
+            taken = await self.intake.take(partial(_given, inbound), durable=True)
             if taken.keep:
                 kept = True
                 log.warning("whatsapp.message_not_taken", message_id=event.message_id)
-                continue
-            await self.ledger.heard_from(event.chat_id, _sent_at(message.get("timestamp")))
         return not kept
 
     # -- delivery -----------------------------------------------------------------------
@@ -288,9 +287,10 @@ def token_rejected(error: str) -> str:
     return f"access token rejected ({error}); renew platforms.whatsapp.access_token"
 
 
-def _read(message: Mapping[str, Any], profile: str, _per_user: bool) -> Inbound | None:
-    """One message for the intake (a WhatsApp chat is one to one: no per-user setting)."""
-    return normalize(message, profile)
+def _given(inbound: Inbound, _per_user: bool) -> Inbound:
+    """The intake's read step for a message already read (every WhatsApp chat is one to one:
+    the per-user setting changes nothing)."""
+    return inbound
 
 
 def _sent_at(stamp: object) -> float:

@@ -230,19 +230,25 @@ def events_of(gateway: GatewayProcess) -> list[str]:
 def test_a_closed_window_without_a_template_is_logged_not_silent(
     tmp_path: Path, fake_llm: FakeOpenAI, wa: FakeWhatsApp
 ) -> None:
-    gateway = wa_gateway(tmp_path / "home", fake_llm, wa)
+    gateway = wa_gateway(tmp_path / "home", fake_llm, wa, allowed_users=[ALICE, BOB])
+    day_ago = str(int(time.time()) - 25 * 3600)
     try:
         gateway.start()
         wait_until(lambda: ready(gateway), timeout=20)
-        late = wa.message(ALICE, "text", {"body": "hello after a while"})
-        wa.last_wrote[ALICE] = time.time() - 25 * 3600
+        # a message that reached the gateway a day late: its own time says the window closed
+        assert wa.deliver(wa.message(ALICE, "text", {"body": "sent long ago"}, timestamp=day_ago))
+        wait_until(lambda: events_of(gateway).count("whatsapp.window_closed") == 1, timeout=20)
+        late = wa.message(BOB, "text", {"body": "hello after a while"})
+        wa.last_wrote[BOB] = time.time() - 25 * 3600  # Meta says the window is closed
         assert wa.deliver(late) == 200
-        wait_until(lambda: "whatsapp.window_closed" in events_of(gateway), timeout=20)
+        wait_until(lambda: events_of(gateway).count("whatsapp.window_closed") == 2, timeout=20)
     finally:
         gateway.kill()
-    [closed] = [e for e in gateway.log_events() if e["event"] == "whatsapp.window_closed"]
-    assert closed["level"] == "error" and "no template configured" in closed["hint"]
+    closed = [e for e in gateway.log_events() if e["event"] == "whatsapp.window_closed"]
+    assert [e["chat_id"] for e in closed] == [ALICE, BOB]
+    assert all(e["level"] == "error" and "no template configured" in e["hint"] for e in closed)
     assert wa.sent == []
+    assert [a["to"] for a in wa.attempts] == [BOB]  # refused by Graph; Alice's never tried
 
 
 def test_doctor_checks_the_token_against_the_graph_api(

@@ -103,6 +103,7 @@ class FakeWhatsApp(FakeServer):
         self.templates: set[str] = {"hello_again"}
         self.last_wrote: dict[str, float] = {}  # user -> when they last wrote (the window)
         self.sent: list[JSON] = []  # every message the gateway sent, as posted
+        self.attempts: list[JSON] = []  # every send asked for, taken or refused
         self.reads: list[JSON] = []  # every read receipt (and typing indicator)
         self.calls: list[tuple[str, str]] = []  # (method, path) of every Graph call
         self.media: dict[str, tuple[bytes, str]] = {}  # media id -> (bytes, mime type)
@@ -184,6 +185,7 @@ class FakeWhatsApp(FakeServer):
         if body.get("status") == "read":
             self.reads.append(body)
             return web.json_response({"success": True})
+        self.attempts.append(body)
         if self._fail:
             return graph_error(self._fail.pop(0))
         return self._accept(body)
