@@ -88,6 +88,7 @@ def check_the_gates(wa: FakeWhatsApp, llm: FakeOpenAI) -> None:
     # not even JSON: a 401 (not a 400) shows nothing parsed it before the signature check
     assert wa.deliver(b"{not json", signature="sha256=" + "1" * 64) == 401
     assert wa.deliver(b"{not json") == 400  # signed, then parsed
+    assert wa.deliver(b"x" * 300_000) == 413  # over control.max_webhook_body_bytes: not read
     assert llm.requests == [] and wa.sent == []
 
 
@@ -111,7 +112,7 @@ def check_odd_payloads(wa: FakeWhatsApp) -> None:
 def test_a_whatsapp_chat_end_to_end_through_the_daemon(
     tmp_path: Path, fake_llm: FakeOpenAI, wa: FakeWhatsApp
 ) -> None:
-    gateway = wa_gateway(tmp_path / "home", fake_llm, wa, pairing=True)
+    gateway = wa_gateway(tmp_path / "home", fake_llm, wa, pairing=True, media_max_bytes=30_000)
     paragraphs = [f"part{n} " + " ".join(f"w{n}x{j}" for j in range(500)) for n in (1, 2, 3)]
     try:
         gateway.start()
@@ -150,11 +151,17 @@ def test_a_whatsapp_chat_end_to_end_through_the_daemon(
         assert wa.media_fetches == ["MEDIA123"]  # fetched from the Graph media url, on demand
         content = fake_llm.requests[-1]["messages"][-1]["content"]
         assert any(p.get("type") == "image_url" for p in content if isinstance(p, dict))
+        wa.add_media("MEDIABIG", PNG + bytes(40_000), "image/png")  # over media_max_bytes
+        big = {"id": "MEDIABIG", "mime_type": "image/png"}
+        assert wa.deliver(wa.message(ALICE, "image", big)) == 200
+        answers(wa, ALICE, 8)
+        assert ("GET", "/v21.0/MEDIABIG") in wa.calls  # looked up, its size said no
+        assert wa.media_fetches == ["MEDIA123"]  # and never downloaded
 
         check_odd_payloads(wa)
         check_pairing(gateway, wa, fake_llm)
         wa.send_text(ALICE, "still there?")  # nothing odd stopped the intake
-        assert answers(wa, ALICE, 8)[-1] == "echo: still there?"
+        assert answers(wa, ALICE, 9)[-1] == "echo: still there?"
         gateway.signal(signal.SIGTERM)
         assert gateway.wait(15) == 0
     finally:
