@@ -80,9 +80,10 @@ class WhatsAppAdapter:
         self.supervisor = Supervisor(
             self.name, self._check_once, backoff=Backoff(0.5, 30.0, factor=1.5)
         )
+        self.typing: TypingIndicator | None = None
         if config.typing or config.read_receipts:
             # the read receipt and the typing indicator are one Graph call
-            TypingIndicator(
+            self.typing = TypingIndicator(
                 host.bus, self.name, self._mark_read, interval=TYPING_EVERY_S, first_after=0.0
             )
         path = config.webhook_path
@@ -146,6 +147,8 @@ class WhatsAppAdapter:
     async def close(self) -> None:
         self._stopped = True
         self._accepting = False
+        if self.typing is not None:
+            self.typing.stop_all()
         await self.supervisor.stop()
         await self.files.aclose()
         if self.graph is not None:

@@ -36,7 +36,8 @@ class Proofs:
     async def went_out(self, key: str) -> bool:
         """Whether Meta took the part sent with ``key``: its status is recorded, or arrives
         within ``wait_s``; False otherwise (it is then sent again: a double, never a loss)."""
-        if await self.ledger.was_sent(key):
+        if await self.ledger.was_sent(key):  # its status came before the replay asked
+            log.info("whatsapp.part_in_doubt", key=key, went_out=True, waited=False)
             return True
         event = self._waiting.setdefault(key, asyncio.Event())
         try:
@@ -47,7 +48,7 @@ class Proofs:
         finally:
             self._waiting.pop(key, None)
         found = await self.ledger.was_sent(key)
-        log.info("whatsapp.part_in_doubt", key=key, went_out=found, waited_s=self.wait_s)
+        log.info("whatsapp.part_in_doubt", key=key, went_out=found, waited=True)
         return found
 
 
