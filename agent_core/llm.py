@@ -65,6 +65,29 @@ class LLMSettings:
     connections: int | None = None
 
 
+class LazyClient:
+    """An `sdk_client` built at its first use (the SDK is the daemon's biggest import), one
+    for the process, safe to share across threads: the transcription and embeddings clients."""
+
+    def __init__(self, base_url: str, api_key: str, timeout_s: float) -> None:
+        self._args = (base_url, api_key, timeout_s)
+        self._client: openai.OpenAI | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                self._client = sdk_client(*self._args)
+            return self._client
+
+    def close(self) -> None:
+        """Its connections closed, if it was ever built (blocking: call it off the loop)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
 def sdk_client(
     base_url: str, api_key: str, timeout_s: float, connections: int | None = None
 ) -> openai.OpenAI:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from hermes_gateway.dashboard import Dashboard
     from hermes_gateway.liveness.sdnotify import SystemdNotifier
     from hermes_gateway.mcp.manager import McpManager
+    from hermes_gateway.media_in.prepare import InboundMedia
     from hermes_gateway.memory.host import MemoryHost
     from hermes_gateway.metrics import Metrics
     from hermes_gateway.platforms.access import Gatekeeper
@@ -95,6 +96,7 @@ class LifecycleParts:
     control: ControlServer
     scheduler: SchedulerService | None
     notifier: SystemdNotifier
+    media: InboundMedia | None  # its transcription client, closed once the runs have ended
     tracer: Tracer = OFF  # its queued spans are exported last, within a timeout
 
 
@@ -249,6 +251,8 @@ class Lifecycle:
         await self._listen()
         stops.push_async_callback(self._end_background)
         stops.push_async_callback(asyncio.to_thread, self.parts.tracer.shutdown)
+        if self.parts.media is not None:
+            stops.push_async_callback(self.parts.media.close)
         stops.push_async_callback(asyncio.to_thread, self.parts.pool.shutdown)
         # undelivered replies wait in the inbox for the next start
         stops.push_async_callback(self.parts.delivery.close)

@@ -152,6 +152,7 @@ class Gateway(Lifecycle):
                 notify=lambda event, text: self.here.notify(event, text),
                 tell_waiting_after_s=config.cluster.waiting_notice_s,
             )
+        self.media = inbound_media(config, self.adapters)  # voice notes and images, as runs start
         self.runner = GatewayRunner(
             config.runner,  # a restart's to change, like every section but access and log level
             store=self.store,
@@ -167,7 +168,7 @@ class Gateway(Lifecycle):
             on_turn=self.memory.turn_done if config.memory.auto_retain else None,
             leases=None if self.ownership is None else self.ownership.keeping,
             job_ledger=None if self.job_service is None else self.job_service.ledger,
-            media=inbound_media(config, self.adapters),
+            media=self.media,
             tracer=self.tracer,
         )
         self.commands = Commands(
@@ -274,6 +275,7 @@ class Gateway(Lifecycle):
             control=self.control,
             scheduler=self.scheduler,
             notifier=self.notifier,
+            media=self.media,
             tracer=self.tracer,
         )
 

@@ -64,6 +64,11 @@ class InboundMedia:
         self.adapters = adapters
         self.transcriber = transcriber
 
+    async def close(self) -> None:
+        """At shutdown, once no run is left: the transcription client's connections."""
+        if self.transcriber is not None:
+            await asyncio.to_thread(self.transcriber.close)
+
     async def prepare(self, events: list[MessageEvent]) -> TurnInput:
         notices: list[str] = []
         out = [await self._transcribed(e, notices) for e in events]

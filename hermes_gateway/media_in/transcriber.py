@@ -3,16 +3,15 @@ SDK, one multipart upload per file. Blocking: the gateway calls it with `asyncio
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent_core.completion import ModelError
-from agent_core.llm import sdk_client
+from agent_core.llm import LazyClient
 
 if TYPE_CHECKING:
-    import openai
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,19 +27,10 @@ class Transcriber:
 
     def __init__(self, settings: TranscriptionSettings) -> None:
         self.settings = settings
-        self._client: openai.OpenAI | None = None
-        self._lock = threading.Lock()
-
-    def _sdk(self) -> openai.OpenAI:
-        with self._lock:
-            if self._client is None:
-                s = self.settings
-                self._client = sdk_client(s.base_url, s.api_key, s.timeout_s)
-            return self._client
+        self._client = LazyClient(settings.base_url, settings.api_key, settings.timeout_s)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        self._client.close()
 
     def transcribe(self, path: Path, name: str) -> str:
         """The words spoken in the audio file at ``path``; raises `ModelError` on any failure
@@ -52,7 +42,7 @@ class Transcriber:
             with path.open("rb") as audio:
                 upload = (upload_name(audio.read(12), name), audio)
                 audio.seek(0)
-                result = self._sdk().audio.transcriptions.create(
+                result = self._client.get().audio.transcriptions.create(
                     model=self.settings.model, file=upload, response_format="json"
                 )
         except openai.APIStatusError as exc:

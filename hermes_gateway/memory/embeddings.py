@@ -7,7 +7,6 @@ Blocking: the archive calls it with `asyncio.to_thread`, never on the event loop
 from __future__ import annotations
 
 import math
-import threading
 import time
 from array import array
 from dataclasses import dataclass
@@ -16,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core.completion import ModelError, status_error
-from agent_core.llm import sdk_client
+from agent_core.llm import LazyClient
 
 if TYPE_CHECKING:
-    import openai
+    pass
 
 log = structlog.get_logger("hermes.memory")
 
@@ -39,23 +38,15 @@ class Embedder:
 
     def __init__(self, settings: EmbeddingSettings) -> None:
         self.settings = settings
-        self._client: openai.OpenAI | None = None
-        self._lock = threading.Lock()
+        # retries: our own loop, with the chat client's rules
+        self._client = LazyClient(settings.base_url, settings.api_key, settings.timeout_s)
 
     @property
     def model(self) -> str:
         return self.settings.model
 
-    def _sdk(self) -> openai.OpenAI:
-        with self._lock:
-            if self._client is None:  # retries: our own loop, with the chat client's rules
-                s = self.settings
-                self._client = sdk_client(s.base_url, s.api_key, s.timeout_s)
-            return self._client
-
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        self._client.close()
 
     def embed(self, texts: list[str]) -> list[bytes]:
         """Each text's unit vector as float32 bytes, in order; raises `ModelError`."""
@@ -82,7 +73,7 @@ class Embedder:
         import openai
 
         try:
-            response = self._sdk().embeddings.create(
+            response = self._client.get().embeddings.create(
                 model=self.settings.model, input=batch, encoding_format="float"
             )
             rows = sorted(response.data, key=lambda d: d.index)
