@@ -78,6 +78,8 @@ class FakeSignalCli(FakeServer):
         self.calls: list[str] = []
         self.fail_next: dict[str, int] = {}  # method -> its next call's error code
         self.after_send: Callable[[JSON], None] | None = None  # e.g. a SIGKILL of the gateway
+        # before a send goes out: True drops it (the daemon died first; answered with -3)
+        self.before_send: Callable[[JSON], bool] | None = None
         self._lock = threading.Lock()
         self._queued: list[JSON] = []  # envelopes for the account while the daemon is down
         self._kept: deque[tuple[str, str]] = deque(maxlen=KEPT)
@@ -281,6 +283,8 @@ class FakeSignalCli(FakeServer):
         if method == "send":
             if not p.get("message") and not p.get("attachments"):
                 raise RpcFailure(-32602, "No message given")
+            if self.before_send is not None and self.before_send(p):
+                raise RpcFailure(-3, "Failed to send message: connection closed")
             return self._sent(p, self.sent)
         raise RpcFailure(-32601, f"Method not implemented: {method}")
 
