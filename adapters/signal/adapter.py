@@ -21,6 +21,7 @@ from adapters.signal.rpc import Daemon, RpcError
 from adapters.signal.settings import SignalConfig
 from adapters.signal.stream import Event, envelope, events
 from hermes_gateway.platforms import (
+    AdapterAuthError,
     AdapterError,
     AdapterHost,
     Attachment,
@@ -120,7 +121,9 @@ class SignalAdapter:
             if isinstance(item, dict) and item.get("number") == account:
                 uuid = item.get("uuid") or item.get("aci") or ""
                 return Me(account, uuid if isinstance(uuid, str) else "")
-        error = AdapterError(f"platforms.signal.account: {account} is not registered on the daemon")
+        error = AdapterAuthError(
+            f"platforms.signal.account: {account} is not registered or linked on the daemon"
+        )
         log.error("signal.account_unknown", account=account)
         raise GiveUp(str(error)) from error
 

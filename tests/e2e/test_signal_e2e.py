@@ -200,3 +200,26 @@ def test_signal_daemon_restarting_loses_nothing(
     assert replies[0] == "echo: before" and len(replies) == len(set(replies)) <= 3
     asked = str([r["messages"] for r in fake_llm.requests])
     assert "while down 1" in asked and "while down 2" in asked
+
+
+def test_doctor_checks_the_daemon_and_an_unknown_account_exits_78(
+    tmp_path: Path, fake_llm: FakeOpenAI, daemon: FakeSignalCli
+) -> None:
+    gateway = signal_gateway(tmp_path / "home", fake_llm, daemon)
+    doctor = hermes(gateway, "doctor", "--config", "CONFIG")
+    assert f"valid: {daemon.account} on signal-cli 0.13.99-fake" in doctor.stdout, doctor.stdout
+    daemon.registered = False
+    doctor = hermes(gateway, "doctor", "--config", "CONFIG")
+    line = next(ln for ln in doctor.stdout.splitlines() if ln.startswith("signal"))
+    assert "FAIL" in line and "not registered or linked" in line, doctor.stdout
+    try:
+        gateway.start(wait=False)
+        code = gateway.wait(30)
+    finally:
+        gateway.kill()
+    assert code == 78, gateway.stderr()
+    assert "platforms.signal.account" in gateway.stderr()
+    daemon.stop()
+    doctor = hermes(gateway, "doctor", "--config", "CONFIG")
+    line = next(ln for ln in doctor.stdout.splitlines() if ln.startswith("signal"))
+    assert "FAIL" in line and "unreachable" in line, doctor.stdout
