@@ -197,7 +197,9 @@ class SignalAdapter:
         def read(per_user: bool) -> Inbound | None:
             return normalize(raw, self.me, per_user=per_user)
 
-        while (await self.intake.take(read, durable=True)).keep:
+        while (taken := await self.intake.take(read, durable=True)).keep:
+            if taken.outcome == "closed":  # shutting down: the cursor stays before it
+                raise TransientAdapterError("signal: the gateway is shutting down")
             log.warning("signal.store_unavailable")  # the cursor stays: wait, then again
             await self.host.writable()
 

@@ -68,11 +68,15 @@ class Ledger:
         raw = await asyncio.to_thread(_read, self.path)
         if raw is None:
             return
+        try:
+            sent = [Sent(str(i[0]), int(i[1]), str(i[2])) for i in raw.get("sent") or []]
+            seen = [Seen(str(i[0]), int(i[1]), str(i[2])) for i in raw.get("seen") or []]
+        except (TypeError, ValueError, LookupError) as exc:
+            log.warning("signal.ledger_unreadable", path=str(self.path), error=str(exc))
+            return
         self.cursor = str(raw.get("cursor") or "")
-        for item in raw.get("sent") or []:
-            self.sent.append(Sent(str(item[0]), int(item[1]), str(item[2])))
-        for item in raw.get("seen") or []:
-            self.seen.append(Seen(str(item[0]), int(item[1]), str(item[2])))
+        self.sent.extend(sent)
+        self.seen.extend(seen)
 
     def note_sent(self, sent: Sent) -> None:
         self.sent.append(sent)

@@ -13,10 +13,11 @@ import structlog
 
 from adapters.signal.inbound import GROUP, quoted, target
 from adapters.signal.ledger import Ledger, Sent
-from adapters.signal.rpc import Daemon, RpcError
+from adapters.signal.rpc import Daemon, RpcError, Unreached
 from hermes_gateway.platforms import (
     OutboundMessage,
     PermanentAdapterError,
+    RateLimitedError,
     Target,
     TransientAdapterError,
     Upload,
@@ -28,6 +29,7 @@ log = structlog.get_logger("hermes.adapters.signal")
 _PLAIN = Target(str, str, str)
 # a send's per-recipient results that mean the message did not reach anyone for now
 _RETRYABLE = frozenset({"NETWORK_FAILURE", "RATE_LIMIT_FAILURE"})
+SEND_ATTEMPTS = 4  # waits 1, 2, 4 s between: a daemon restarting under systemd is back
 
 
 def split(text: str, limit: int) -> list[str]:
@@ -41,7 +43,24 @@ def now_ms() -> int:
 async def send_message(
     daemon: Daemon, ledger: Ledger, chat: str, params: dict[str, Any], key: str = ""
 ) -> int:
-    """One ``send`` to ``chat``; its timestamp, recorded (with ``key``) before this returns."""
+    """One ``send`` to ``chat``; its timestamp, recorded (with ``key``) before this returns.
+    Repeated only when it surely did not go out: the daemon was not reached, or it refused at
+    Signal's rate limit (a restarting daemon is back within the retries)."""
+    for attempt in range(1, SEND_ATTEMPTS + 1):
+        try:
+            return await _send_once(daemon, ledger, chat, params, key)
+        except (Unreached, RateLimitedError) as exc:
+            if attempt == SEND_ATTEMPTS:
+                raise
+            wait = exc.retry_after if isinstance(exc, RateLimitedError) else 0.5 * 2**attempt
+            log.warning("signal.send_retry", attempt=attempt, error=str(exc))
+            await asyncio.sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _send_once(
+    daemon: Daemon, ledger: Ledger, chat: str, params: dict[str, Any], key: str
+) -> int:
     result = await daemon.call("send", {**target(chat), **params})
     ts = result.get("timestamp") if isinstance(result, dict) else None
     if not isinstance(ts, int):

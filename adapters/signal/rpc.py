@@ -37,6 +37,10 @@ class RpcError(PermanentAdapterError):
         self.code = code
 
 
+class Unreached(TransientAdapterError):
+    """The call never reached the daemon (the connection was refused): safe to repeat."""
+
+
 class Daemon:
     """Calls on one daemon, on a keep-alive aiohttp session opened on first use. Nothing is
     retried here: a `send` whose answer was lost may have gone out, so its caller decides."""
@@ -79,7 +83,10 @@ class Daemon:
                 if resp.status >= 500 or resp.status in (404, 408, 429):
                     raise TransientAdapterError(f"signal-cli {method}: HTTP {resp.status}")
                 raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
+        except aiohttp.ClientConnectorError as exc:
+            raise Unreached(f"signal-cli {method}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            # the request may have been taken (a send may have gone out): not repeated here
             reason = str(exc) or type(exc).__name__
             raise TransientAdapterError(f"signal-cli {method}: {reason}") from exc
         return answer(method, raw)

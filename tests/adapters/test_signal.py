@@ -17,6 +17,7 @@ from adapters.signal.inbound import GROUP, Me, evidence, normalize, quoted
 from adapters.signal.ledger import Ledger, Seen, Sent, digest
 from adapters.signal.media import fetch
 from adapters.signal.probe import probe
+from adapters.signal.replies import send_message
 from adapters.signal.rpc import Daemon, RpcError, answer
 from adapters.signal.settings import SignalConfig
 from adapters.signal.stream import _parse, envelope
@@ -138,10 +139,11 @@ async def test_evidence_is_an_unrecorded_send_after_the_intent_or_the_parts_tran
 
 
 async def test_a_torn_ledger_file_starts_afresh(tmp_path: Path) -> None:
-    (tmp_path / "l.json").write_text('{"cursor": "1-2", "sent": [[')
-    ledger = Ledger(tmp_path / "l.json")
-    await ledger.load()
-    assert ledger.cursor == "" and not ledger.sent
+    for torn in ('{"cursor": "1-2", "sent": [[', '{"cursor": "1-2", "sent": [["+1", "x", ""]]}'):
+        (tmp_path / "l.json").write_text(torn)
+        ledger = Ledger(tmp_path / "l.json")
+        await ledger.load()
+        assert ledger.cursor == "" and not ledger.sent
 
 
 async def test_the_event_stream_wire_format() -> None:
@@ -212,3 +214,21 @@ async def test_attachments_are_fetched_under_the_cap(daemon: FakeSignalCli, tmp_
     finally:
         await client.close()
     assert daemon.calls.count("getAttachment") == 3
+
+
+async def test_a_send_the_daemon_never_got_is_repeated_once_it_is_back(
+    daemon: FakeSignalCli, tmp_path: Path
+) -> None:
+    client = Daemon(daemon.url, daemon.account, 5)
+    ledger = Ledger(tmp_path / "l.json")
+    daemon.stop()
+    sending = asyncio.ensure_future(send_message(client, ledger, ALICE, {"message": "hi"}, "k"))
+    await asyncio.sleep(0.3)
+    assert not sending.done()  # refused: waiting to try again
+    await asyncio.to_thread(daemon.restart)
+    try:
+        ts = await asyncio.wait_for(sending, 10)
+    finally:
+        await client.close()
+    assert [m["timestamp"] for m in daemon.sent] == [ts]
+    assert ledger.by_key("k") == Sent(ALICE, ts, "k")

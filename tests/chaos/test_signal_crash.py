@@ -121,6 +121,7 @@ def test_a_part_the_daemon_never_sent_is_sent_after_the_restart(
     assert any(e["event"] == "signal.part_not_found" for e in gw.log_events())
 
 
+@pytest.mark.slow  # the fallback; the default suite keeps the found and the never-sent cases
 def test_without_a_receipt_the_part_in_doubt_is_sent_again(
     tmp_path: Path, llm: FakeOpenAI, daemon: FakeSignalCli
 ) -> None:
