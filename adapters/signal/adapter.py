@@ -94,7 +94,8 @@ class SignalAdapter:
 
     async def _connect_once(self) -> None:
         if not self.lease.leading:
-            self.supervisor.down("standing by: another instance reads the Signal stream")
+            # replies still go out from here: ready, though the stream is another's
+            self.supervisor.ready("stand-by: another instance reads the Signal stream")
             await self.lease.acquire()
         self.me = await self._identify()
         stream = asyncio.ensure_future(self._read())
