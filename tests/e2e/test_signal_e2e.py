@@ -5,6 +5,7 @@ fetched on demand, junk on the stream skipped, and the daemon restarting with me
 
 from __future__ import annotations
 
+import base64
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from tests.e2e.daemon import GatewayProcess
 from tests.e2e.test_toy_platform import hermes
-from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.fakes.signal import FakeSignalCli
 from tests.integration.test_tools_gateway import PNG
@@ -46,7 +47,8 @@ def signal_gateway(
         **extra,
     }
     model = {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0, "vision": True}
-    return GatewayProcess(home, {"model": model, "platforms": {"signal": section}})
+    tools = {"enabled": ["read_file", "write_file", "send_file", "vision_analyze"]}
+    return GatewayProcess(home, {"model": model, "tools": tools, "platforms": {"signal": section}})
 
 
 def ready(gateway: GatewayProcess) -> bool:
@@ -71,6 +73,7 @@ def test_signal_chats_end_to_end(
         _a_command_and_a_long_answer(fake_llm, daemon)
         _attachments_are_named_and_fetched_on_demand(fake_llm, daemon)
         _junk_on_the_stream_is_skipped(gateway, daemon)
+        _a_file_goes_as_an_attachment_and_typing_shows_while_working(fake_llm, daemon)
         gateway.signal(signal.SIGTERM)
         assert gateway.wait(20) == 0, gateway.stderr()
     finally:
@@ -223,3 +226,23 @@ def test_doctor_checks_the_daemon_and_an_unknown_account_exits_78(
     doctor = hermes(gateway, "doctor", "--config", "CONFIG")
     line = next(ln for ln in doctor.stdout.splitlines() if ln.startswith("signal"))
     assert "FAIL" in line and "unreachable" in line, doctor.stdout
+
+
+def _a_file_goes_as_an_attachment_and_typing_shows_while_working(
+    llm: FakeOpenAI, daemon: FakeSignalCli
+) -> None:
+    before = len(texts_to(daemon, ALICE))
+    llm.push(
+        tool_calls(("write_file", {"path": "report.txt", "content": "the report\n"})),
+        tool_calls(("send_file", {"path": "report.txt", "caption": "your report"})),
+        text("Here it is.", delay=1.0),  # long enough for the typing indicator
+    )
+    daemon.send_text(ALICE, "send me the report")
+    wait_until(lambda: len(texts_to(daemon, ALICE)) == before + 2, timeout=30)
+    answer, upload = daemon.messages_to(ALICE)[before:]
+    assert answer["message"] == "Here it is."
+    assert upload["message"] == "your report"
+    [uri] = upload["attachments"]
+    assert uri.startswith("data:") and ";filename=report.txt;" in uri
+    assert base64.b64decode(uri.split("base64,", 1)[1]) == b"the report\n"
+    assert daemon.typing and daemon.typing[-1]["recipient"] == [ALICE]
