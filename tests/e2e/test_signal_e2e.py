@@ -22,7 +22,7 @@ from tests.fakes.signal import FakeSignalCli
 from tests.integration.test_tools_gateway import PNG
 
 pytestmark = [pytest.mark.e2e]
-ALICE, MALLORY = "+15550000002", "+15550000003"
+ALICE, MALLORY, CAROL = "+15550000002", "+15550000003", "+15550000004"
 GROUP = "R3JvdXBJZEJhc2U2NEdyb3VwSWRCYXNlNjQ9PT09PT0="
 
 
@@ -63,7 +63,7 @@ def test_signal_chats_end_to_end(
     tmp_path: Path, fake_llm: FakeOpenAI, daemon: FakeSignalCli
 ) -> None:
     gateway = signal_gateway(tmp_path / "home", fake_llm, daemon)
-    daemon.groups[GROUP] = [ALICE, MALLORY]
+    daemon.groups[GROUP] = [ALICE, MALLORY, CAROL]
     try:
         gateway.start()
         wait_until(lambda: ready(gateway), timeout=20, explain=gateway.story)
@@ -112,6 +112,8 @@ def _a_group_is_answered_only_when_mentioned_or_replied_to(
     llm: FakeOpenAI, daemon: FakeSignalCli
 ) -> None:
     asked = len(llm.requests)
+    me = [daemon.mention_of_me()]
+    daemon.send_text(CAROL, "\ufffc let me in too", group=GROUP, mentions=me)  # not allowed
     daemon.send_text(ALICE, "just chatting", group=GROUP)
     daemon.send_text(ALICE, "\ufffc what is up", group=GROUP, mentions=[daemon.mention_of_me()])
     [answer] = wait_until(lambda: texts_to(daemon, GROUP), timeout=20)
@@ -121,7 +123,9 @@ def _a_group_is_answered_only_when_mentioned_or_replied_to(
     daemon.send_text(ALICE, "and then?", group=GROUP, quote=quote)
     wait_until(lambda: len(texts_to(daemon, GROUP)) == 2, timeout=20)
     assert texts_to(daemon, GROUP)[1] == "echo: and then?"
-    assert len(llm.requests) == asked + 2  # the unaddressed message reached no model
+    # neither the unaddressed message nor the stranger's mention reached the model
+    assert len(llm.requests) == asked + 2
+    assert texts_to(daemon, CAROL) == []  # no pairing code in a group either
 
 
 def _a_command_and_a_long_answer(llm: FakeOpenAI, daemon: FakeSignalCli) -> None:
