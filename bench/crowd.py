@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-import aiohttp
+from urllib.parse import urlsplit
 
 from bench import lag
 from bench.driver import Load, percentile
@@ -121,8 +122,8 @@ async def crowd_load(side: Side, n: int, delay: float) -> dict[str, Any]:
     before = await _scrape(side, metrics)
     idle_rss = inst.rss_mb()
     cpu = inst.cpu_s()
-    stop = asyncio.Event()
-    watch = asyncio.create_task(_watch(side, stop))
+    stop = threading.Event()
+    watch = asyncio.create_task(asyncio.to_thread(_watch, inst, stop))
     try:
         load = await side.driver.sessions(side.driver.new_chats(n), 1, side.deadline())
     finally:
@@ -155,21 +156,28 @@ async def crowd_load(side: Side, n: int, delay: float) -> dict[str, Any]:
     }
 
 
-async def _watch(side: Side, stop: asyncio.Event) -> tuple[float, list[float]]:
-    """Peak RSS, and the latencies of `/healthz` (gateway only) until ``stop``."""
-    inst = side.running()
+def _watch(inst: Any, stop: threading.Event) -> tuple[float, list[float]]:
+    """Peak RSS, and the latencies of `/healthz` (gateway only) until ``stop``: on a thread of
+    its own with a blocking client, so what is timed is the gateway's answer, not the wait for
+    the driver's event loop, which is busy with the N conversations."""
     peak, health = inst.rss_mb(), []
-    timeout = aiohttp.ClientTimeout(total=10)
+    url = urlsplit(inst.control_url) if inst.control_url is not None else None
+    conn = None
     while not stop.is_set():
-        if inst.control_url is not None:
+        if url is not None:
             t0 = time.perf_counter()
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with side.http.get(f"{inst.control_url}/healthz", timeout=timeout) as r:
-                    await r.read()
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
+                conn.request("GET", "/healthz")
+                conn.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                conn = None  # a new connection for the next probe; this one's time still counts
             health.append(time.perf_counter() - t0)
         peak = max(peak, inst.rss_mb())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), PROBE_S)
+        stop.wait(PROBE_S)
+    if conn is not None:
+        conn.close()
     return peak, health
 
 
