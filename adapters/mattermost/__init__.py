@@ -18,5 +18,4 @@ SPEC = PlatformSpec(
     # user id, so no pattern of its own: the configured token is redacted as a secret, and the
     # generic shapes cover it after "Bearer " and as a "token" key (the WebSocket's challenge)
     token_patterns=(),
-    order=5,
 )

@@ -62,10 +62,12 @@ class CatchUp:
         except AdapterError as exc:
             log.warning("mattermost.channels_unlisted", error=str(exc))
             return marks
-        due: dict[str, Mark] = {}
+        due = dict(marks)  # a channel not listed (a bot in no team) is read from its cursor
         for channel in channels:
             channel_id, kind = str(channel["id"]), str(channel.get("type") or "")
             mark = marks.get(channel_id) or Mark(max(newest, floor), kind)
             if as_ms(channel.get("last_post_at")) >= mark.at_ms:
                 due[channel_id] = Mark(mark.at_ms, mark.channel_type or kind)
+            else:
+                due.pop(channel_id, None)  # nothing posted there since
         return due

@@ -6,6 +6,7 @@ answered once each), malformed events skipped, and a refused token exiting 78.""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -19,8 +20,9 @@ import pytest
 
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.mattermost import ALICE, BOT_ID, STRANGER, TOKEN, TOWN, FakeMattermost
-from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
+from tests.integration.test_tools_gateway import PNG
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +34,12 @@ def mm() -> Iterator[FakeMattermost]:
 
 
 def mm_gateway(
-    home: Path, llm: FakeOpenAI, mm: FakeMattermost, token: str = TOKEN, **section: Any
+    home: Path,
+    llm: FakeOpenAI,
+    mm: FakeMattermost,
+    token: str = TOKEN,
+    extra: dict[str, Any] | None = None,
+    **section: Any,
 ) -> GatewayProcess:
     platform = {
         "enabled": True,
@@ -44,9 +51,8 @@ def mm_gateway(
     config: dict[str, Any] = {
         "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
         "platforms": {"mattermost": platform},
-        **section.pop("top", {}),
+        **(extra or {}),
     }
-    config["platforms"]["mattermost"].pop("top", None)
     # the token comes from the environment, as in a systemd unit's EnvironmentFile
     return GatewayProcess(home, config, env={"MATTERMOST_TOKEN": token})
 
@@ -175,7 +181,7 @@ def test_the_live_preview_is_edited_into_the_answer(
 ) -> None:
     gw = mm_gateway(tmp_path / "home", fake_llm, mm, streaming=True)
     answer = " ".join(f"w{n}" for n in range(60))
-    fake_llm.push(text(answer, chunk_size=20, chunk_delay=0.4))
+    fake_llm.push(text(answer, chunk_size=40, chunk_delay=0.3))
     try:
         start(gw)
         mm.post_as(ALICE, mm.dm_alice, "stream it")
@@ -186,6 +192,44 @@ def test_the_live_preview_is_edited_into_the_answer(
     [post] = mm.bot_posts(mm.dm_alice)  # one post: the preview, edited into the answer
     assert post["edit_at"] > 0
     assert mm.requests_to("PUT", f"/api/v4/posts/{post['id']}/patch")
+
+
+def test_files_are_named_to_the_model_and_fetched_on_demand_within_the_cap(
+    tmp_path: Path, fake_llm: FakeOpenAI, mm: FakeMattermost
+) -> None:
+    vision = {"tools": {"enabled": ["vision_analyze"], "vision": {"model": "vision-model"}}}
+    gw = mm_gateway(tmp_path / "home", fake_llm, mm, extra=vision, media_max_bytes=1000)
+    dot = mm.add_file("dot.png", PNG, "image/png")
+    big = mm.add_file("big.png", PNG + bytes(2000), "image/png")
+    fake_llm.push(
+        tool_calls(("vision_analyze", {"attachment": 1, "question": "What colour?"})),
+        text("A single red pixel."),
+        text("Your picture is one red dot."),
+        tool_calls(("vision_analyze", {"attachment": 1})),
+        text("That one is too big."),
+    )
+    try:
+        start(gw)
+        mm.post_as(ALICE, mm.dm_alice, "what is this?", file_ids=(dot,))
+        wait_until(lambda: texts(mm, mm.dm_alice), timeout=30, explain=gw.story)
+        assert mm.downloads == [dot]  # fetched when the tool asked, not at intake
+        mm.post_as(ALICE, mm.dm_alice, "and this?", file_ids=(big,))
+        wait_until(lambda: len(texts(mm, mm.dm_alice)) == 2, timeout=30, explain=gw.story)
+        stop(gw)
+    finally:
+        gw.kill()
+    assert texts(mm, mm.dm_alice) == ["Your picture is one red dot.", "That one is too big."]
+    first = fake_llm.requests[0]["messages"][-1]["content"]
+    assert first == "what is this?\n[attached file: dot.png (image/png)]"
+    parts = fake_llm.requests[1]["messages"][0]["content"]
+    assert parts[1]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(PNG).decode()
+    refused = [m["content"] for m in fake_llm.requests[4]["messages"] if m["role"] == "tool"]
+    assert refused[-1:] == [
+        f"Error: the attachment could not be fetched: big.png is {len(PNG) + 2000} bytes"
+        " (the cap is 1000)"
+    ]
+    assert mm.downloads == [dot]  # the big one was refused by its size, before any download
+    assert mm.requests_to("GET", f"/api/v4/files/{dot}/info")  # its name and size asked first
 
 
 def test_a_refused_token_exits_78_naming_the_cause(

@@ -81,14 +81,17 @@ class FakeMattermost(FakeServer):
         self.files: dict[str, tuple[JsonDict, bytes]] = {}
         self.calls: list[tuple[str, str, Any]] = []  # (method, path with query, body)
         self.typing: list[JsonDict] = []
+        self.downloads: list[str] = []  # file ids whose bytes were fetched
         self.dedupe_window_s = 30.0
         self.dedupe_hits = 0
         self.max_post_chars = 16383
         self.rate_limit = 1000  # requests per second per token
+        self.rate_limited = 0  # requests answered 429
         self.refuse_sockets = False
         self.refused = 0  # socket attempts refused
         self.skip_next_events = 0
-        self.after_bot_post: Callable[[JsonDict], None] | None = None  # on the fake's loop
+        # called on the fake's loop after each post the bot made, before it hears back
+        self.after_bot_post: Callable[[JsonDict], None] | None = None
         self.sockets: list[web.WebSocketResponse] = []
         self.socket_count = 0  # sockets authenticated so far
         self._seq: dict[int, int] = {}  # id(socket) -> the next seq
@@ -356,6 +359,7 @@ class FakeMattermost(FakeServer):
         self._window = (second, used)
         if used <= self.rate_limit:
             return None
+        self.rate_limited += 1
         response = _error(429, "api.context.rate_limit_exceeded.app_error", "limit exceeded")
         response.headers["Retry-After"] = "1"
         return response
@@ -407,9 +411,8 @@ class FakeMattermost(FakeServer):
         post = await self._post(BOT_ID, body["channel_id"], message, root, files, props, pending)
         if pending:
             self._pending[pending] = (post["id"], time.monotonic())
-        hook, self.after_bot_post = self.after_bot_post, None
-        if hook is not None:
-            hook(post)
+        if self.after_bot_post is not None:
+            self.after_bot_post(post)
         return post
 
     def _patch_post(self, request: web.Request, body: Any) -> JsonDict:
@@ -437,6 +440,7 @@ class FakeMattermost(FakeServer):
         if found is None:
             raise Failure(404, "app.file_info.get.app_error", "Unable to get the file.")
         info, data = found
+        self.downloads.append(info["id"])
         return web.Response(body=data, content_type=info["mime_type"])
 
     def _channel_posts(self, request: web.Request, body: Any) -> JsonDict:
