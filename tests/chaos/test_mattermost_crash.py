@@ -6,6 +6,8 @@ are caught up from its durable cursor and answered once each."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,12 @@ def gateway(home: Path, llm: FakeOpenAI, mm: FakeMattermost, **section: object) 
     platform = {"enabled": True, "url": mm.url, "allowed_users": [ALICE], **section}
     config = {"model": model(llm), "platforms": {"mattermost": platform}}
     return GatewayProcess(home, config, env={"MATTERMOST_TOKEN": TOKEN})
+
+
+def inbox_rows(home: Path) -> int:
+    with contextlib.closing(sqlite3.connect(home / "state.db")) as db:
+        query = "SELECT count(*) FROM inbox WHERE platform = 'mattermost'"
+        return int(db.execute(query).fetchone()[0])
 
 
 def texts(mm: FakeMattermost, channel: str) -> list[str]:
@@ -85,6 +93,8 @@ def test_a_message_in_flight_at_the_kill_is_answered_once_after_the_restart(
         gw.kill()
     assert texts(mm, mm.dm_alice) == ["echo: in flight"]
     assert len(llm.requests) == 2
+    # the restart's catch-up read the post again: the inbox knew it by its id
+    assert inbox_rows(tmp_path / "home") == 1
 
 
 @pytest.mark.slow  # a third restart: the reconnect's catch-up is in the default suite (e2e)
