@@ -239,13 +239,9 @@ class MattermostAdapter:
             return
         self._seen.add(post_id)
         self.cursors.saw(channel, posted.create_at, posted.channel_type)
-        event = taken.event
-        if event is None:
-            if self.me.is_me(posted.post.get("user_id")):
-                self._threads.add(thread_of(posted.post))  # a thread the bot started
-            return
-        if taken.outcome == "accepted" and event.thread_id:
-            self._threads.add(event.thread_id)
+        # a thread the bot posted in or took a message from: a reply there needs no mention
+        if taken.outcome == "accepted" or self.me.is_me(posted.post.get("user_id")):
+            self._threads.add(thread_of(posted.post))
 
     async def _channel_type(self, channel: str) -> str:
         return str((await self.api.channel(channel)).get("type") or "")

@@ -175,7 +175,8 @@ class MattermostApi:
         return list(found.values())
 
     async def posts_since(self, channel_id: str, since_ms: int) -> list[JsonDict]:
-        """The channel's posts created or changed after ``since_ms`` (epoch ms), oldest first."""
+        """The channel's posts created or changed after ``since_ms`` (epoch ms, strictly), oldest
+        first."""
         params = {"since": str(since_ms)}
         data = _object(await self.call("GET", f"/channels/{channel_id}/posts", params=params))
         posts, order = data.get("posts"), data.get("order")

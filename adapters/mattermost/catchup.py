@@ -38,7 +38,9 @@ class CatchUp:
         for channel, mark in due.items():
             try:
                 kind = mark.channel_type or await channel_type(channel)
-                posts = await self.api.posts_since(channel, mark.at_ms)
+                # strictly after ``since``: a post in the cursor's own millisecond is read too
+                # (the one seen last among them again, which the intake skips)
+                posts = await self.api.posts_since(channel, mark.at_ms - 1)
             except AdapterError as exc:
                 log.warning("mattermost.catch_up_failed", channel=channel, error=str(exc))
                 continue

@@ -80,7 +80,9 @@ async def find_posted(
     or None when there is none or the posts cannot be read (the part is then sent again)."""
     since = int(after) if after.isdigit() else int(time.time() * 1000) - CLOCK_SKEW_MS
     try:
-        posts = await api.posts_since(channel, since)
+        # the server answers posts changed strictly after ``since``: a part posted in the same
+        # millisecond as the reference is still found
+        posts = await api.posts_since(channel, since - 1)
     except AdapterError as exc:
         log.warning("mattermost.posts_unreadable", channel=channel, error=str(exc))
         return None

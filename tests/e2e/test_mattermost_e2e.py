@@ -123,7 +123,7 @@ def test_dms_channels_threads_pairing_and_commands_through_the_daemon(
         mm.post_as(ALICE, mm.dm_alice, " /status")
         wait_until(lambda: len(texts(mm, mm.dm_alice)) == 2, timeout=20)
         assert len(fake_llm.requests) == asked + 1  # the status did not wait for the model
-        wait_until(lambda: len(texts(mm, mm.dm_alice)) >= 4, timeout=20)
+        wait_until(lambda: texts(mm, mm.dm_alice)[-1].endswith("word149"), timeout=20)
         long_parts = texts(mm, mm.dm_alice)[2:]
         assert all(len(p) <= 300 for p in long_parts) and len(long_parts) >= 3
         assert " ".join(long_parts).split() == words.split()
@@ -230,6 +230,20 @@ def test_files_are_named_to_the_model_and_fetched_on_demand_within_the_cap(
     ]
     assert mm.downloads == [dot]  # the big one was refused by its size, before any download
     assert mm.requests_to("GET", f"/api/v4/files/{dot}/info")  # its name and size asked first
+
+
+def test_the_doctor_checks_the_token_for_real(
+    tmp_path: Path, fake_llm: FakeOpenAI, mm: FakeMattermost
+) -> None:
+    def row(token: str) -> str:
+        gw = mm_gateway(tmp_path / token, fake_llm, mm, token=token)
+        out = hermes(gw, "doctor").stdout
+        return next(line for line in out.splitlines() if line.startswith("mattermost"))
+
+    assert "token valid: @hermes" in row(TOKEN)
+    refused = row("wrongtoken0000000000000000")
+    assert "FAIL" in refused and "token rejected (HTTP 401: Invalid or expired session" in refused
+    assert len(mm.requests_to("GET", "/api/v4/users/me")) == 2
 
 
 def test_a_refused_token_exits_78_naming_the_cause(

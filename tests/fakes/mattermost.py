@@ -19,7 +19,7 @@ REST, under ``/api/v4``, with ``Authorization: Bearer <token>``:
   Mattermost's default MaxPostSize) is a 400; ``props`` are kept and returned;
 - ``PUT /posts/{id}/patch`` ``{message}`` (only the author's post: else 403);
 - ``GET /files/{id}`` (the bytes) and ``GET /files/{id}/info``;
-- ``GET /channels/{id}/posts?since=<ms>``: the posts created or changed at or after ``since``,
+- ``GET /channels/{id}/posts?since=<ms>``: the posts created or changed after ``since``,
   as a PostList ``{order (newest first), posts, next_post_id, prev_post_id}``;
 - ``GET /channels/{id}``; ``POST /channels/direct`` ``[user_id, user_id]``;
 - ``GET /users/me/teams``; ``GET /users/me/teams/{team_id}/channels``: the bot's channels of
@@ -449,7 +449,7 @@ class FakeMattermost(FakeServer):
             raise Failure(404, "app.channel.get.existing.app_error", "Unable to find the channel.")
         since = int(request.query.get("since") or 0)
         found = [
-            p for p in self.posts.values() if p["channel_id"] == channel and p["update_at"] >= since
+            p for p in self.posts.values() if p["channel_id"] == channel and p["update_at"] > since
         ]
         found.sort(key=lambda p: p["create_at"], reverse=True)
         return {
