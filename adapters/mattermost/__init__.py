@@ -13,7 +13,9 @@ SPEC = PlatformSpec(
     required=required_keys,
     probe="adapters.mattermost.probe:probe",
     capabilities=Capabilities(can_edit=True, has_threads=True),
-    limits=Limits(message_chars=POST_MAX_CHARS),
+    # the server's default MaxFileSize is 100 MB
+    # the server's default MaxFileSize is 100 MB
+    limits=Limits(message_chars=POST_MAX_CHARS, upload_bytes=100 * 1024 * 1024),
     # a personal access token is 26 lowercase letters and digits, shaped like every post and
     # user id, so no pattern of its own: the configured token is redacted as a secret, and the
     # generic shapes cover it after "Bearer " and as a "token" key (the WebSocket's challenge)

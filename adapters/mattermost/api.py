@@ -26,6 +26,7 @@ from hermes_gateway.platforms import (
 )
 
 REQUEST_TIMEOUT_S = 10.0
+UPLOAD_TIMEOUT_S = 120.0  # a file of up to 100 MB
 MAX_RATE_WAIT_S = 60.0  # a reset further away than this is read as a clock, capped
 JsonDict = dict[str, Any]
 
@@ -131,15 +132,52 @@ class MattermostApi:
         *,
         key: str | None = None,
         attempts: int | None = None,
+        file_ids: tuple[str, ...] = (),
     ) -> JsonDict:
-        """Post ``message``; with ``key`` as its ``pending_post_id`` (the server answers a
-        repeat with the first post for a while) and in its props (kept with the post: what
-        the sent-check looks for)."""
+        """Post ``message`` (with uploaded ``file_ids``); with ``key`` as its
+        ``pending_post_id`` (the server answers a repeat with the first post for a while) and
+        in its props (kept with the post: what the sent-check looks for)."""
         body: JsonDict = {"channel_id": channel_id, "message": message, "root_id": root_id}
+        if file_ids:
+            body["file_ids"] = list(file_ids)
         if key:
             body["pending_post_id"] = key
             body["props"] = {PROP_KEY: key}
         return _object(await self.call("POST", "/posts", body=body, attempts=attempts))
+
+    async def upload(self, channel_id: str, name: str, data: bytes) -> str:
+        """Upload one file into ``channel_id`` (POST /files, multipart); its file id, which a
+        post then carries. Retried like any call: a file uploaded twice is only an unused one."""
+        return await with_retry(
+            lambda: self._upload_once(channel_id, name, data),
+            what="POST /files",
+            attempts=3,
+            base_delay=0.3,
+            stop=self.stop,
+        )
+
+    async def _upload_once(self, channel_id: str, name: str, data: bytes) -> str:
+        form = aiohttp.FormData()
+        form.add_field("channel_id", channel_id)
+        form.add_field("files", data, filename=name, content_type="application/octet-stream")
+        what = "POST /files"
+        try:
+            async with self.session.post(
+                self.base + "/files",
+                data=form,
+                timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_S),
+            ) as response:
+                self.gate.note(response.headers)
+                raw = await response.read()
+                if response.status >= 400:
+                    raise api_error(response.status, raw, response.headers, what)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransientAdapterError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        try:
+            infos = json.loads(raw).get("file_infos")
+            return str(infos[0]["id"])
+        except (ValueError, AttributeError, LookupError, TypeError) as exc:
+            raise TransientAdapterError(f"{what}: no file id in the answer") from exc
 
     async def patch_post(self, post_id: str, message: str, *, attempts: int | None = None) -> None:
         await self.call(

@@ -22,6 +22,7 @@ from hermes_gateway.platforms import (
     PreviewRef,
     PreviewWire,
     Target,
+    Upload,
     split_rendered,
 )
 
@@ -66,6 +67,21 @@ class PostReply:
         if found is not None:
             self._saw(found)
         return found is not None
+
+    async def upload(self, index: int, upload: Upload, key: str | None) -> None:
+        """The file uploaded, then posted with its caption (the key in the post, as a text
+        part's)."""
+        file = upload.file
+        file_id = await self.api.upload(self.channel, file.name, upload.data)
+        posted = await self.api.create_post(
+            self.channel, file.caption, self.root, key=key, file_ids=(file_id,)
+        )
+        self._saw(posted)
+
+    async def uploaded(self, upload: Upload, key: str | None, after: str) -> bool:
+        """Found like a text part: the post carrying the key (an upload whose post never went
+        out is left unused on the server and uploaded again)."""
+        return await self.sent(upload.file.caption, key, after)
 
     def _saw(self, post: JsonDict) -> None:
         at = post.get("create_at")

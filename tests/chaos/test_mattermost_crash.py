@@ -2,7 +2,8 @@
 gateway could record it is found by the key in its props and not posted again (the server's
 own ``pending_post_id`` dedupe is off here, as it is after its 30 s window); a message whose
 run was cut short is answered once after the restart; posts made while the gateway was down
-are caught up from its durable cursor and answered once each."""
+are caught up from its durable cursor and answered once each; a file the agent sends goes
+after the text, once, also when the kill came right after the server took its post."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.chaos.killing import Armed, killer
 from tests.chaos.test_exactly_once import model, start, stop
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.mattermost import ALICE, TOKEN, FakeMattermost
-from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 
 pytestmark = [pytest.mark.e2e]
@@ -30,9 +31,17 @@ def mm() -> Iterator[FakeMattermost]:
         yield fake
 
 
-def gateway(home: Path, llm: FakeOpenAI, mm: FakeMattermost, **section: object) -> GatewayProcess:
+def gateway(
+    home: Path,
+    llm: FakeOpenAI,
+    mm: FakeMattermost,
+    tools: list[str] | None = None,
+    **section: object,
+) -> GatewayProcess:
     platform = {"enabled": True, "url": mm.url, "allowed_users": [ALICE], **section}
     config = {"model": model(llm), "platforms": {"mattermost": platform}}
+    if tools:
+        config["tools"] = {"enabled": tools}
     return GatewayProcess(home, config, env={"MATTERMOST_TOKEN": TOKEN})
 
 
@@ -119,3 +128,45 @@ def test_posts_made_while_the_gateway_was_down_are_caught_up_and_answered_once(
         gw.kill()
     assert texts(mm, mm.dm_alice) == ["echo: first", "echo: while you were out"]
     assert len(llm.requests) == 2
+
+
+CSV = "a,b\n1,2\n"
+
+
+def shown(mm: FakeMattermost) -> list[tuple[str, list[str]]]:
+    return [
+        (p["message"], [f["name"] for f in p["metadata"]["files"]])
+        for p in mm.bot_posts(mm.dm_alice)
+    ]
+
+
+@pytest.mark.parametrize("cut", [None, pytest.param("the numbers", marks=pytest.mark.slow)])
+def test_a_file_the_agent_sends_is_posted_after_the_text_once(
+    tmp_path: Path, llm: FakeOpenAI, mm: FakeMattermost, cut: str | None
+) -> None:
+    """``cut``: SIGKILL right after the server took the file's post, before it was recorded."""
+    mm.dedupe_window_s = 0
+    gw = gateway(tmp_path / "home", llm, mm, tools=["write_file", "send_file"])
+    llm.push(
+        tool_calls(("write_file", {"path": "report.csv", "content": CSV})),
+        tool_calls(("send_file", {"path": "report.csv", "caption": "the numbers"})),
+        text("Here is the report."),
+    )
+    trigger = Armed()
+    if cut is not None:
+        trigger.arm(cut, killer(gw))
+    mm.after_bot_post = lambda post: trigger.check(post["message"])
+    try:
+        start(gw)
+        mm.post_as(ALICE, mm.dm_alice, "report please")
+        if cut is not None:
+            wait_until(lambda: trigger.fired and gw.proc is not None and gw.proc.poll() is not None)
+            start(gw)
+        wait_until(lambda: len(mm.bot_posts(mm.dm_alice)) >= 2, timeout=30, explain=gw.story)
+        time.sleep(0.5)
+        stop(gw)
+    finally:
+        gw.kill()
+    assert shown(mm) == [("Here is the report.", []), ("the numbers", ["report.csv"])]
+    assert [(u["name"], u["data"]) for u in mm.uploads] == [("report.csv", CSV.encode())]
+    assert len(llm.requests) == 3

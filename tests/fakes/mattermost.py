@@ -17,6 +17,8 @@ REST, under ``/api/v4``, with ``Authorization: Bearer <token>``:
   and the post; a repeat of a ``pending_post_id`` within `dedupe_window_s` (the real server
   keeps them 30 s) answers the first post again; a message over `max_post_chars` (16383,
   Mattermost's default MaxPostSize) is a 400; ``props`` are kept and returned;
+- ``POST /files`` (multipart: ``channel_id``, ``files``): 201 ``{file_infos: [...]}``; a post
+  carrying its id in ``file_ids`` shows it (`uploads` records each);
 - ``PUT /posts/{id}/patch`` ``{message}`` (only the author's post: else 403);
 - ``GET /files/{id}`` (the bytes) and ``GET /files/{id}/info``;
 - ``GET /channels/{id}/posts?since=<ms>``: the posts created or changed after ``since``,
@@ -82,6 +84,7 @@ class FakeMattermost(FakeServer):
         self.calls: list[tuple[str, str, Any]] = []  # (method, path with query, body)
         self.typing: list[JsonDict] = []
         self.downloads: list[str] = []  # file ids whose bytes were fetched
+        self.uploads: list[JsonDict] = []  # files the bot uploaded: channel_id, name, data
         self.dedupe_window_s = 30.0
         self.dedupe_hits = 0
         self.max_post_chars = 16383
@@ -113,6 +116,7 @@ class FakeMattermost(FakeServer):
         r.add_get("/api/v4/users/me/teams/{team_id}/channels", self._rest(self._my_channels))
         r.add_post("/api/v4/users/{user_id}/typing", self._rest(self._typing))
         r.add_post("/api/v4/posts", self._rest(self._create_post))
+        r.add_post("/api/v4/files", self._upload)
         r.add_put("/api/v4/posts/{post_id}/patch", self._rest(self._patch_post))
         r.add_get("/api/v4/files/{file_id}/info", self._rest(self._file_info))
         r.add_get("/api/v4/files/{file_id}", self._rest(self._file))
@@ -220,7 +224,7 @@ class FakeMattermost(FakeServer):
         pending: str = "",
     ) -> JsonDict:
         at = self._now_ms()
-        post = {
+        post: JsonDict = {
             "id": new_id(),
             "create_at": at,
             "update_at": at,
@@ -327,6 +331,7 @@ class FakeMattermost(FakeServer):
                     return _error(400, "api.context.invalid_body_param.app_error", "Bad JSON.")
             self.calls.append((request.method, request.path_qs, body))
             limited = self._count()
+            response: web.StreamResponse
             if request.headers.get("Authorization") != f"Bearer {self.token}":
                 response = _error(
                     401,
@@ -343,14 +348,31 @@ class FakeMattermost(FakeServer):
                 except Failure as exc:
                     response = _error(exc.status, exc.error_id, exc.message)
                 else:
-                    response = result if isinstance(result, web.StreamResponse) else None
-                    if response is None:
-                        status = 201 if request.method == "POST" and result is not None else 200
-                        response = web.json_response(result, status=status)
+                    response = self._answer(request, result)
             self._rate_headers(response)
             return response
 
         return serve
+
+    @staticmethod
+    def _answer(request: web.Request, result: Any) -> web.StreamResponse:
+        if isinstance(result, web.StreamResponse):
+            return result
+        status = 201 if request.method == "POST" and result is not None else 200
+        return web.json_response(result, status=status)
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        self.calls.append((request.method, request.path_qs, None))
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return _error(401, "api.context.session_expired.app_error", "Invalid session.")
+        form = await request.post()
+        channel, part = form.get("channel_id"), form.get("files")
+        if channel not in self.channels or not isinstance(part, web.FileField):
+            return _error(400, "api.file.upload_file.bad_parse.app_error", "Bad upload.")
+        data = part.file.read()
+        file_id = self.add_file(part.filename, data, part.content_type, user=BOT_ID)
+        self.uploads.append({"channel_id": channel, "name": part.filename, "data": data})
+        return web.json_response({"file_infos": [self.files[file_id][0]]}, status=201)
 
     def _count(self) -> web.Response | None:
         second = int(time.time())
