@@ -1,7 +1,6 @@
-"""Mattermost: a bot account's WebSocket for intake and its REST v4 API for everything else,
-both on aiohttp. Every post goes through one intake worker, in order, so the per-channel
-cursor of the catch-up never passes a post that was not taken; after each (re)connect, and
-after a ``seq`` gap, the posts of recently active channels since their cursor are fetched."""
+"""Mattermost: a bot account's WebSocket for intake and its REST v4 API for the rest (aiohttp
+for both); every post goes through one intake worker, in order, and a REST catch-up follows
+each (re)connect and ``seq`` gap."""
 
 from __future__ import annotations
 
@@ -146,7 +145,8 @@ class MattermostAdapter:
         """Connect, catch up, and read the socket until it closes (or this instance stops
         leading: another then holds the socket)."""
         if not self.lead.leading:
-            self.supervisor.down("stand-by: another instance holds the socket")
+            # replies still go out from here: ready, while another instance reads the socket
+            self.supervisor.ready("socket stand-by: another instance holds it")
             await self.lead.acquire()
         section = self.config
         try:

@@ -1,7 +1,6 @@
-"""Mattermost's REST v4 API as the adapter uses it, on aiohttp (the gateway's own HTTP stack,
-which also carries the WebSocket): each call bounded and retried, its rate limit headers
-honoured, and its error body (``{id, message, status_code}``) translated into
-`hermes_gateway.errors` at this edge."""
+"""Mattermost's REST v4 API as the adapter uses it, on aiohttp (the stack that also carries the
+WebSocket): each call bounded and retried, the rate limit headers honoured, the error body
+(``{id, message, status_code}``) translated into `hermes_gateway.errors` at this edge."""
 
 from __future__ import annotations
 

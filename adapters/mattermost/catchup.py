@@ -1,12 +1,6 @@
-"""The REST catch-up: after a (re)connect or a ``seq`` gap, the posts since its cursor of each
-channel that had one since (GET /channels/{id}/posts?since=...), oldest first, taken like live
-ones; the adapter skips the ones it already took, and the inbox drops any it stored before a
-restart.
-
-Which channels: the bot's channels in its teams, DMs included (GET /users/me/teams/{id}/
-channels), whose ``last_post_at`` is past their cursor; a channel the bot never saw a post in
-(a DM opened while it was down) starts from the newest post it saw anywhere. When that
-listing fails, the channels with a cursor are read."""
+"""The REST catch-up after a (re)connect or a ``seq`` gap: each channel's posts since its
+cursor, oldest first, taken like live ones (the adapter skips those it took, the inbox any it
+stored before a restart)."""
 
 from __future__ import annotations
 
@@ -26,6 +20,11 @@ ChannelType = Callable[[str], Awaitable[str]]
 
 
 class CatchUp:
+    """Which channels: the bot's channels in its teams, DMs included (GET /users/me/teams/{id}/
+    channels), whose ``last_post_at`` is past their cursor; one the bot never saw a post in (a
+    DM opened while it was down) starts from the newest post it saw anywhere. When that listing
+    fails, the channels with a cursor are read."""
+
     def __init__(self, api: MattermostApi, cursors: Cursors, max_age_s: float) -> None:
         self.api = api
         self.cursors = cursors

@@ -1,8 +1,5 @@
 """Where the catch-up starts: the newest post time seen per channel, kept durably in
-``<home>/mattermost/cursors.json`` (written off the loop, at most once a second and at stop),
-so that a reconnect and a restart alike fetch what was posted while nobody listened. A cursor
-lost with the last second before a crash is older, never newer: the catch-up then takes a post
-twice, which the inbox drops, rather than miss one."""
+``<home>/mattermost/cursors.json`` (written off the loop, at most once a second and at stop)."""
 
 from __future__ import annotations
 
@@ -31,6 +28,9 @@ class Mark:
 
 
 class Cursors:
+    """A cursor lost with the last second before a crash is older, never newer: the catch-up
+    then takes a post twice, which the inbox drops, rather than miss one."""
+
     def __init__(self, path: Path, most: int) -> None:
         self.path = path
         self.most = most

@@ -1,11 +1,6 @@
-"""How a reply goes out on Mattermost: Markdown parts under the post limit into the thread (the
-server renders Markdown, tables included), a streamed preview edited in place and becoming
-part 1, and a part left in doubt by a crash looked up before it is posted again.
-
-Exactly once: each part is posted with its idempotency key as ``pending_post_id`` (a server
-answers a repeat within its dedupe window, about 30 s, with the first post) and in the post's
-``props``, which the server keeps: after a crash, the channel's posts since the reference
-recorded with the part's intent are searched for the key."""
+"""How a reply goes out on Mattermost: Markdown parts under the post limit into the thread, a
+streamed preview edited into part 1, files uploaded after the text, and a part left in doubt by
+a crash looked up by its key before it is posted again."""
 
 from __future__ import annotations
 
@@ -41,7 +36,12 @@ def split_parts(markdown: str, limit: int) -> list[str]:
 
 class PostReply:
     """One reply's primitives in its channel and thread (a `ReplyWire`); the reference a part
-    comes after is the server time (epoch ms) of the newest post of this reply."""
+    comes after is the server time (epoch ms) of the newest post of this reply.
+
+    Exactly once: each part is posted with its idempotency key as ``pending_post_id`` (a server
+    answers a repeat within its dedupe window, about 30 s, with the first post) and in the
+    post's ``props``, which the server keeps: after a crash the channel's posts since the
+    reference recorded with the part's intent are searched for the key."""
 
     def __init__(self, api: MattermostApi, channel: str, root: str, bot: str) -> None:
         self.api = api

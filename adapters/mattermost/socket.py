@@ -1,7 +1,6 @@
-"""Mattermost's WebSocket (``/api/v4/websocket``): the ``authentication_challenge`` with the
-bot's token, the ``hello`` that says the session is live, then events, each numbered by
-``seq`` from 0 on a connection: a number skipped means events were lost on the way (the
-server drops what a slow client does not take), which the adapter answers with a catch-up."""
+"""Mattermost's WebSocket (``/api/v4/websocket``): the ``authentication_challenge``, the
+``hello``, then events numbered by ``seq`` from 0 per connection; a number skipped means the
+server dropped events, which the adapter answers with a catch-up."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Mattermost across a SIGKILL of `hermes gateway run`: a part the server took before the
-gateway could record it is found by the key in its props and not posted again (the server's
-own ``pending_post_id`` dedupe is off here, as it is after its 30 s window); a message whose
-run was cut short is answered once after the restart; posts made while the gateway was down
-are caught up from its durable cursor and answered once each; a file the agent sends goes
-after the text, once, also when the kill came right after the server took its post."""
+"""Mattermost across a SIGKILL of `hermes gateway run`: a part (or a file's post) the server took
+before it was recorded is found by its key in props, not posted again; a message in flight is
+answered once; posts made while the gateway was down are caught up from its durable cursor."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""`hermes gateway run` as a real process on Mattermost, against `FakeMattermost`: a DM and a
-channel mention answered (threads as sessions), a stranger paired through `hermes pairing
-approve`, `/status` answered while a run works, a long answer split at the post limit, the
-live preview edited into the answer, a dropped socket caught up by REST (posts made meanwhile
-answered once each), malformed events skipped, and a refused token exiting 78."""
+"""`hermes gateway run` on Mattermost against `FakeMattermost`: DMs, mentions and threads, pairing,
+`/status` at once, long answers split, the live preview, files fetched on demand, a dropped
+socket caught up by REST, malformed events skipped, the doctor, and a refused token (exit 78)."""
 
 from __future__ import annotations
 
