@@ -5,6 +5,7 @@ each (re)connect and ``seq`` gap."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,8 +70,10 @@ class MattermostAdapter:
         home = host.config.home_path / "mattermost"
         self.cursors = Cursors(home / "cursors.json", section.catch_up_channels)
         self.catch_up = CatchUp(self.api, self.cursors, section.catch_up_max_age_s)
-        # one socket per bot in a cluster: every instance's socket would get every post
-        self.lead = host.leadership(f"mattermost-socket:{api_base(section.url)}")
+        # one socket per bot in a cluster: every instance's socket would get every post (the
+        # token names the bot without putting it in a lease's key)
+        bot = hashlib.sha256(f"{api_base(section.url)} {section.token}".encode()).hexdigest()
+        self.lead = host.leadership(f"mattermost-socket:{bot[:16]}")
         self._queue: asyncio.Queue[Posted | str] = asyncio.Queue(QUEUE_MAX)
         self._seen = Recent()  # post ids taken by this process
         self._threads = Recent()  # threads the bot answers in: a reply there needs no mention

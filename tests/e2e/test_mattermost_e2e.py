@@ -16,11 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.chaos.test_exactly_once import SCHEDULER, add_job
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.mattermost import ALICE, BOT_ID, STRANGER, TOKEN, TOWN, FakeMattermost
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.integration.test_tools_gateway import PNG
+from tests.security import keys
 
 pytestmark = pytest.mark.e2e
 
@@ -244,6 +246,24 @@ def test_the_doctor_checks_the_token_for_real(
     assert len(mm.requests_to("GET", "/api/v4/users/me")) == 2
 
 
+def test_a_scheduled_answer_reaches_a_user_by_id_in_their_direct_channel(
+    tmp_path: Path, fake_llm: FakeOpenAI, mm: FakeMattermost
+) -> None:
+    extra = {"scheduler": SCHEDULER, "control": {"token": keys.CONTROL_TOKEN}}
+    gw = mm_gateway(tmp_path / "home", fake_llm, mm, extra=extra)
+    try:
+        start(gw)
+        add_job(gw, f"mattermost:@{ALICE}")
+        wait_until(lambda: texts(mm, mm.dm_alice), timeout=30, explain=gw.story)
+        stop(gw)
+    finally:
+        gw.kill()
+    [answer] = texts(mm, mm.dm_alice)
+    assert answer.startswith("echo: [Scheduled job") and "Report the backup status." in answer
+    [opened] = mm.requests_to("POST", "/api/v4/channels/direct")
+    assert sorted(opened[2]) == sorted([BOT_ID, ALICE])
+
+
 def test_a_refused_token_exits_78_naming_the_cause(
     tmp_path: Path, fake_llm: FakeOpenAI, mm: FakeMattermost
 ) -> None:
@@ -254,5 +274,4 @@ def test_a_refused_token_exits_78_naming_the_cause(
     finally:
         gw.kill()
     assert "Invalid or expired session" in gw.stderr()
-    assert mm.requests_to("GET", "/api/v4/users/me")
-    assert BOT_ID  # the bot's id is the fake's; nothing else was asked of it
+    assert [c[1] for c in mm.calls] == ["/api/v4/users/me"]  # nothing else was asked
