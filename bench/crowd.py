@@ -153,6 +153,8 @@ async def crowd_load(side: Side, n: int, delay: float) -> dict[str, Any]:
         "kb_per_run": round((peak_rss - idle_rss) * 1024 / max(1, stats["max_in_flight"]), 1),
         "cpu_per_msg_ms": round(cpu * 1000 / max(1, load.answered), 2),
         "model_max_in_flight": int(stats["max_in_flight"]),
+        # the last model call began this long after the load did: the intake's share of the wall
+        "last_call_started_s": stats.get("last_request_s"),
     }
 
 

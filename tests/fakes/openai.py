@@ -191,6 +191,9 @@ class FakeOpenAI(FakeServer):
         self._ids = {"call_": 0, "chatcmpl-": 0}
         self.in_flight = 0
         self.max_in_flight = 0
+        # when chat requests came, in seconds since the last reset: the first and the latest
+        self._reset_at = time.monotonic()
+        self._arrivals: tuple[float, float] | None = None
         # per-session in-flight tracking, for tests that must never see one session run twice
         # at once: `session_of(body)` names a request's session (None: not tracked); a request
         # whose client is gone (its process was killed) no longer counts as running
@@ -243,6 +246,8 @@ class FakeOpenAI(FakeServer):
             self._requests.clear()
             self._count = 0
             self.max_in_flight = self.in_flight
+            self._reset_at = time.monotonic()
+            self._arrivals = None
             self.cancelled = 0
             self.embeddings_down = False
             self.embedding_inputs.clear()
@@ -323,6 +328,10 @@ class FakeOpenAI(FakeServer):
                 "max_in_flight": self.max_in_flight,
                 "cancelled": self.cancelled,
                 "delay": self.delay,
+                # a crowd's model calls began between these (s since the reset): the gateway's
+                # intake is the time to the last one
+                "first_request_s": None if self._arrivals is None else self._arrivals[0],
+                "last_request_s": None if self._arrivals is None else self._arrivals[1],
             }
 
     async def _ctl_stats(self, request: web.Request) -> web.Response:
@@ -396,6 +405,8 @@ class FakeOpenAI(FakeServer):
             self._count += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            now = round(time.monotonic() - self._reset_at, 3)
+            self._arrivals = (self._arrivals or (now, now))[0], now
         session = self._track(body, request)
         try:
             spec = self._choose(body)
