@@ -44,6 +44,10 @@ class AgentCache:
         self.idle_ttl_s = idle_ttl_s
         self._clock = clock
         self._items: OrderedDict[str, SessionContext] = OrderedDict()
+        # the keys no run holds, least recently released first: what the LRU may evict. Kept
+        # apart so that a cache full of running sessions (a thousand at once) is not walked
+        # whole at every acquire to find nothing to evict.
+        self._idle: OrderedDict[str, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -61,6 +65,7 @@ class AgentCache:
                 ctx = SessionContext(self._factory(key), History(history))
                 self._items[key] = ctx
         self._items.move_to_end(key)
+        self._idle.pop(key, None)
         ctx.pinned += 1
         ctx.last_used = self._clock()
         self._shrink()
@@ -69,6 +74,9 @@ class AgentCache:
     def release(self, key: str, ctx: SessionContext) -> None:
         ctx.pinned = max(0, ctx.pinned - 1)
         ctx.last_used = self._clock()
+        if ctx.pinned == 0 and self._items.get(key) is ctx:
+            self._idle[key] = None
+            self._idle.move_to_end(key)
 
     def peek(self, key: str) -> SessionContext | None:
         return self._items.get(key)
@@ -88,6 +96,7 @@ class AgentCache:
 
     def evict(self, key: str) -> None:
         self._items.pop(key, None)
+        self._idle.pop(key, None)
 
     def sweep(self) -> int:
         """Drop contexts idle past the TTL; returns how many went."""
@@ -95,13 +104,10 @@ class AgentCache:
         stale = [k for k, c in self._items.items() if c.pinned == 0 and c.last_used < cutoff]
         for key in stale:
             del self._items[key]
+            self._idle.pop(key, None)
         return len(stale)
 
     def _shrink(self) -> None:
-        if len(self._items) <= self.max_size:
-            return
-        for key in list(self._items):
-            if len(self._items) <= self.max_size:
-                break
-            if self._items[key].pinned == 0:
-                del self._items[key]
+        while len(self._items) > self.max_size and self._idle:
+            key, _ = self._idle.popitem(last=False)
+            del self._items[key]

@@ -253,7 +253,13 @@ def _drop_zeros(counter: Counter[str], keys: tuple[str, ...]) -> None:
 
 class _Threads:
     """Threads of ``stack_bytes`` started as work needs them (admission bounds how many runs
-    there are); each ends after ``idle_s`` without work."""
+    there are); each ends after ``idle_s`` without work.
+
+    New threads are started by a spawner thread of its own, never by the caller: `run` is
+    called on the event loop, and `Thread.start` waits there until the new thread has run
+    (under a crowd, a wait for the GIL each time: a thousand runs at once cost the loop about
+    a quarter of a second of starts).
+    """
 
     def __init__(self, stack_bytes: int, idle_s: float) -> None:
         self._stack = stack_bytes
@@ -263,6 +269,10 @@ class _Threads:
         self._idle = 0
         self._closed = False
         self._names = itertools.count()
+        self._to_start = 0  # threads asked of the spawner, not started yet
+        self._coming = 0  # threads asked for that have not yet looked for work
+        self._wake_spawner = threading.Event()
+        self._spawner: threading.Thread | None = None
         self.alive = 0
 
     def run(self, work: Callable[[], None]) -> None:
@@ -270,10 +280,34 @@ class _Threads:
             if self._closed:
                 raise RuntimeError("the agent pool is shut down")
             self._work.append(work)
-            if self._idle >= len(self._work):  # an idle thread takes it
+            if self._idle + self._coming >= len(self._work):  # an idle or coming thread
                 self._cond.notify()
                 return
             self.alive += 1
+            self._coming += 1
+            self._to_start += 1
+            first = self._spawner is None
+            if first:
+                self._spawner = threading.Thread(
+                    target=self._spawn_loop, name="hermes-agent-spawner", daemon=True
+                )
+        if first:
+            assert self._spawner is not None
+            self._spawner.start()  # once: its own start is the one the caller waits for
+        self._wake_spawner.set()
+
+    def _spawn_loop(self) -> None:
+        while True:
+            self._wake_spawner.wait()
+            with self._cond:
+                if self._closed:
+                    return
+                count, self._to_start = self._to_start, 0
+                self._wake_spawner.clear()
+            for _ in range(count):
+                self._start_one()
+
+    def _start_one(self) -> None:
         with _STACK_SIZE_LOCK:
             # a thread another part starts meanwhile gets this size too, which fits it as well
             before = threading.stack_size(self._stack)
@@ -284,12 +318,16 @@ class _Threads:
                 threading.stack_size(before)
 
     def _loop(self) -> None:
-        while (work := self._take()) is not None:
+        first = True
+        while (work := self._take(first)) is not None:
+            first = False
             work()
 
-    def _take(self) -> Callable[[], None] | None:
+    def _take(self, first: bool) -> Callable[[], None] | None:
         with self._cond:
             deadline = time.monotonic() + self._idle_s
+            if first:  # no longer coming: idle, until it takes work
+                self._coming -= 1
             self._idle += 1
             try:
                 while not self._work and not self._closed:
@@ -309,3 +347,4 @@ class _Threads:
             self._closed = True
             self._work.clear()
             self._cond.notify_all()
+        self._wake_spawner.set()  # it sees the pool closed and ends

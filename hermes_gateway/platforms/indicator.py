@@ -2,13 +2,15 @@
 
 Driven by the bus (`processing_start` starts it after a short grace, `response_sent` /
 `processing_complete` stop it), so adapters only supply the platform call; a hard cap stops it
-even if an end event is ever missed.
+even if an end event is ever missed, and a budget of calls per second keeps a crowd's
+indicators from taking the platform's rate the replies need.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -33,6 +35,7 @@ class TypingIndicator:
         interval: float = 5.0,
         max_duration: float = 600.0,
         first_after: float = 0.4,
+        per_second: float = 20.0,
     ) -> None:
         self.platform = platform
         self._send = send_typing
@@ -40,6 +43,12 @@ class TypingIndicator:
         # a reply faster than this is its own feedback: no indicator, no extra platform call
         self.first_after = first_after
         self.max_duration = max_duration
+        # a platform counts typing calls against the bot's rate (Telegram's is about 30 calls a
+        # second): a thousand runs starting at once would otherwise spend a thousand calls, then
+        # as many every interval, delaying the replies (and on a 2-core host costing a second of
+        # the loop's time at each round). Over the budget a chat's call is skipped, tried again
+        # within a second or two: the indicator is best effort, the reply is not.
+        self._budget = _Budget(per_second)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         bus.subscribe(
             self._on_event,
@@ -83,6 +92,9 @@ class TypingIndicator:
         try:
             await asyncio.sleep(self.first_after)
             while loop.time() < deadline:
+                if not self._budget.take(loop.time()):
+                    await asyncio.sleep(min(self.interval, random.uniform(0.5, 1.5)))
+                    continue
                 try:
                     await self._send(message)
                 except Exception as exc:  # a failed indicator must never affect the reply
@@ -90,3 +102,21 @@ class TypingIndicator:
                 await asyncio.sleep(self.interval)
         finally:
             log.debug("typing.stopped", platform=self.platform, chat_id=message.chat_id)
+
+
+class _Budget:
+    """A token bucket: ``per_second`` calls a second, as many at once at most."""
+
+    def __init__(self, per_second: float) -> None:
+        self.per_second = per_second
+        self._tokens = per_second
+        self._at: float | None = None
+
+    def take(self, now: float) -> bool:
+        if self._at is not None:
+            self._tokens = min(self.per_second, self._tokens + (now - self._at) * self.per_second)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True

@@ -87,6 +87,20 @@ class TestAgentCache:
         assert "a" not in cache  # shrinks back once something is free
         assert len(cache) == 2
 
+    async def test_a_crowd_of_running_sessions_evicts_only_what_is_released(
+        self, h: Harness
+    ) -> None:
+        cache = h.cache(max_size=10)
+        held = {key: await cache.acquire(key) for key in (f"s{n}" for n in range(200))}
+        assert len(cache) == 200  # all running: nothing to evict
+        for key in ("s150", "s7"):
+            cache.release(key, held.pop(key))
+        await use(cache, "new")  # over the size: every released one goes, none running
+        assert "s150" not in cache and "s7" not in cache and "new" in cache
+        await use(cache, "newer")
+        assert "new" not in cache and "newer" in cache
+        assert all(key in cache for key in held) and len(cache) == 199
+
     async def test_idle_ttl_sweep(self, h: Harness) -> None:
         cache = h.cache(max_size=10, idle_ttl_s=60)
         await use(cache, "old")

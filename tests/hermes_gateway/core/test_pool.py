@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from hermes_gateway.config.schema import ControlConfig, RunnerConfig
+from hermes_gateway.core import pool as pool_module
 from hermes_gateway.core.pool import STACK_BYTES, AgentPool, Fairness, Tenant, Wait
 from hermes_gateway.core.sizing import (
     MAX_WORKERS,
@@ -132,6 +133,16 @@ class _Flow:
     def told(self, who: str) -> Callable[[Wait], None]:
         return lambda wait: self.waits.append((who, wait))
 
+    async def running(self, who: str, count: int) -> None:
+        """Until ``count`` of ``who``'s runs are going at once (threads start on their own
+        spawner thread, a moment after `submit`)."""
+        for _ in range(1000):
+            with self.lock:
+                if self.now[who] == count:
+                    return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{who}: {self.now[who]} running, not {count}")
+
 
 async def test_a_flooding_user_is_held_to_its_caps_and_others_start_at_once() -> None:
     pool = AgentPool(10, Fairness(user_running=2, user_waiting=3, chat_reserve=1))
@@ -157,6 +168,7 @@ async def test_a_flooding_user_is_held_to_its_caps_and_others_start_at_once() ->
             for i in range(7)
         ]
         assert pool.busy == 9 and len(flow.waits) == 3  # none of the others waits
+        await flow.running("flood", 2)
         flow.gate.set()
         assert sorted(await asyncio.wait_for(asyncio.gather(*admitted, *others), 30)) == sorted(
             ["flood"] * 5 + [f"u{i}" for i in range(7)]
@@ -184,6 +196,7 @@ async def test_a_flooding_chat_is_held_to_its_caps() -> None:
         assert {w.reason for _, w in flow.waits} == {"chat"}
         alone = pool.submit(flow.run("dm"), tenant=Tenant("tg:9", "tg:9"))
         assert pool.busy == 4
+        await flow.running("group", 3)
         flow.gate.set()
         await asyncio.wait_for(asyncio.gather(*admitted, alone), 30)
         assert flow.peak["group"] == 3
@@ -206,6 +219,7 @@ async def test_jobs_never_take_the_share_kept_for_chats() -> None:
             flow.run("chat"), tenant=Tenant("tg:1", "tg:1"), on_wait=flow.told("chat")
         )
         assert pool.busy == 4 and len(flow.waits) == 2  # the chat message found room
+        await flow.running("job", 3)
         flow.gate.set()
         await asyncio.wait_for(asyncio.gather(*jobs, chat), 30)
         assert flow.peak["job"] == 3
@@ -276,3 +290,20 @@ async def test_a_pool_of_one_still_runs_a_job() -> None:
         )
     finally:
         await asyncio.to_thread(pool.shutdown)
+
+
+def test_the_caller_never_waits_for_a_thread_to_start() -> None:
+    """`run` is called on the event loop: it hands the starting of threads to the spawner and
+    returns at once, even while starting one is held up (here: the stack size lock is taken)."""
+    threads = pool_module._Threads(STACK_BYTES, idle_s=1.0)
+    done = threading.Semaphore(0)
+    with pool_module._STACK_SIZE_LOCK:  # no thread can be started meanwhile
+        caller = threading.Thread(
+            target=lambda: [threads.run(done.release) for _ in range(50)], daemon=True
+        )
+        caller.start()
+        caller.join(5)
+        assert not caller.is_alive()  # all 50 handed over without a thread started
+    for _ in range(50):  # then the spawner starts them, and every work runs
+        assert done.acquire(timeout=10)
+    threads.close()

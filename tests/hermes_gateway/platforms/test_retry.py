@@ -132,3 +132,34 @@ async def test_a_fast_reply_sends_no_typing_at_all() -> None:
     bus.publish(LifecycleEvent("response_sent", event.session_key, "slow", event))
     assert len(sent) >= 1  # a slow run still shows it
     await bus.aclose()
+
+
+async def test_typing_spends_at_most_its_budget_of_calls_a_second() -> None:
+    """Three hundred runs starting at once: their indicators share the platform's budget
+    (here 100 calls a second) instead of spending 300 calls at once and 300 each interval."""
+    bus = EventBus()
+    sent: list[float] = []
+
+    async def send_typing(message: MessageEvent) -> None:
+        sent.append(time.monotonic())
+
+    indicator = TypingIndicator(
+        bus, "telegram", send_typing, interval=0.2, first_after=0, per_second=100
+    )
+    started = time.monotonic()
+    for n in range(300):
+        event = MessageEvent.create(
+            platform="telegram",
+            chat_type="dm",
+            chat_id=str(n),
+            user_id="1",
+            message_id="1",
+            text="x",
+        )
+        bus.publish(LifecycleEvent("processing_start", event.session_key, f"r{n}", event))
+    await asyncio.sleep(0.5)
+    indicator.stop_all()
+    # the burst of 100, then 100 a second: at most 150 in 0.5 s (unbudgeted: 900)
+    window = [t for t in sent if t - started <= 0.5]
+    assert 100 <= len(window) <= 160
+    await bus.aclose()
