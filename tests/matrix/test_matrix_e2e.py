@@ -1,0 +1,237 @@
+"""`hermes gateway run` as a real process on a real Synapse: a DM answered in Matrix HTML, a
+command at once, a long answer split, a stranger paired; rooms answered only when the bot is
+mentioned, replied to or in its thread; invites from strangers declined; an encrypted room told
+once; an image fetched on demand; messages sent while the gateway was down answered once."""
+
+from __future__ import annotations
+
+import base64
+import signal
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
+from tests.fakes.server import wait_until
+from tests.integration.test_tools_gateway import PNG
+from tests.matrix.kit import bodies, bot_messages, hermes, joined, matrix_gateway, ready
+from tests.matrix_server import Synapse
+
+pytestmark = pytest.mark.e2e
+# contents a homeserver passes on that are not what a client sends (Synapse checks few fields)
+ODD: list[dict[str, object]] = [
+    {"msgtype": "m.unknown", "body": "odd"},
+    {"msgtype": "m.image", "body": "odd", "url": 7, "info": "no"},
+    {"msgtype": "m.file", "body": "odd", "url": "mxc://x", "info": {"size": "big"}},
+    {"msgtype": "m.text", "body": "odd", "format": 3, "formatted_body": []},
+    {"msgtype": "m.text", "body": "odd", "m.relates_to": {"m.in_reply_to": "nope"}},
+]
+VISION = {"enabled": ["vision_analyze"], "vision": {"model": "vision-model"}}
+
+
+def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
+    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
+) -> None:
+    bot, alice, bob = synapse.register(), synapse.register(), synapse.register()
+    gateway = matrix_gateway(
+        tmp_path / "home", fake_llm, synapse.url, bot, allowed_users=[alice.user_id], pairing=True
+    )
+    try:
+        ready(gateway)
+        dm = alice.create_room(invite=[bot.user_id], direct=True)
+        wait_until(lambda: joined(alice, dm, bot), timeout=20)
+        asked = alice.say(dm, "hello **matrix**")
+        [reply] = wait_until(lambda: bot_messages(alice, dm, bot), timeout=20)
+        content = reply["content"]
+        assert content["body"] == "echo: hello matrix"
+        assert content["format"] == "org.matrix.custom.html"
+        assert content["formatted_body"] == "<p>echo: hello <strong>matrix</strong></p>"
+        assert content["m.relates_to"] == {"m.in_reply_to": {"event_id": asked}}
+
+        alice.say(dm, "/status")  # answered by the gateway itself: no model call
+        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 2, timeout=20)
+        assert len(fake_llm.requests) == 1
+
+        words = " ".join(f"w{n}" for n in range(2500))  # ~12,000 characters: two messages
+        alice.say(dm, words)
+        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 4, timeout=30)
+        parts = bot_messages(alice, dm, bot)[2:]
+        assert all(len(p["content"]["formatted_body"]) <= 8000 for p in parts)
+        assert " ".join(p["content"]["body"] for p in parts).split() == ["echo:", *words.split()]
+
+        # a stranger: its direct chat is joined (pairing is on), its message gets a code only
+        stranger = bob.create_room(invite=[bot.user_id], direct=True)
+        wait_until(lambda: joined(bob, stranger, bot), timeout=20)
+        bob.say(stranger, "let me in")
+        [code_reply] = wait_until(lambda: bodies(bob, stranger, bot), timeout=20)
+        assert "hermes pairing approve matrix " in code_reply
+        assert len(fake_llm.requests) == 2
+        code = code_reply.split("hermes pairing approve matrix ")[1].split()[0]
+        approved = hermes(gateway, "pairing", "--config", "CONFIG", "approve", "matrix", code)
+        assert approved.returncode == 0, approved.stderr
+        wait_until(lambda: len(bodies(bob, stranger, bot)) == 2, timeout=20)  # "approved"
+        bob.say(stranger, "now?")
+        wait_until(lambda: len(bodies(bob, stranger, bot)) == 3, timeout=20)
+        assert bodies(bob, stranger, bot)[2] == "echo: now?"
+
+        # a stranger's invite to a room (not a direct chat) is declined
+        carol = synapse.register()
+        room = carol.create_room(invite=[bot.user_id])
+        wait_until(lambda: _membership(carol, room, bot.user_id) == "leave", timeout=20)
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(20) == 0
+    finally:
+        gateway.kill()
+    log = (tmp_path / "home" / "logs" / "gateway.log").read_text()
+    assert bot.token not in log and bot.token not in gateway.stderr()
+
+
+def _membership(user: object, room: str, who: str) -> str:
+    from tests.matrix_server import MatrixUser
+
+    assert isinstance(user, MatrixUser)
+    try:
+        state = user.call("GET", f"/rooms/{room}/state/m.room.member/{who}")
+    except httpx.HTTPStatusError:
+        return ""
+    return str(state.get("membership", ""))
+
+
+def test_in_a_room_the_bot_answers_mentions_replies_and_its_threads(
+    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
+) -> None:
+    bot, alice, carol = synapse.register(), synapse.register(), synapse.register()
+    gateway = matrix_gateway(
+        tmp_path / "home", fake_llm, synapse.url, bot, allowed_users=[alice.user_id, carol.user_id]
+    )
+    try:
+        ready(gateway)
+        room = alice.create_room(invite=[bot.user_id, carol.user_id])
+        carol.join(room)
+        wait_until(lambda: joined(alice, room, bot), timeout=20)
+        alice.say(room, "talking to carol, not the bot")
+        mention = alice.say(
+            room, f"{bot.user_id}: hi there", **{"m.mentions": {"user_ids": [bot.user_id]}}
+        )
+        [first] = wait_until(lambda: bot_messages(alice, room, bot), timeout=20)
+        assert first["content"]["body"] == "echo: : hi there"
+        assert first["content"]["m.relates_to"] == {"m.in_reply_to": {"event_id": mention}}
+        assert len(fake_llm.requests) == 1  # the first message was not for the bot
+
+        reply = {"m.relates_to": {"m.in_reply_to": {"event_id": first["event_id"]}}}
+        alice.say(room, "and a reply", **reply)
+        wait_until(lambda: len(bot_messages(alice, room, bot)) == 2, timeout=20)
+        assert bot_messages(alice, room, bot)[1]["content"]["body"] == "echo: and a reply"
+
+        root = carol.say(room, "a thread starts here")
+        in_thread = {"m.relates_to": {"rel_type": "m.thread", "event_id": root}}
+        carol.say(room, f"{bot.user_id} join us", **in_thread)
+        wait_until(lambda: len(bot_messages(alice, room, bot)) == 3, timeout=20)
+        carol.say(room, "still here?", **in_thread)  # no mention: the bot is in this thread
+        wait_until(lambda: len(bot_messages(alice, room, bot)) == 4, timeout=20)
+        threaded = bot_messages(alice, room, bot)[2:]
+        assert [m["content"]["body"] for m in threaded] == ["echo: join us", "echo: still here?"]
+        for message in threaded:
+            relation = message["content"]["m.relates_to"]
+            assert (relation["rel_type"], relation["event_id"]) == ("m.thread", root)
+
+        # odd payloads are skipped; the next message is answered
+        for odd in ODD:
+            alice.send(room, odd)  # read, and not for the bot
+        alice.say(room, f"{bot.user_id} last")
+        wait_until(lambda: len(bot_messages(alice, room, bot)) == 5, timeout=20)
+        assert bot_messages(alice, room, bot)[4]["content"]["body"] == "echo: last"
+
+        # encrypted messages: one notice for the room, not one per message
+        sealed = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s"}
+        alice.send(room, sealed, kind="m.room.encrypted")
+        alice.send(room, sealed, kind="m.room.encrypted")
+        alice.say(room, f"{bot.user_id} plain again")
+        wait_until(lambda: len(bot_messages(alice, room, bot)) == 7, timeout=20)
+        said = bodies(alice, room, bot)[5:]
+        assert said[1] == "echo: plain again"
+        assert said[0].startswith("I can't read end-to-end encrypted messages")
+    finally:
+        gateway.kill()
+
+
+def test_an_image_is_fetched_on_demand_from_the_media_api(
+    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
+) -> None:
+    bot, alice = synapse.register(), synapse.register()
+    gateway = matrix_gateway(
+        tmp_path / "home",
+        fake_llm,
+        synapse.url,
+        bot,
+        allowed_users=[alice.user_id],
+        tools=VISION,
+    )
+    fake_llm.push(
+        tool_calls(("vision_analyze", {"attachment": 1, "question": "What colour?"})),
+        text("A single red pixel."),
+        text("Your picture is one red dot."),
+    )
+    try:
+        ready(gateway)
+        dm = alice.create_room(invite=[bot.user_id], direct=True)
+        wait_until(lambda: joined(alice, dm, bot), timeout=20)
+        mxc = alice.upload(PNG, "dot.png", "image/png")
+        info = {"mimetype": "image/png", "size": len(PNG)}
+        alice.send(dm, {"msgtype": "m.image", "body": "dot.png", "url": mxc, "info": info})
+        wait_until(lambda: bot_messages(alice, dm, bot), timeout=30)
+        assert bodies(alice, dm, bot) == ["Your picture is one red dot."]
+    finally:
+        gateway.kill()
+    assert "[attached file: dot.png (image/png)]" in str(fake_llm.requests[0]["messages"])
+    parts = fake_llm.requests[1]["messages"][0]["content"]
+    assert parts[1]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(PNG).decode()
+    media = sorted(p.name for p in (tmp_path / "home" / "media").iterdir())
+    assert len(media) == 1 and media[0].endswith("dot.png")
+
+
+def test_messages_sent_while_the_gateway_was_stopped_are_answered_once(
+    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
+) -> None:
+    """Each in a chat of its own (one chat's burst would be one merged turn)."""
+    bot, alice = synapse.register(), synapse.register()
+    gateway = matrix_gateway(
+        tmp_path / "home", fake_llm, synapse.url, bot, allowed_users=[alice.user_id]
+    )
+    try:
+        ready(gateway)
+        dms = [alice.create_room(invite=[bot.user_id], direct=True) for _ in range(3)]
+        wait_until(lambda: all(joined(alice, dm, bot) for dm in dms), timeout=20)
+        alice.say(dms[0], "before")
+        wait_until(lambda: bodies(alice, dms[0], bot) == ["echo: before"], timeout=20)
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(20) == 0
+        missed = [f"while down {uuid.uuid4().hex[:6]}" for _ in dms]
+        for dm, line in zip(dms, missed, strict=True):
+            alice.say(dm, line)
+        ready(gateway)
+        wait_until(lambda: len(fake_llm.requests) == 4, timeout=30)
+        wait_until(lambda: all(len(bodies(alice, dm, bot)) >= 1 for dm in dms[1:]), timeout=20)
+        gateway.signal(signal.SIGTERM)
+        assert gateway.wait(20) == 0
+    finally:
+        gateway.kill()
+    assert bodies(alice, dms[0], bot) == ["echo: before", f"echo: {missed[0]}"]
+    for dm, line in zip(dms[1:], missed[1:], strict=True):
+        assert bodies(alice, dm, bot) == [f"echo: {line}"]
+    assert len(fake_llm.requests) == 4
+
+
+def test_doctor_checks_the_access_token_with_whoami(
+    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
+) -> None:
+    bot = synapse.register()
+    gateway = matrix_gateway(tmp_path / "home", fake_llm, synapse.url, bot)
+    doctor = hermes(gateway, "doctor", "--config", "CONFIG")
+    assert f"token valid: {bot.user_id}" in doctor.stdout, doctor.stdout
+    gateway.env["MATRIX_ACCESS_TOKEN"] = "syt_revoked_" + "x" * 20
+    doctor = hermes(gateway, "doctor", "--config", "CONFIG")
+    assert "token rejected (HTTP 401: Invalid access token passed.)" in doctor.stdout, doctor.stdout
+    assert doctor.returncode != 0
