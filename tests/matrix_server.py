@@ -70,6 +70,7 @@ def synapse_config(directory: Path, port: int, shared_secret: str) -> dict[str, 
         "trusted_key_servers": [],
         "suppress_key_server_warning": True,
         "enable_registration": False,
+        "bcrypt_rounds": 4,  # registering users quickly: test passwords need no strength
         "url_preview_enabled": False,
         "presence": {"enabled": False},
         "log_config": str(directory / "log.yaml"),

@@ -49,7 +49,9 @@ def normalize(raw: Any, me: BotIdentity, where: Where, *, per_user: bool) -> Inb
     if not isinstance(content, Mapping) or not isinstance(sender, str):
         return None
     msgtype = content.get("msgtype")
-    if not isinstance(event_id, str) or (msgtype not in _TEXT and msgtype not in _FILES):
+    if not isinstance(msgtype, str) or (msgtype not in _TEXT and msgtype not in _FILES):
+        return None
+    if not isinstance(event_id, str):
         return None
     if relation(content).get("rel_type") == "m.replace":
         return None  # an edit: the message it changes was answered already
@@ -85,7 +87,7 @@ def mentions(content: Mapping[str, Any], me: BotIdentity) -> bool:
     return me.user_id in body or pill in html or pill.replace("@", "%40") in html
 
 
-def _text(content: Mapping[str, Any], msgtype: Any, has_file: bool, my_id: str) -> str:
+def _text(content: Mapping[str, Any], msgtype: str, has_file: bool, my_id: str) -> str:
     body = _str(content.get("body"))
     if has_file:  # a file's body is its name, unless a caption came with it
         name = _str(content.get("filename"))
@@ -104,8 +106,8 @@ def _without_fallback(body: str) -> str:
     return "\n".join(lines).strip()
 
 
-def _attachments(content: Mapping[str, Any], msgtype: Any) -> tuple[Attachment, ...]:
-    kind = _FILES.get(msgtype) if isinstance(msgtype, str) else None
+def _attachments(content: Mapping[str, Any], msgtype: str) -> tuple[Attachment, ...]:
+    kind = _FILES.get(msgtype)
     url = _str(content.get("url"))
     if kind is None or not url.startswith("mxc://"):
         return ()  # an encrypted file has no plain url: nothing the bot could read

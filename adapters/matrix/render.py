@@ -100,8 +100,10 @@ class _Plain(HTMLParser):
             self.out.append("\n")
 
     def handle_data(self, data: str) -> None:
-        if data.strip("\n"):  # the newlines between blocks are the markup's, not the text's
+        if data.strip("\n"):
             self.out.append(data)
+        else:  # between blocks: a block's end made its line, a blank line stays one
+            self.out.append(data[1:])
 
 
 def html_to_plain(html: str) -> str:
