@@ -17,7 +17,7 @@ from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.integration.test_tools_gateway import PNG
 from tests.matrix.kit import bodies, bot_messages, hermes, joined, matrix_gateway, ready
-from tests.matrix_server import Synapse
+from tests.matrix_server import MatrixUser, Synapse, shown_text
 
 pytestmark = pytest.mark.e2e
 # contents a homeserver passes on that are not what a client sends (Synapse checks few fields)
@@ -88,10 +88,7 @@ def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
     assert bot.token not in log and bot.token not in gateway.stderr()
 
 
-def _membership(user: object, room: str, who: str) -> str:
-    from tests.matrix_server import MatrixUser
-
-    assert isinstance(user, MatrixUser)
+def _membership(user: MatrixUser, room: str, who: str) -> str:
     try:
         state = user.call("GET", f"/rooms/{room}/state/m.room.member/{who}")
     except httpx.HTTPStatusError:
@@ -235,3 +232,40 @@ def test_doctor_checks_the_access_token_with_whoami(
     doctor = hermes(gateway, "doctor", "--config", "CONFIG")
     assert "token rejected (HTTP 401: Invalid access token passed.)" in doctor.stdout, doctor.stdout
     assert doctor.returncode != 0
+
+
+def test_the_live_preview_is_edited_into_the_answer(
+    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
+) -> None:
+    bot, alice = synapse.register(), synapse.register()
+    gateway = matrix_gateway(
+        tmp_path / "home",
+        fake_llm,
+        synapse.url,
+        bot,
+        allowed_users=[alice.user_id],
+        streaming=True,
+    )
+    answer = " ".join(f"word{n}" for n in range(40))
+    fake_llm.push(text(answer, chunk_size=20, chunk_delay=0.15))
+    try:
+        ready(gateway)
+        dm = alice.create_room(invite=[bot.user_id], direct=True)
+        wait_until(lambda: joined(alice, dm, bot), timeout=20)
+        alice.say(dm, "stream it")
+        wait_until(lambda: _shown(alice, dm, bot) == [answer], timeout=30)
+    finally:
+        gateway.kill()
+    edits = [
+        m
+        for m in alice.messages(dm)
+        if m["sender"] == bot.user_id and "m.new_content" in m["content"]
+    ]
+    assert len(edits) >= 2  # the preview grew, then became the answer
+    final = edits[-1]["content"]
+    assert final["m.new_content"]["formatted_body"] == f"<p>{answer}</p>"
+    assert final["m.relates_to"]["rel_type"] == "m.replace"
+
+
+def _shown(user: MatrixUser, room: str, bot: MatrixUser) -> list[str]:
+    return [shown_text(user, room, m) for m in bot_messages(user, room, bot)]
