@@ -78,7 +78,6 @@ class MatrixAdapter:
         )
         self.me: BotIdentity | None = None
         self._device = ""  # the access token's device, which scopes its transaction ids
-        self.syncer: Syncer | None = None
         # one /sync per bot token in a cluster (always this one on a single process)
         digest = hashlib.sha256(section.access_token.encode()).hexdigest()[:16]
         self.lead = host.leadership(f"matrix-sync:{digest}")
@@ -137,7 +136,7 @@ class MatrixAdapter:
             await self.lead.acquire()
         home, section = self.host.config.home_path, self.config
         state = SyncState(home, section.homeserver, me.user_id)
-        syncer = self.syncer = Syncer(
+        syncer = Syncer(
             self.api,
             state,
             Batch(self.host, me, self.wire, lambda: self.config),

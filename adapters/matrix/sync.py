@@ -109,13 +109,12 @@ class Batch:
             if isinstance(event.get("event_id"), str):
                 self.wire.own.add(event["event_id"])
             return True
-        if kind == "m.room.encrypted":
-            await self._cannot_read(room_id, state)
-            return True
-        if kind != "m.room.message":
-            return True
         try:
-            return await self._message(room_id, event)
+            if kind == "m.room.encrypted":
+                await self._cannot_read(room_id, state)
+            elif kind == "m.room.message":
+                return await self._message(room_id, event)
+            return True
         except (TransientAdapterError, RateLimitedError):
             raise  # the batch is synced again once the homeserver answers
         except Exception:  # one bad event must never stop the next
@@ -173,10 +172,16 @@ class Batch:
         return self.me.is_me(sender)
 
     def summary(self, room_id: str, room: Mapping[str, Any]) -> None:
+        """The room's members as its summary counts them, the invited among them (a room of
+        the bot and one person with a third invited is not a direct chat)."""
         summary = room.get("summary")
-        count = summary.get("m.joined_member_count") if isinstance(summary, Mapping) else None
-        if isinstance(count, int):
-            self.members[room_id] = count
+        summary = summary if isinstance(summary, Mapping) else {}
+        joined, invited = (
+            summary.get("m.joined_member_count"),
+            summary.get("m.invited_member_count"),
+        )
+        if isinstance(joined, int):
+            self.members[room_id] = joined + (invited if isinstance(invited, int) else 0)
 
     async def _cannot_read(self, room_id: str, state: SyncState) -> None:
         """Say once per room that encrypted messages cannot be read: the notice's transaction
@@ -184,7 +189,10 @@ class Batch:
         if room_id in state.kept.told_encrypted:
             return
         txn = "hermes-e2ee-" + hashlib.sha256(room_id.encode()).hexdigest()[:32]
-        await self.wire.send(room_id, {"msgtype": "m.notice", "body": ENCRYPTED}, txn)
+        try:
+            await self.wire.send(room_id, {"msgtype": "m.notice", "body": ENCRYPTED}, txn)
+        except PermanentAdapterError as exc:  # the bot may not speak there: noted all the same
+            log.warning("matrix.encrypted_notice_failed", room_id=room_id, error=str(exc))
         await state.save(told=room_id)
         log.warning("matrix.encrypted_room", room_id=room_id)
 

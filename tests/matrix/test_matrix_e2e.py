@@ -1,7 +1,8 @@
 """`hermes gateway run` as a real process on a real Synapse: a DM answered in Matrix HTML, a
-command at once, a long answer split, a stranger paired; rooms answered only when the bot is
-mentioned, replied to or in its thread; invites from strangers declined; an encrypted room told
-once; an image fetched on demand; messages sent while the gateway was down answered once."""
+command at once, a long answer split, an image fetched on demand, a stranger paired; rooms
+answered only when the bot is mentioned, replied to or in its thread; invites from strangers
+declined; an encrypted room told once; messages sent while the gateway was down answered once;
+the live preview edited into the answer; doctor's whoami."""
 
 from __future__ import annotations
 
@@ -36,7 +37,13 @@ def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
 ) -> None:
     bot, alice, bob = synapse.register(), synapse.register(), synapse.register()
     gateway = matrix_gateway(
-        tmp_path / "home", fake_llm, synapse.url, bot, allowed_users=[alice.user_id], pairing=True
+        tmp_path / "home",
+        fake_llm,
+        synapse.url,
+        bot,
+        allowed_users=[alice.user_id],
+        pairing=True,
+        tools=VISION,
     )
     try:
         ready(gateway)
@@ -80,12 +87,31 @@ def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
         carol = synapse.register()
         room = carol.create_room(invite=[bot.user_id])
         wait_until(lambda: _membership(carol, room, bot.user_id) == "leave", timeout=20)
+
+        # an image is named to the model, and fetched from the media API when a tool asks
+        assert not (tmp_path / "home" / "media").exists()
+        fake_llm.push(
+            tool_calls(("vision_analyze", {"attachment": 1, "question": "What colour?"})),
+            text("A single red pixel."),
+            text("Your picture is one red dot."),
+        )
+        mxc = alice.upload(PNG, "dot.png", "image/png")
+        info = {"mimetype": "image/png", "size": len(PNG)}
+        alice.send(dm, {"msgtype": "m.image", "body": "dot.png", "url": mxc, "info": info})
+        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 5, timeout=30)
+        assert bodies(alice, dm, bot)[4] == "Your picture is one red dot."
         gateway.signal(signal.SIGTERM)
         assert gateway.wait(20) == 0
     finally:
         gateway.kill()
     log = (tmp_path / "home" / "logs" / "gateway.log").read_text()
     assert bot.token not in log and bot.token not in gateway.stderr()
+    asked, vision = fake_llm.requests[-3], fake_llm.requests[-2]
+    assert "[attached file: dot.png (image/png)]" in str(asked["messages"])
+    parts = vision["messages"][0]["content"]
+    assert parts[1]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(PNG).decode()
+    media = [p.name for p in (tmp_path / "home" / "media").iterdir()]
+    assert len(media) == 1 and media[0].endswith("dot.png")
 
 
 def _membership(user: MatrixUser, room: str, who: str) -> str:
@@ -152,41 +178,6 @@ def test_in_a_room_the_bot_answers_mentions_replies_and_its_threads(
         assert said[0].startswith("I can't read end-to-end encrypted messages")
     finally:
         gateway.kill()
-
-
-def test_an_image_is_fetched_on_demand_from_the_media_api(
-    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
-) -> None:
-    bot, alice = synapse.register(), synapse.register()
-    gateway = matrix_gateway(
-        tmp_path / "home",
-        fake_llm,
-        synapse.url,
-        bot,
-        allowed_users=[alice.user_id],
-        tools=VISION,
-    )
-    fake_llm.push(
-        tool_calls(("vision_analyze", {"attachment": 1, "question": "What colour?"})),
-        text("A single red pixel."),
-        text("Your picture is one red dot."),
-    )
-    try:
-        ready(gateway)
-        dm = alice.create_room(invite=[bot.user_id], direct=True)
-        wait_until(lambda: joined(alice, dm, bot), timeout=20)
-        mxc = alice.upload(PNG, "dot.png", "image/png")
-        info = {"mimetype": "image/png", "size": len(PNG)}
-        alice.send(dm, {"msgtype": "m.image", "body": "dot.png", "url": mxc, "info": info})
-        wait_until(lambda: bot_messages(alice, dm, bot), timeout=30)
-        assert bodies(alice, dm, bot) == ["Your picture is one red dot."]
-    finally:
-        gateway.kill()
-    assert "[attached file: dot.png (image/png)]" in str(fake_llm.requests[0]["messages"])
-    parts = fake_llm.requests[1]["messages"][0]["content"]
-    assert parts[1]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(PNG).decode()
-    media = sorted(p.name for p in (tmp_path / "home" / "media").iterdir())
-    assert len(media) == 1 and media[0].endswith("dot.png")
 
 
 def test_messages_sent_while_the_gateway_was_stopped_are_answered_once(
