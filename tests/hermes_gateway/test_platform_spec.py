@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_built_in_platforms_are_discovered_in_order() -> None:
     specs = platform_specs()
-    assert [s.name for s in specs] == ["api", "telegram", "discord", "slack"]
+    assert [s.name for s in specs] == ["api", "telegram", "discord", "slack", "matrix"]
     assert all(isinstance(s, PlatformSpec) for s in specs)
     for spec in specs:  # the lazy references resolve
         assert callable(load_ref(spec.adapter))
