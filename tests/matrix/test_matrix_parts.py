@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import structlog
@@ -19,6 +19,7 @@ from adapters.matrix.normalize import Where, normalize
 from adapters.matrix.render import content, html_to_plain, render, to_matrix_html
 from adapters.matrix.replies import Wire
 from adapters.matrix.state import SyncState
+from adapters.matrix.sync import Batch, Syncer, _next
 from hermes_gateway.platforms import BotIdentity
 from tests.matrix_server import Synapse
 
@@ -142,3 +143,27 @@ async def test_m_limit_exceeded_is_waited_out_as_synapse_asks(synapse: Synapse) 
     assert [m["content"]["body"] for m in said] == ["m0", "m1", "m2"]
     waits = [e["retry_after"] for e in logs if e["event"] == "retry.rate_limited"]
     assert waits and all(0 < w <= 3 for w in waits)  # Synapse's retry_after_ms, in seconds
+
+
+async def test_a_gappy_timeline_is_filled_back_to_the_kept_token(
+    synapse: Synapse, tmp_path: Path
+) -> None:
+    """More messages than a sync's timeline holds came while the bot was away: the rest are
+    fetched from /messages, oldest first, none twice."""
+    bot, alice = synapse.register(), synapse.register()
+    room = await asyncio.to_thread(alice.create_room, [bot.user_id])
+    await asyncio.to_thread(bot.join, room)
+    api = client(synapse.url, bot.token, 30)
+    syncer = Syncer(api, SyncState(tmp_path, synapse.url, bot.user_id), cast(Batch, None), 1)
+    try:
+        kept = _next(await syncer._sync(None, 0, 1))
+        for n in range(8):
+            await asyncio.to_thread(alice.say, room, f"m{n}")
+        answer = await syncer._sync(kept, 0, 3)
+        joined = answer["rooms"]["join"][room]
+        assert joined["timeline"]["limited"] is True and len(joined["timeline"]["events"]) == 3
+        events = await syncer._timeline(room, joined, kept)
+    finally:
+        await api.api.session.close()
+    said = [e["content"]["body"] for e in events if e["type"] == "m.room.message"]
+    assert said == [f"m{n}" for n in range(8)]
