@@ -208,6 +208,17 @@ class MatrixUser:
         answer.raise_for_status()
         return str(answer.json()["content_uri"])
 
+    def download(self, mxc: str) -> bytes:
+        """A file from the media repository, as a client fetches it (authenticated media)."""
+        server, media_id = mxc.removeprefix("mxc://").split("/", 1)
+        answer = httpx.get(
+            f"{self.url}/_matrix/client/v1/media/download/{server}/{media_id}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
+        )
+        answer.raise_for_status()
+        return answer.content
+
     def messages(self, room_id: str) -> list[dict[str, Any]]:
         """The room's message events, oldest first (edits as the events they are)."""
         data = self.call("GET", f"/rooms/{room_id}/messages", params={"dir": "b", "limit": 200})

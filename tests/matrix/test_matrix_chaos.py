@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.chaos.killing import killer
-from tests.fakes.openai import FakeOpenAI, text
+from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.matrix.kit import bodies, joined, matrix_gateway, ready
 from tests.matrix_server import MatrixUser, Relay, Synapse
@@ -106,3 +106,37 @@ def test_the_bot_reconnects_after_the_homeserver_was_gone(
     finally:
         gw.kill()
     assert bodies(alice, room, bot) == ["echo: said while you were away"]
+
+
+@pytest.mark.slow  # the text case above covers the same transaction id; ~15 s
+def test_a_file_synapse_took_before_the_kill_is_shown_once(
+    tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse, relay: Relay
+) -> None:
+    bot, alice = synapse.register(), synapse.register()
+    gw = matrix_gateway(
+        tmp_path / "home",
+        fake_llm,
+        relay.url,
+        bot,
+        allowed_users=[alice.user_id],
+        tools={"enabled": ["write_file", "send_file"]},
+    )
+    fake_llm.push(
+        tool_calls(("write_file", {"path": "report.csv", "content": "a,b\n1,2\n"})),
+        tool_calls(("send_file", {"path": "report.csv", "caption": "the numbers"})),
+        text("Here it is."),
+    )
+    try:
+        ready(gw)
+        room = dm_with(alice, bot)
+        relay.arm("the numbers", killer(gw))
+        alice.say(room, "report please")
+        wait_until(lambda: relay.fired and gw.proc is not None and gw.proc.poll() is not None, 30)
+        ready(gw)
+        wait_until(lambda: len(relay.sends) >= 3, timeout=30)  # the file part sent again
+        gw.signal(signal.SIGTERM)
+        assert gw.wait(20) == 0
+    finally:
+        gw.kill()
+    assert bodies(alice, room, bot) == ["Here it is.", "the numbers"]
+    assert relay.sends[1] == relay.sends[2]

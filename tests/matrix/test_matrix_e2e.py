@@ -30,7 +30,11 @@ ODD: list[dict[str, object]] = [
     {"msgtype": "m.text", "body": "odd", "format": 3, "formatted_body": []},
     {"msgtype": "m.text", "body": "odd", "m.relates_to": {"m.in_reply_to": "nope"}},
 ]
-VISION = {"enabled": ["vision_analyze"], "vision": {"model": "vision-model"}}
+TOOLS = {
+    "enabled": ["vision_analyze", "write_file", "send_file"],
+    "vision": {"model": "vision-model"},
+}
+CSV = "city,people\nOslo,700000\n"
 
 
 def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
@@ -44,7 +48,7 @@ def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
         bot,
         allowed_users=[alice.user_id],
         pairing=True,
-        tools=VISION,
+        tools=TOOLS,
     )
     try:
         ready(gateway)
@@ -101,13 +105,30 @@ def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
         alice.send(dm, {"msgtype": "m.image", "body": "dot.png", "url": mxc, "info": info})
         wait_until(lambda: len(bot_messages(alice, dm, bot)) == 5, timeout=30)
         assert bodies(alice, dm, bot)[4] == "Your picture is one red dot."
+
+        # a file the model sends goes to the media repository, after the answer's text
+        fake_llm.push(
+            tool_calls(("write_file", {"path": "report.csv", "content": CSV})),
+            tool_calls(("send_file", {"path": "report.csv", "caption": "the numbers"})),
+            text("Here it is."),
+        )
+        alice.say(dm, "report please")
+        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 7, timeout=30)
+        answer, shared = (m["content"] for m in bot_messages(alice, dm, bot)[5:])
+        assert answer["body"] == "Here it is."
+        assert (shared["msgtype"], shared["body"], shared["filename"]) == (
+            "m.file",
+            "the numbers",
+            "report.csv",
+        )
+        assert alice.download(shared["url"]) == CSV.encode()
         gateway.signal(signal.SIGTERM)
         assert gateway.wait(20) == 0
     finally:
         gateway.kill()
     log = (tmp_path / "home" / "logs" / "gateway.log").read_text()
     assert bot.token not in log and bot.token not in gateway.stderr()
-    asked, vision = fake_llm.requests[-3], fake_llm.requests[-2]
+    asked, vision = fake_llm.requests[-6], fake_llm.requests[-5]
     assert "[attached file: dot.png (image/png)]" in str(asked["messages"])
     parts = vision["messages"][0]["content"]
     assert parts[1]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(PNG).decode()
