@@ -175,7 +175,7 @@ class MatrixAdapter:
 
     def _rejected(self, exc: AdapterAuthError) -> GiveUp:
         log.error("matrix.token_rejected", error=str(exc))
-        return GiveUp(f"platforms.matrix.access_token: {exc}")
+        return GiveUp(f"token rejected: {exc}")
 
     # -- delivery ----------------------------------------------------------------------
 

@@ -73,7 +73,9 @@ def translate(exc: BaseException) -> AdapterError:
     if isinstance(exc, AdapterError):
         return exc
     if isinstance(exc, MatrixInvalidToken):
-        return AdapterAuthError(f"the homeserver rejected the access token ({exc.errcode})")
+        return AdapterAuthError(
+            f"platforms.matrix.access_token: the homeserver rejected the token ({exc.errcode})"
+        )
     if isinstance(exc, MatrixRequestError):
         what = f"HTTP {exc.http_status} {exc.errcode}: {exc.message}"
         if exc.http_status >= 500 or exc.http_status in (0, 408):

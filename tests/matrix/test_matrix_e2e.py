@@ -237,7 +237,7 @@ def test_messages_sent_while_the_gateway_was_stopped_are_answered_once(
     assert len(fake_llm.requests) == 4
 
 
-def test_doctor_checks_the_access_token_with_whoami(
+def test_doctor_checks_the_access_token_with_whoami_and_a_rejected_one_exits_78(
     tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
 ) -> None:
     bot = synapse.register()
@@ -248,6 +248,12 @@ def test_doctor_checks_the_access_token_with_whoami(
     doctor = hermes(gateway, "doctor", "--config", "CONFIG")
     assert "token rejected (HTTP 401: Invalid access token passed.)" in doctor.stdout, doctor.stdout
     assert doctor.returncode != 0
+    try:  # a rejected token is a configuration error: systemd must not restart the gateway
+        gateway.start(wait=False)
+        assert gateway.wait(30) == 78
+    finally:
+        gateway.kill()
+    assert "platforms.matrix.access_token" in gateway.stderr()
 
 
 def test_the_live_preview_is_edited_into_the_answer(
