@@ -219,6 +219,21 @@ class MatrixUser:
         answer.raise_for_status()
         return answer.content
 
+    def typing(self, room_id: str) -> list[str]:
+        """Who the homeserver says is typing in the room now (each call a filter of its own:
+        Synapse answers a repeated identical sync from a cache for two minutes)."""
+        room = {
+            "rooms": [room_id],
+            "timeline": {"limit": 0},
+            "state": {"types": []},
+            "account_data": {"not_types": [uuid.uuid4().hex]},
+        }
+        query = {"timeout": 0, "filter": json.dumps({"room": room, "presence": {"types": []}})}
+        rooms = self.call("GET", "/sync", params=query).get("rooms", {}).get("join", {})
+        events = rooms.get(room_id, {}).get("ephemeral", {}).get("events", [])
+        typing = [e for e in events if e.get("type") == "m.typing"]
+        return list(typing[-1]["content"]["user_ids"]) if typing else []
+
     def messages(self, room_id: str) -> list[dict[str, Any]]:
         """The room's message events, oldest first (edits as the events they are)."""
         data = self.call("GET", f"/rooms/{room_id}/messages", params={"dir": "b", "limit": 200})

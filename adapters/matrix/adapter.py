@@ -22,6 +22,7 @@ from adapters.matrix.state import SyncState
 from adapters.matrix.sync import Batch, Syncer
 from hermes_gateway.platforms import (
     AdapterAuthError,
+    AdapterError,
     AdapterHost,
     Attachment,
     Backoff,
@@ -184,9 +185,15 @@ class MatrixAdapter:
             raise TransientAdapterError(
                 f"Matrix is not connected yet ({self.supervisor.health.detail})"
             )
+        typing = self.typing is not None and bool(message.run_id)
         if self.typing is not None and message.run_id:
             self.typing.stop(message.run_id)
         await self.outbox.send(message)
+        if typing:  # a notification lasts its timeout unless withdrawn: not past the answer
+            try:
+                await self.wire.typing(message.chat_id, self.me.user_id, 0)
+            except AdapterError as exc:
+                log.debug("matrix.typing_off_failed", room_id=message.chat_id, error=str(exc))
 
     def stream(self, event: MessageEvent) -> StreamSink | None:
         if not self.config.streaming or event.platform != self.name:
@@ -199,7 +206,8 @@ class MatrixAdapter:
     async def send_typing(self, event: MessageEvent) -> None:
         # lasts a little longer than the indicator's interval, so it never flickers off
         ms = int((self.typing_interval + 5) * 1000)
-        await self.wire.typing(event.chat_id, ms)
+        if self.me is not None:
+            await self.wire.typing(event.chat_id, self.me.user_id, ms)
 
     async def download(self, attachment: Attachment) -> Path:
         """Fetch an attachment into ``<home>/media`` (never at intake) from the homeserver's

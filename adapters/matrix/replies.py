@@ -9,12 +9,13 @@ import mimetypes
 import uuid
 from collections import OrderedDict
 from typing import Any, cast
+from urllib.parse import quote
 
 import structlog
 from mautrix.client import ClientAPI
 from mautrix.types import EventID, EventType, RoomID
 
-from adapters.matrix.api import call
+from adapters.matrix.api import Method, call, raw
 from adapters.matrix.render import LIMIT, content, first_part, render
 from hermes_gateway.platforms import (
     AdapterError,
@@ -93,9 +94,14 @@ class Wire:
         }
         await self.send(room_id, body, txn_id(None), attempts=attempts)
 
-    async def typing(self, room_id: str, ms: int) -> None:
-        """One typing notification lasting ``ms`` (a single attempt: the next comes soon)."""
-        await call(lambda: self.api.set_typing(RoomID(room_id), ms), self.timeout)
+    async def typing(self, room_id: str, user_id: str, ms: int) -> None:
+        """One typing notification of ``user_id`` (the bot) lasting ``ms``, or withdrawn (0);
+        a single attempt: the next comes soon."""
+        path = (
+            f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/typing/{quote(user_id, safe='')}"
+        )
+        body = {"typing": True, "timeout": ms} if ms > 0 else {"typing": False}
+        await raw(self.api, Method.PUT, path, body=body, timeout=self.timeout)
 
     async def upload(self, upload: Upload) -> str:
         file = upload.file

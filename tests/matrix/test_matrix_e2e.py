@@ -256,7 +256,7 @@ def test_doctor_checks_the_access_token_with_whoami_and_a_rejected_one_exits_78(
     assert "platforms.matrix.access_token" in gateway.stderr()
 
 
-def test_the_live_preview_is_edited_into_the_answer(
+def test_the_live_preview_is_edited_into_the_answer_while_the_bot_is_typing(
     tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
 ) -> None:
     bot, alice = synapse.register(), synapse.register()
@@ -275,6 +275,7 @@ def test_the_live_preview_is_edited_into_the_answer(
         dm = alice.create_room(invite=[bot.user_id], direct=True)
         wait_until(lambda: joined(alice, dm, bot), timeout=20)
         alice.say(dm, "stream it")
+        wait_until(lambda: bot.user_id in alice.typing(dm), timeout=20)  # while it works
         wait_until(lambda: _shown(alice, dm, bot) == [answer], timeout=30)
     finally:
         gateway.kill()
