@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import httpx
-import pytest
 import yaml
 from aiohttp import web
 
@@ -28,9 +27,6 @@ from tests.e2e.daemon import free_port
 from tests.fakes.server import FakeServer
 
 PYTHON = os.environ.get("HERMES_TEST_SYNAPSE", "")  # /path/to/synapse-venv/bin/python
-needs_synapse = pytest.mark.skipif(
-    not PYTHON, reason="set HERMES_TEST_SYNAPSE to a Python with matrix-synapse (CI does)"
-)
 SERVER_NAME = "hermes.test"
 _RELAXED = {"per_second": 1000, "burst_count": 1000}
 # every limit a test could meet, relaxed: tests send and join faster than people do
