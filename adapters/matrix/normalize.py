@@ -94,7 +94,7 @@ def _text(content: Mapping[str, Any], msgtype: str, has_file: bool, my_id: str) 
         return body if name and body != name else ""
     if reply_target(content) and body.startswith("> "):
         body = _without_fallback(body)
-    body = body.replace(my_id, "").strip()
+    body = body.replace(my_id, "").strip().lstrip(":,").strip()  # "@bot:hs: hi" -> "hi"
     return f"* {body}" if msgtype == "m.emote" else body
 
 

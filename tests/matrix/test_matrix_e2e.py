@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
 from tests.integration.test_tools_gateway import PNG
@@ -40,100 +41,110 @@ CSV = "city,people\nOslo,700000\n"
 def test_a_dm_is_answered_in_html_and_a_stranger_is_paired(
     tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
 ) -> None:
-    bot, alice, bob = synapse.register(), synapse.register(), synapse.register()
+    bot, alice = synapse.register(), synapse.register()
+    home = tmp_path / "home"
     gateway = matrix_gateway(
-        tmp_path / "home",
-        fake_llm,
-        synapse.url,
-        bot,
-        allowed_users=[alice.user_id],
-        pairing=True,
-        tools=TOOLS,
+        home, fake_llm, synapse.url, bot, allowed_users=[alice.user_id], pairing=True, tools=TOOLS
     )
     try:
         ready(gateway)
         dm = alice.create_room(invite=[bot.user_id], direct=True)
         wait_until(lambda: joined(alice, dm, bot), timeout=20)
-        asked = alice.say(dm, "hello **matrix**")
-        [reply] = wait_until(lambda: bot_messages(alice, dm, bot), timeout=20)
-        content = reply["content"]
-        assert content["body"] == "echo: hello matrix"
-        assert content["format"] == "org.matrix.custom.html"
-        assert content["formatted_body"] == "<p>echo: hello <strong>matrix</strong></p>"
-        assert content["m.relates_to"] == {"m.in_reply_to": {"event_id": asked}}
-
-        alice.say(dm, "/status")  # answered by the gateway itself: no model call
-        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 2, timeout=20)
-        assert len(fake_llm.requests) == 1
-
-        words = " ".join(f"w{n}" for n in range(2500))  # ~12,000 characters: two messages
-        alice.say(dm, words)
-        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 4, timeout=30)
-        parts = bot_messages(alice, dm, bot)[2:]
-        assert all(len(p["content"]["formatted_body"]) <= 8000 for p in parts)
-        assert " ".join(p["content"]["body"] for p in parts).split() == ["echo:", *words.split()]
-
-        # a stranger: its direct chat is joined (pairing is on), its message gets a code only
-        stranger = bob.create_room(invite=[bot.user_id], direct=True)
-        wait_until(lambda: joined(bob, stranger, bot), timeout=20)
-        bob.say(stranger, "let me in")
-        [code_reply] = wait_until(lambda: bodies(bob, stranger, bot), timeout=20)
-        assert "hermes pairing approve matrix " in code_reply
-        assert len(fake_llm.requests) == 2
-        code = code_reply.split("hermes pairing approve matrix ")[1].split()[0]
-        approved = hermes(gateway, "pairing", "--config", "CONFIG", "approve", "matrix", code)
-        assert approved.returncode == 0, approved.stderr
-        wait_until(lambda: len(bodies(bob, stranger, bot)) == 2, timeout=20)  # "approved"
-        bob.say(stranger, "now?")
-        wait_until(lambda: len(bodies(bob, stranger, bot)) == 3, timeout=20)
-        assert bodies(bob, stranger, bot)[2] == "echo: now?"
-
-        # a stranger's invite to a room (not a direct chat) is declined
-        carol = synapse.register()
-        room = carol.create_room(invite=[bot.user_id])
-        wait_until(lambda: _membership(carol, room, bot.user_id) == "leave", timeout=20)
-
-        # an image is named to the model, and fetched from the media API when a tool asks
-        assert not (tmp_path / "home" / "media").exists()
-        fake_llm.push(
-            tool_calls(("vision_analyze", {"attachment": 1, "question": "What colour?"})),
-            text("A single red pixel."),
-            text("Your picture is one red dot."),
-        )
-        mxc = alice.upload(PNG, "dot.png", "image/png")
-        info = {"mimetype": "image/png", "size": len(PNG)}
-        alice.send(dm, {"msgtype": "m.image", "body": "dot.png", "url": mxc, "info": info})
-        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 5, timeout=30)
-        assert bodies(alice, dm, bot)[4] == "Your picture is one red dot."
-
-        # a file the model sends goes to the media repository, after the answer's text
-        fake_llm.push(
-            tool_calls(("write_file", {"path": "report.csv", "content": CSV})),
-            tool_calls(("send_file", {"path": "report.csv", "caption": "the numbers"})),
-            text("Here it is."),
-        )
-        alice.say(dm, "report please")
-        wait_until(lambda: len(bot_messages(alice, dm, bot)) == 7, timeout=30)
-        answer, shared = (m["content"] for m in bot_messages(alice, dm, bot)[5:])
-        assert answer["body"] == "Here it is."
-        assert (shared["msgtype"], shared["body"], shared["filename"]) == (
-            "m.file",
-            "the numbers",
-            "report.csv",
-        )
-        assert alice.download(shared["url"]) == CSV.encode()
+        _chat_a_command_and_a_long_answer(fake_llm, alice, bot, dm)
+        _a_stranger_is_paired_and_a_strangers_room_declined(gateway, fake_llm, synapse, bot)
+        _files_in_and_out(home, fake_llm, alice, bot, dm)
         gateway.signal(signal.SIGTERM)
         assert gateway.wait(20) == 0
     finally:
         gateway.kill()
-    log = (tmp_path / "home" / "logs" / "gateway.log").read_text()
+    log = (home / "logs" / "gateway.log").read_text()
     assert bot.token not in log and bot.token not in gateway.stderr()
     asked, vision = fake_llm.requests[-6], fake_llm.requests[-5]
     assert "[attached file: dot.png (image/png)]" in str(asked["messages"])
     parts = vision["messages"][0]["content"]
     assert parts[1]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(PNG).decode()
-    media = [p.name for p in (tmp_path / "home" / "media").iterdir()]
+    media = [p.name for p in (home / "media").iterdir()]
     assert len(media) == 1 and media[0].endswith("dot.png")
+
+
+def _chat_a_command_and_a_long_answer(
+    llm: FakeOpenAI, alice: MatrixUser, bot: MatrixUser, dm: str
+) -> None:
+    asked = alice.say(dm, "hello **matrix**")
+    [reply] = wait_until(lambda: bot_messages(alice, dm, bot), timeout=20)
+    content = reply["content"]
+    assert content["body"] == "echo: hello matrix"
+    assert content["format"] == "org.matrix.custom.html"
+    assert content["formatted_body"] == "<p>echo: hello <strong>matrix</strong></p>"
+    assert content["m.relates_to"] == {"m.in_reply_to": {"event_id": asked}}
+
+    alice.say(dm, "/status")  # answered by the gateway itself: no model call
+    wait_until(lambda: len(bot_messages(alice, dm, bot)) == 2, timeout=20)
+    assert len(llm.requests) == 1
+
+    words = " ".join(f"w{n}" for n in range(2500))  # ~12,000 characters: two messages
+    alice.say(dm, words)
+    wait_until(lambda: len(bot_messages(alice, dm, bot)) == 4, timeout=30)
+    parts = bot_messages(alice, dm, bot)[2:]
+    assert all(len(p["content"]["formatted_body"]) <= 8000 for p in parts)
+    assert " ".join(p["content"]["body"] for p in parts).split() == ["echo:", *words.split()]
+
+
+def _a_stranger_is_paired_and_a_strangers_room_declined(
+    gateway: GatewayProcess, llm: FakeOpenAI, synapse: Synapse, bot: MatrixUser
+) -> None:
+    """Its direct chat is joined (pairing is on), its message gets a code only; a stranger's
+    invite to a room (not a direct chat) is declined."""
+    bob = synapse.register()
+    stranger = bob.create_room(invite=[bot.user_id], direct=True)
+    wait_until(lambda: joined(bob, stranger, bot), timeout=20)
+    asked_before = len(llm.requests)
+    bob.say(stranger, "let me in")
+    [code_reply] = wait_until(lambda: bodies(bob, stranger, bot), timeout=20)
+    assert "hermes pairing approve matrix " in code_reply
+    assert len(llm.requests) == asked_before
+    code = code_reply.split("hermes pairing approve matrix ")[1].split()[0]
+    approved = hermes(gateway, "pairing", "--config", "CONFIG", "approve", "matrix", code)
+    assert approved.returncode == 0, approved.stderr
+    wait_until(lambda: len(bodies(bob, stranger, bot)) == 2, timeout=20)  # "approved"
+    bob.say(stranger, "now?")
+    wait_until(lambda: len(bodies(bob, stranger, bot)) == 3, timeout=20)
+    assert bodies(bob, stranger, bot)[2] == "echo: now?"
+
+    carol = synapse.register()
+    room = carol.create_room(invite=[bot.user_id])
+    wait_until(lambda: _membership(carol, room, bot.user_id) == "leave", timeout=20)
+
+
+def _files_in_and_out(
+    home: Path, llm: FakeOpenAI, alice: MatrixUser, bot: MatrixUser, dm: str
+) -> None:
+    """An image is named to the model and fetched from the media API when a tool asks; a file
+    the model sends goes to the media repository, after the answer's text."""
+    assert not (home / "media").exists()
+    llm.push(
+        tool_calls(("vision_analyze", {"attachment": 1, "question": "What colour?"})),
+        text("A single red pixel."),
+        text("Your picture is one red dot."),
+    )
+    mxc = alice.upload(PNG, "dot.png", "image/png")
+    info = {"mimetype": "image/png", "size": len(PNG)}
+    alice.send(dm, {"msgtype": "m.image", "body": "dot.png", "url": mxc, "info": info})
+    wait_until(lambda: len(bot_messages(alice, dm, bot)) == 5, timeout=30)
+    assert bodies(alice, dm, bot)[4] == "Your picture is one red dot."
+
+    llm.push(
+        tool_calls(("write_file", {"path": "report.csv", "content": CSV})),
+        tool_calls(("send_file", {"path": "report.csv", "caption": "the numbers"})),
+        text("Here it is."),
+    )
+    alice.say(dm, "report please")
+    wait_until(lambda: len(bot_messages(alice, dm, bot)) == 7, timeout=30)
+    answer, shared = (m["content"] for m in bot_messages(alice, dm, bot)[5:])
+    assert answer["body"] == "Here it is."
+    shown = (shared["msgtype"], shared["body"], shared["filename"])
+    assert shown == ("m.file", "the numbers", "report.csv")
+    assert alice.download(shared["url"]) == CSV.encode()
 
 
 def _membership(user: MatrixUser, room: str, who: str) -> str:
@@ -161,7 +172,7 @@ def test_in_a_room_the_bot_answers_mentions_replies_and_its_threads(
             room, f"{bot.user_id}: hi there", **{"m.mentions": {"user_ids": [bot.user_id]}}
         )
         [first] = wait_until(lambda: bot_messages(alice, room, bot), timeout=20)
-        assert first["content"]["body"] == "echo: : hi there"
+        assert first["content"]["body"] == "echo: hi there"
         assert first["content"]["m.relates_to"] == {"m.in_reply_to": {"event_id": mention}}
         assert len(fake_llm.requests) == 1  # the first message was not for the bot
 
@@ -170,39 +181,48 @@ def test_in_a_room_the_bot_answers_mentions_replies_and_its_threads(
         wait_until(lambda: len(bot_messages(alice, room, bot)) == 2, timeout=20)
         assert bot_messages(alice, room, bot)[1]["content"]["body"] == "echo: and a reply"
 
-        root = carol.say(room, "a thread starts here")
-        in_thread = {"m.relates_to": {"rel_type": "m.thread", "event_id": root}}
-        carol.say(room, f"{bot.user_id} join us", **in_thread)
-        wait_until(lambda: len(bot_messages(alice, room, bot)) == 3, timeout=20)
-        carol.say(room, "still here?", **in_thread)  # no mention: the bot is in this thread
-        wait_until(lambda: len(bot_messages(alice, room, bot)) == 4, timeout=20)
-        threaded = bot_messages(alice, room, bot)[2:]
-        assert [m["content"]["body"] for m in threaded] == ["echo: join us", "echo: still here?"]
-        for message in threaded:
-            relation = message["content"]["m.relates_to"]
-            assert (relation["rel_type"], relation["event_id"]) == ("m.thread", root)
-
-        # odd payloads are skipped; the next message is answered
-        for odd in ODD:
-            alice.send(room, odd)  # read, and not for the bot
-        alice.say(room, f"{bot.user_id} last")
-        wait_until(lambda: len(bot_messages(alice, room, bot)) == 5, timeout=20)
-        assert bot_messages(alice, room, bot)[4]["content"]["body"] == "echo: last"
-
-        # encrypted messages: one notice for the room, not one per message
-        sealed = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s"}
-        alice.send(room, sealed, kind="m.room.encrypted")
-        alice.send(room, sealed, kind="m.room.encrypted")
-        alice.say(room, f"{bot.user_id} plain again")
-        wait_until(lambda: len(bot_messages(alice, room, bot)) == 7, timeout=20)
-        said = bodies(alice, room, bot)[5:]
-        assert said[1] == "echo: plain again"
-        assert said[0].startswith("I can't read end-to-end encrypted messages")
+        _threads(alice, carol, bot, room)
+        _odd_contents_and_encrypted_ones(alice, bot, room)
     finally:
         gateway.kill()
     # kept in the home, so a restart a day later (past Synapse's transaction ids) is quiet too
     [kept] = (tmp_path / "home" / "matrix").glob("sync-*.json")
     assert json.loads(kept.read_text())["told_encrypted"] == [room]
+
+
+def _threads(alice: MatrixUser, carol: MatrixUser, bot: MatrixUser, room: str) -> None:
+    """A thread where the bot is mentioned is answered in the thread, and from then on without
+    a mention."""
+    root = carol.say(room, "a thread starts here")
+    in_thread = {"m.relates_to": {"rel_type": "m.thread", "event_id": root}}
+    carol.say(room, f"{bot.user_id} join us", **in_thread)
+    wait_until(lambda: len(bot_messages(alice, room, bot)) == 3, timeout=20)
+    carol.say(room, "still here?", **in_thread)  # no mention: the bot is in this thread
+    wait_until(lambda: len(bot_messages(alice, room, bot)) == 4, timeout=20)
+    threaded = bot_messages(alice, room, bot)[2:]
+    assert [m["content"]["body"] for m in threaded] == ["echo: join us", "echo: still here?"]
+    for message in threaded:
+        relation = message["content"]["m.relates_to"]
+        assert (relation["rel_type"], relation["event_id"]) == ("m.thread", root)
+
+
+def _odd_contents_and_encrypted_ones(alice: MatrixUser, bot: MatrixUser, room: str) -> None:
+    """Odd contents are skipped and the next message is answered; encrypted messages get one
+    notice for the room, not one per message."""
+    for odd in ODD:
+        alice.send(room, odd)  # read, and not for the bot
+    alice.say(room, f"{bot.user_id} last")
+    wait_until(lambda: len(bot_messages(alice, room, bot)) == 5, timeout=20)
+    assert bot_messages(alice, room, bot)[4]["content"]["body"] == "echo: last"
+
+    sealed = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s"}
+    alice.send(room, sealed, kind="m.room.encrypted")
+    alice.send(room, sealed, kind="m.room.encrypted")
+    alice.say(room, f"{bot.user_id} plain again")
+    wait_until(lambda: len(bot_messages(alice, room, bot)) == 7, timeout=20)
+    said = bodies(alice, room, bot)[5:]
+    assert said[1] == "echo: plain again"
+    assert said[0].startswith("I can't read end-to-end encrypted messages")
 
 
 def test_messages_sent_while_the_gateway_was_stopped_are_answered_once(
