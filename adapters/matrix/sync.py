@@ -237,6 +237,11 @@ class Syncer:
                 log.warning("matrix.sync_rate_limited", retry_after=exc.retry_after)
                 await asyncio.sleep(exc.retry_after)
                 continue
+            except PermanentAdapterError as exc:  # a token this homeserver does not know (its
+                # database replaced): retrying cannot help, so start afresh, and say so
+                log.error("matrix.since_refused", error=str(exc))
+                since = await self._first()
+                continue
             progress()
             if await self._take(answer, since):
                 since = _next(answer)

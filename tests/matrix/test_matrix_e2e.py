@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from adapters.matrix.state import SyncState
 from tests.e2e.daemon import GatewayProcess
 from tests.fakes.openai import FakeOpenAI, text, tool_calls
 from tests.fakes.server import wait_until
@@ -228,11 +229,15 @@ def _odd_contents_and_encrypted_ones(alice: MatrixUser, bot: MatrixUser, room: s
 def test_messages_sent_while_the_gateway_was_stopped_are_answered_once(
     tmp_path: Path, fake_llm: FakeOpenAI, synapse: Synapse
 ) -> None:
-    """Each in a chat of its own (one chat's burst would be one merged turn)."""
+    """Each in a chat of its own (one chat's burst would be one merged turn). The first start
+    finds a token the homeserver refuses (its database replaced): it starts afresh."""
     bot, alice = synapse.register(), synapse.register()
     gateway = matrix_gateway(
         tmp_path / "home", fake_llm, synapse.url, bot, allowed_users=[alice.user_id]
     )
+    kept = SyncState(tmp_path / "home", synapse.url, bot.user_id).path
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({"since": "not-a-token", "told_encrypted": []}))
     try:
         ready(gateway)
         dms = [alice.create_room(invite=[bot.user_id], direct=True) for _ in range(3)]
@@ -251,6 +256,7 @@ def test_messages_sent_while_the_gateway_was_stopped_are_answered_once(
         assert gateway.wait(20) == 0
     finally:
         gateway.kill()
+    assert "matrix.since_refused" in [e["event"] for e in gateway.log_events()]
     assert bodies(alice, dms[0], bot) == ["echo: before", f"echo: {missed[0]}"]
     for dm, line in zip(dms[1:], missed[1:], strict=True):
         assert bodies(alice, dm, bot) == [f"echo: {line}"]
