@@ -138,7 +138,8 @@ def test_disabled_platform_sdks_are_not_imported() -> None:
         "import sys; from hermes_gateway.platform_spec import platform_specs; platform_specs(); "
         "specs = {m for m in sys.modules if m.startswith('adapters.')}; "
         "from hermes_gateway.server import Gateway; "
-        "print(sorted(m for m in ('telegram', 'discord', 'slack_bolt') if m in sys.modules)"
+        "sdks = ('telegram', 'discord', 'slack_bolt', 'mautrix'); "
+        "print(sorted(m for m in sdks if m in sys.modules)"
         " + sorted(m for m in sys.modules if m.startswith('adapters.') and m not in specs))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

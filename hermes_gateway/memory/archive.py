@@ -149,7 +149,7 @@ class Archive:
             if vectors is None or newest > vectors.last_id:
                 vectors = grown(cached, rows, len(qvec) // 4, newest)
                 self.cache.put(key, vectors, generation)
-            return best(vectors.ids, vectors.matrix, qvec, limit)
+            return best(vectors.ids, vectors.array, qvec, limit)
 
         return keyword, await asyncio.to_thread(search), recent
 

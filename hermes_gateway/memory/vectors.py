@@ -19,12 +19,12 @@ CACHE_BYTES = 256 * 1024 * 1024  # all banks' matrices together; a bigger bank i
 @dataclass(slots=True)
 class BankVectors:
     ids: npt.NDArray[np.int64]
-    matrix: Matrix
+    array: Matrix  # one row per id
     last_id: int  # the newest row included: later ones are appended
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.ids.nbytes)
+        return int(self.array.nbytes + self.ids.nbytes)
 
 
 def build(rows: Iterable[tuple[int, bytes]], dims: int) -> tuple[npt.NDArray[np.int64], Matrix]:
@@ -92,6 +92,4 @@ def grown(
     ids, matrix = build(rows, dims)
     if old is None:
         return BankVectors(ids, matrix, last_id)
-    return BankVectors(
-        np.concatenate([old.ids, ids]), np.concatenate([old.matrix, matrix]), last_id
-    )
+    return BankVectors(np.concatenate([old.ids, ids]), np.concatenate([old.array, matrix]), last_id)

@@ -30,8 +30,8 @@ def test_best_ranks_by_cosine_and_skips_other_dimensions() -> None:
     vectors = grown(None, rows[:1], len(rows[0][1]) // 4, 1)
     vectors = grown(vectors, rows[1:], len(rows[0][1]) // 4, 3)  # appended: 3 has 2 dimensions
     assert vectors.last_id == 3 and list(vectors.ids) == [1, 2]
-    assert best(vectors.ids, vectors.matrix, pack(embed("feline pet")), 5) == [2, 1]
-    assert best(vectors.ids, vectors.matrix, pack(embed("nightly restore")), 1) == [1]
+    assert best(vectors.ids, vectors.array, pack(embed("feline pet")), 5) == [2, 1]
+    assert best(vectors.ids, vectors.array, pack(embed("nightly restore")), 1) == [1]
 
 
 def test_the_cache_is_bounded_and_a_forgotten_bank_is_not_put_back() -> None:
