@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from hermes_gateway.platform_spec import Limits as Limits
     from hermes_gateway.platform_spec import PlatformSection as PlatformSection
     from hermes_gateway.platform_spec import PlatformSpec as PlatformSpec
+    from hermes_gateway.platform_spec import ProbeFailed as ProbeFailed
     from hermes_gateway.platform_spec import token_verdict as token_verdict
     from hermes_gateway.platforms.adapter import AdapterHost as AdapterHost
     from hermes_gateway.platforms.adapter import Health as Health
@@ -147,6 +148,7 @@ _WHERE: dict[str, str] = {
     "PlatformSection": "hermes_gateway.platform_spec",
     "PlatformSpec": "hermes_gateway.platform_spec",
     "PreviewBook": "hermes_gateway.platforms.preview",
+    "ProbeFailed": "hermes_gateway.platform_spec",
     "PreviewRef": "hermes_gateway.platforms.reply",
     "PreviewWire": "hermes_gateway.platforms.preview",
     "Quote": "hermes_gateway.text.render",
