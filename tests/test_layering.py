@@ -133,7 +133,8 @@ def test_disabled_platform_sdks_are_not_imported() -> None:
 
     code = (
         "import sys; from hermes_gateway.server import Gateway; "
-        "print(sorted(m for m in ('telegram', 'discord', 'slack_bolt') if m in sys.modules))"
+        "print(sorted(m for m in ('telegram', 'discord', 'slack_bolt', 'aioimaplib', 'aiosmtplib', "
+        "'adapters.mail.adapter') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -25,27 +25,28 @@ class ImapError(TransientAdapterError):
 class Mailbox:
     """A connection with ``folder`` selected; open with `Mailbox.open`, end with `close`."""
 
-    def __init__(self, client: Any, folder: str, uidvalidity: str) -> None:
+    def __init__(self, client: Any, folder: str, lost: asyncio.Event) -> None:
         self.client = client
         self.folder = folder
-        self.uidvalidity = uidvalidity
+        self.uidvalidity = ""
+        self.lost = lost  # set by the library once the connection is gone
 
     @classmethod
     async def open(cls, config: EmailConfig, folder: str) -> Mailbox:
         """Connect, log in and select ``folder``; a refused login is `AdapterAuthError`."""
-        context = ssl.create_default_context() if config.imap_security == "tls" else None
+        lost = asyncio.Event()
+        kind = aioimaplib.IMAP4_SSL if config.imap_security == "tls" else aioimaplib.IMAP4
+        extra = (
+            {"ssl_context": ssl.create_default_context()} if kind is not aioimaplib.IMAP4 else {}
+        )
         try:
-            if context is None:
-                client = aioimaplib.IMAP4(
-                    config.imap_host, config.imap_port, timeout=config.timeout_s
-                )
-            else:
-                client = aioimaplib.IMAP4_SSL(
-                    config.imap_host,
-                    config.imap_port,
-                    timeout=config.timeout_s,
-                    ssl_context=context,
-                )
+            client = kind(
+                config.imap_host,
+                config.imap_port,
+                timeout=config.timeout_s,
+                conn_lost_cb=lambda _exc: lost.set(),
+                **extra,
+            )
             await client.wait_hello_from_server()
             login = await client.login(config.login, config.password)
         except (OSError, TimeoutError, aioimaplib.AioImapException) as exc:
@@ -53,7 +54,7 @@ class Mailbox:
         if login.result != "OK":
             await _quietly_close(client)
             raise AdapterAuthError(f"imap: login refused: {_text(login.lines)}")
-        box = cls(client, folder, "")
+        box = cls(client, folder, lost)
         box.uidvalidity = await box._select(folder)
         return box
 
@@ -119,25 +120,42 @@ class Mailbox:
 
     async def wait(self, timeout: float, idle: bool) -> None:
         """Until the server says a mail arrived (IDLE) or ``timeout`` passed; without IDLE
-        (unsupported, or turned off), a NOOP after the pause keeps the connection checked."""
+        (unsupported, or turned off), a NOOP after the pause keeps the connection checked.
+        A connection lost meanwhile raises `ImapError` at once."""
         if not (idle and self.can("IDLE")):
-            await asyncio.sleep(timeout)
+            await self._unless_lost(asyncio.sleep(timeout))
             await self._run(self.client.noop(), "NOOP")
             return
         task = await self._run_idle(timeout)
         try:
             while True:
-                pushed = await self.client.wait_server_push(timeout + 5)
+                pushed = await self._unless_lost(self.client.wait_server_push(timeout + 5))
                 if pushed == aioimaplib.STOP_WAIT_SERVER_PUSH:
                     break
-                if any(_PUSHED.match(bytes(x)) for x in _lines(pushed)):
+                if any(_PUSHED.match(x) for x in _lines(pushed)):
                     break
         except TimeoutError:
             pass
         finally:
-            if self.client.has_pending_idle():
-                self.client.idle_done()
-            await asyncio.wait_for(task, self.client.timeout)
+            if self.lost.is_set():
+                task.cancel()
+            else:
+                if self.client.has_pending_idle():
+                    self.client.idle_done()
+                await asyncio.wait_for(task, self.client.timeout)
+
+    async def _unless_lost(self, awaitable: Any) -> Any:
+        work = asyncio.ensure_future(awaitable)
+        gone = asyncio.ensure_future(self.lost.wait())
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+        if work.cancelled():
+            raise ImapError("imap: the connection was lost")
+        return work.result()
 
     async def _run_idle(self, timeout: float) -> Any:
         try:

@@ -6,6 +6,7 @@ answers once (also when the kill lands after the SMTP server took the reply)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from email.message import Message
+from email.message import EmailMessage, Message
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,10 @@ pytestmark = [
 BOT, BOT_PW = "bot@bot.test", "bot-secret"
 ALICE, MALLORY, EVE = "alice@corp.test", "mallory@else.test", "eve@nowhere.test"
 TRUSTED = "mx.bot.test"
+# a 1x1 PNG
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 
 
 def ar(domain: str, authserv: str = TRUSTED, result: str = "pass") -> str:
@@ -69,7 +74,12 @@ def servers() -> Iterator[tuple[Dovecot, MailServer]]:
 
 
 def email_gateway(
-    home: Path, llm: FakeOpenAI, dovecot: Dovecot, smtp: MailServer, **section: Any
+    home: Path,
+    llm: FakeOpenAI,
+    dovecot: Dovecot,
+    smtp: MailServer,
+    vision: bool = False,
+    **section: Any,
 ) -> GatewayProcess:
     email = {
         "enabled": True,
@@ -88,7 +98,12 @@ def email_gateway(
         **section,
     }
     config = {
-        "model": {"base_url": llm.base_url, "api_key": "sk-fake", "max_retries": 0},
+        "model": {
+            "base_url": llm.base_url,
+            "api_key": "sk-fake",
+            "max_retries": 0,
+            "vision": vision,
+        },
         "platforms": {"api": {"enabled": False}, "email": email},
     }
     return GatewayProcess(home, config, env={"EMAIL_PASSWORD": BOT_PW})
@@ -261,3 +276,79 @@ def test_a_kill_after_the_smtp_server_took_the_reply_does_not_send_it_twice(
         assert len(fake_llm.requests) == 1  # delivered from the inbox, not computed again
     finally:
         gateway.kill()
+
+
+def test_an_image_attachment_is_fetched_when_the_model_needs_it(
+    tmp_path: Path, fake_llm: FakeOpenAI, servers: tuple[Dovecot, MailServer]
+) -> None:
+    """The mail is read without saving its attachments; the image is fetched from the mailbox
+    (by its mail's Message-ID) when the run prepares it for the model, and one over
+    `media_max_bytes` never is."""
+    dovecot, smtp = servers
+    gateway = email_gateway(
+        tmp_path / "home", fake_llm, dovecot, smtp, vision=True, media_max_bytes=4096
+    )
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = ALICE, BOT, "a picture"
+    message["Message-ID"] = "<img1@corp.test>"
+    message.set_content("what is this?")
+    message.add_attachment(PNG, maintype="image", subtype="png", filename="dot.png")
+    message.add_attachment(
+        b"\x89PNG" + b"x" * 8000, maintype="image", subtype="png", filename="big.png"
+    )
+    raw = ar("corp.test").encode() + message.as_bytes()
+    try:
+        gateway.start()
+        ready(gateway)
+        dovecot.deliver(BOT, raw)
+        wait_until(lambda: smtp.to(ALICE), timeout=30, explain=gateway.story)
+    finally:
+        gateway.kill()
+    content = fake_llm.requests[0]["messages"][-1]["content"]
+    urls = [c["image_url"]["url"] for c in content if c.get("type") == "image_url"]
+    assert urls == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
+    media = list((tmp_path / "home" / "media").iterdir())
+    assert [p.name.split("-", 1)[1] for p in media] == ["dot.png"]  # the big one never fetched
+
+
+def test_the_supervisor_reconnects_after_the_imap_server_restarts(
+    tmp_path: Path, fake_llm: FakeOpenAI, servers: tuple[Dovecot, MailServer]
+) -> None:
+    dovecot, smtp = servers
+    gateway = email_gateway(tmp_path / "home", fake_llm, dovecot, smtp)
+    try:
+        gateway.start()
+        ready(gateway)
+        dovecot.stop()  # the IDLE connection drops
+        wait_until(
+            lambda: httpx.get(f"{gateway.url}/readyz", timeout=2).status_code != 200, timeout=20
+        )
+        dovecot.start()
+        ready(gateway)
+        dovecot.deliver(BOT, user_mail(ALICE, "still there?", "r1@corp.test"))
+        [reply] = wait_until(lambda: smtp.to(ALICE), timeout=30, explain=gateway.story)
+        assert text_of(reply) == "echo: still there?"
+    finally:
+        gateway.kill()
+    events = [e["event"] for e in gateway.log_events()]
+    assert events.count("email.started") >= 2
+
+
+def test_doctor_logs_in_to_imap_and_smtp_for_real(
+    tmp_path: Path, fake_llm: FakeOpenAI, servers: tuple[Dovecot, MailServer]
+) -> None:
+    dovecot, smtp = servers
+    gateway = email_gateway(tmp_path / "home", fake_llm, dovecot, smtp)
+    doctor = hermes(gateway, "doctor", "--config", "CONFIG")
+    assert f"imap and smtp logins ok: {BOT}" in doctor.stdout, doctor.stdout + doctor.stderr
+
+    gateway.env["EMAIL_PASSWORD"] = "wrong"
+    refused = hermes(gateway, "doctor", "--config", "CONFIG")
+    assert refused.returncode == 1
+    assert "imap login refused" in refused.stdout, refused.stdout
+    assert "wrong" not in refused.stdout
+
+    wrong_smtp = email_gateway(tmp_path / "smtp", fake_llm, dovecot, smtp, username=BOT)
+    smtp.users[BOT] = "another"  # the SMTP server alone refuses it now
+    refused = hermes(wrong_smtp, "doctor", "--config", "CONFIG")
+    assert "smtp login refused" in refused.stdout, refused.stdout

@@ -10,8 +10,11 @@ nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import imaplib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -106,6 +109,7 @@ class Dovecot:
             [*NESTED_USERNS, "dovecot", "-c", str(conf), "-F"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: `stop` ends its children too
         )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -119,13 +123,19 @@ class Dovecot:
         raise RuntimeError(f"dovecot did not answer: {self.log()}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+        """Stop the master and every process it started (its imap processes outlive it, with
+        their clients' connections, when only the master is signalled)."""
+        if self.proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
             try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
                 self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the children still in the group
 
     def log(self) -> str:
         try:
@@ -202,7 +212,7 @@ class MailServer:
         ok = isinstance(data, LoginPassword) and self.users.get(data.login.decode()) == (
             data.password.decode()
         )
-        return AuthResult(success=ok)
+        return AuthResult(success=ok, handled=False)
 
     def start(self) -> MailServer:
         self.controller.start()
