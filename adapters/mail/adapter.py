@@ -33,6 +33,7 @@ from hermes_gateway.platforms import (
     PermanentAdapterError,
     PreviewBook,
     Replier,
+    RetryLater,
     StreamSink,
     Supervisor,
     TransientAdapterError,
@@ -56,6 +57,7 @@ class EmailAdapter:
             backoff=Backoff(RETRY_FIRST_S, RETRY_MAX_S, factor=2.0),
             describe=lambda _n, exc, _wait: f"connecting (last error: {exc or type(exc).__name__})",
         )
+        self.lead = host.leadership(f"email-reader:{self.config.login.lower()}")
         self._replier: Replier[str, str] = Replier(PreviewBook(self.name))
         self._threads = Threads()
         self._admitting: set[str] = set()  # mails in admission: a notice now is its verdict's
@@ -79,6 +81,7 @@ class EmailAdapter:
 
     async def stop(self) -> None:
         await self.supervisor.stop()
+        await self.lead.release()  # a stand-by instance reads the mailbox at once
 
     def health(self) -> Health:
         return self.supervisor.health
@@ -88,23 +91,41 @@ class EmailAdapter:
 
     async def _connect_once(self) -> None:
         """One IMAP session: read every unread mail, then wait for more (IDLE or a pause),
-        until the connection fails (the supervisor reconnects)."""
+        until the connection fails (the supervisor reconnects). In a cluster one instance
+        reads the mailbox (the reader's lease); the others stand by and still send."""
         config = self.config
+        if not self.lead.leading:
+            self.supervisor.ready("stand-by: another instance reads the mailbox")
+            await self.lead.acquire()
         try:
             box = await Mailbox.open(config, config.mailbox)
         except AdapterAuthError as exc:
             log.error("email.auth_failed", error=str(exc))
             raise GiveUp(str(exc)) from exc
+        reading = asyncio.ensure_future(self._read(box))
+        lost = asyncio.ensure_future(self.lead.lost())
         try:
-            idle = config.idle and box.can("IDLE")
-            self.supervisor.ready("connected (idle)" if idle else "connected (polling)")
-            log.info("email.started", mailbox=config.mailbox, idle=idle)
-            while True:
-                await self._drain(box)
-                await box.wait(self.config.poll_interval_s, self.config.idle)
-                self.supervisor.progress()
+            await asyncio.wait({reading, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for task in (reading, lost):
+                task.cancel()
+            await asyncio.gather(reading, lost, return_exceptions=True)
             await box.close()
+        if not reading.cancelled():
+            reading.result()  # the connection failed: raised for the supervisor
+        log.warning("email.reader_lease_lost")
+        await self.lead.release()
+        raise RetryLater(0.0)
+
+    async def _read(self, box: Mailbox) -> None:
+        config = self.config
+        idle = config.idle and box.can("IDLE")
+        self.supervisor.ready("connected (idle)" if idle else "connected (polling)")
+        log.info("email.started", mailbox=config.mailbox, idle=idle)
+        while True:
+            await self._drain(box)
+            await box.wait(self.config.poll_interval_s, self.config.idle)
+            self.supervisor.progress()
 
     # -- intake -------------------------------------------------------------------------
 
