@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_built_in_platforms_are_discovered_in_order() -> None:
     specs = platform_specs()
-    assert [s.name for s in specs] == ["api", "telegram", "discord", "slack"]
+    assert [s.name for s in specs] == ["api", "telegram", "discord", "slack", "email"]
     assert all(isinstance(s, PlatformSpec) for s in specs)
     for spec in specs:  # the lazy references resolve
         assert callable(load_ref(spec.adapter))
@@ -37,9 +37,9 @@ def test_the_built_in_platforms_are_discovered_in_order() -> None:
 def test_spec_packages_import_no_sdk() -> None:
     code = (
         "import sys; from hermes_gateway.platform_spec import platform_specs; platform_specs(); "
-        "import adapters.telegram, adapters.discord, adapters.slack, adapters.api; "
-        "print(sorted(m for m in ('telegram', 'discord', 'slack_bolt', 'slack_sdk') "
-        "if m in sys.modules))"
+        "import adapters.telegram, adapters.discord, adapters.slack, adapters.api, adapters.mail; "
+        "print(sorted(m for m in ('telegram', 'discord', 'slack_bolt', 'slack_sdk', "
+        "'aioimaplib', 'aiosmtplib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
