@@ -93,7 +93,8 @@ def email_gateway(
         "trusted_authserv_ids": [TRUSTED],
         "allowed_users": [ALICE],
         "pairing": True,
-        "poll_interval_s": 5,
+        # no poll within any test's waits: a mail is seen through IDLE's push
+        "poll_interval_s": 300,
         "sent_check_wait_s": 2,
         **section,
     }
@@ -217,6 +218,10 @@ def test_an_allowed_sender_is_answered_in_the_thread_and_forgeries_never(
     finally:
         gateway.kill()
     assert BOT_PW not in (tmp_path / "home" / "logs" / "gateway.log").read_text()
+    ignored = [e["why"] for e in gateway.log_events() if e["event"] == "email.ignored"]
+    assert len(ignored) == 13, ignored  # f1..f11, the garbage and eve's: logged, never answered
+    # f1-f5, f7 (evil@x.test, which corp.test's pass does not cover) and eve's
+    assert sum(why.startswith("not authenticated") for why in ignored) == 7, ignored
 
 
 def test_a_sigkill_with_a_mail_in_flight_loses_nothing_and_answers_once(
@@ -236,6 +241,8 @@ def test_a_sigkill_with_a_mail_in_flight_loses_nothing_and_answers_once(
         gateway.start()
         [reply] = wait_until(lambda: smtp.to(ALICE), timeout=30, explain=gateway.story)
         assert text_of(reply) == "echo: are you there?"
+        # the thread was read back from the answered mail (this process never saw it come in)
+        assert (reply["Subject"], reply["In-Reply-To"]) == ("Re: hello", "<k1@corp.test>")
         wait_until(lambda: dovecot.mails(BOT, "Sent"), timeout=10)  # settled: the copy filed
         assert len(smtp.to(ALICE)) == 1
     finally:
@@ -311,6 +318,7 @@ def test_an_image_attachment_is_fetched_when_the_model_needs_it(
     assert [p.name.split("-", 1)[1] for p in media] == ["dot.png"]  # the big one never fetched
 
 
+@pytest.mark.slow  # the default suite's reconnect check is tests/adapters/mail/test_intake.py
 def test_the_supervisor_reconnects_after_the_imap_server_restarts(
     tmp_path: Path, fake_llm: FakeOpenAI, servers: tuple[Dovecot, MailServer]
 ) -> None:
@@ -337,18 +345,8 @@ def test_the_supervisor_reconnects_after_the_imap_server_restarts(
 def test_doctor_logs_in_to_imap_and_smtp_for_real(
     tmp_path: Path, fake_llm: FakeOpenAI, servers: tuple[Dovecot, MailServer]
 ) -> None:
+    """`hermes doctor` runs the probe; its refusals are `tests/adapters/mail/test_probe.py`."""
     dovecot, smtp = servers
     gateway = email_gateway(tmp_path / "home", fake_llm, dovecot, smtp)
     doctor = hermes(gateway, "doctor", "--config", "CONFIG")
     assert f"imap and smtp logins ok: {BOT}" in doctor.stdout, doctor.stdout + doctor.stderr
-
-    gateway.env["EMAIL_PASSWORD"] = "wrong"
-    refused = hermes(gateway, "doctor", "--config", "CONFIG")
-    assert refused.returncode == 1
-    assert "imap login refused" in refused.stdout, refused.stdout
-    assert "wrong" not in refused.stdout
-
-    wrong_smtp = email_gateway(tmp_path / "smtp", fake_llm, dovecot, smtp, username=BOT)
-    smtp.users[BOT] = "another"  # the SMTP server alone refuses it now
-    refused = hermes(wrong_smtp, "doctor", "--config", "CONFIG")
-    assert "smtp login refused" in refused.stdout, refused.stdout
