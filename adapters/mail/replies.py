@@ -15,12 +15,18 @@ from adapters.mail.compose import NEW_SUBJECT, Thread, compose, message_id
 from adapters.mail.imap import Mailbox
 from adapters.mail.inbound import headers_of, read_references
 from adapters.mail.settings import EmailConfig
-from adapters.mail.smtp import send_mail
-from hermes_gateway.platforms import AdapterError, OutboundMessage, PermanentAdapterError
+from adapters.mail.smtp import MaybeSentError, send_mail
+from hermes_gateway.platforms import (
+    AdapterError,
+    OutboundMessage,
+    PermanentAdapterError,
+    with_retry,
+)
 
 log = structlog.get_logger("hermes.adapters.email")
 THREADS_KEPT = 2048
 CHECK_PAUSE_S = 0.5
+SEND_ATTEMPTS = 3  # a send, and two more after transient failures (backing off)
 
 
 class Threads:
@@ -113,9 +119,25 @@ class MailReply:
         return self._last
 
     async def post(self, index: int, part: str, key: str | None) -> None:
+        """Send one part, retrying a failed send; after a failure that may have come once the
+        server took the mail (a timeout, a dropped connection), the mailbox is asked first."""
         mail_id = message_id(key, self.domain)
         mail = compose(self.config.address, self.config.from_name, self.thread, part, mail_id)
-        await send_mail(self.config, mail, self.thread.to)
+        failed = False
+
+        async def attempt() -> None:
+            nonlocal failed
+            wait_s = self.config.sent_check_wait_s
+            if failed and key is not None and await find_sent(self.config, mail_id, wait_s):
+                log.info("email.sent_despite_error", message_id=mail_id)
+                return
+            try:
+                await send_mail(self.config, mail, self.thread.to)
+            except MaybeSentError:
+                failed = True
+                raise
+
+        await with_retry(attempt, what="email.send", attempts=SEND_ATTEMPTS)
         self._last = mail_id
         log.info("email.sent", index=index, message_id=mail_id)
 

@@ -16,6 +16,11 @@ from hermes_gateway.platforms import (
 )
 
 
+class MaybeSentError(TransientAdapterError):
+    """The connection failed after it was made (a timeout, a drop): the server may have taken
+    the mail before its answer was lost, so it is looked for before it is sent again."""
+
+
 async def send_mail(config: EmailConfig, message: EmailMessage, to: str) -> None:
     """Send ``message`` to ``to`` and a blind copy to the bot; 5xx answers are permanent."""
     try:
@@ -38,5 +43,9 @@ async def send_mail(config: EmailConfig, message: EmailMessage, to: str) -> None
         raise error(f"smtp: {exc.code} {exc.message}") from exc
     except aiosmtplib.SMTPRecipientsRefused as exc:
         raise PermanentAdapterError(f"smtp: recipients refused: {exc.recipients}") from exc
+    except aiosmtplib.SMTPConnectError as exc:  # never connected: nothing was taken
+        raise TransientAdapterError(f"smtp: {exc!r}") from exc
+    except (aiosmtplib.SMTPTimeoutError, aiosmtplib.SMTPServerDisconnected) as exc:
+        raise MaybeSentError(f"smtp: {exc!r}") from exc
     except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
         raise TransientAdapterError(f"smtp: {exc!r}") from exc

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from email.message import EmailMessage, Message
 from pathlib import Path
@@ -350,3 +351,35 @@ def test_doctor_logs_in_to_imap_and_smtp_for_real(
     gateway = email_gateway(tmp_path / "home", fake_llm, dovecot, smtp)
     doctor = hermes(gateway, "doctor", "--config", "CONFIG")
     assert f"imap and smtp logins ok: {BOT}" in doctor.stdout, doctor.stdout + doctor.stderr
+
+
+def test_a_send_whose_answer_is_lost_is_not_sent_again_by_the_retry(
+    tmp_path: Path, fake_llm: FakeOpenAI, servers: tuple[Dovecot, MailServer]
+) -> None:
+    """The server takes the reply (and delivers its self-copy) but answers only after the
+    gateway's SMTP timeout: the retry finds the copy by its Message-ID and sends nothing."""
+    dovecot, smtp = servers
+    gateway = email_gateway(tmp_path / "home", fake_llm, dovecot, smtp, timeout_s=1)
+    slow: list[bool] = []
+
+    def answer_late(sent: Sent) -> None:
+        if ALICE in sent.rcpts and not slow:
+            slow.append(True)
+            time.sleep(2.5)  # the client gave up waiting for "250" meanwhile
+
+    smtp.handler.hooks.append(answer_late)
+    try:
+        gateway.start()
+        ready(gateway)
+        dovecot.deliver(BOT, user_mail(ALICE, "slow server", "t1@corp.test"))
+        wait_until(
+            lambda: [e for e in gateway.log_events() if e["event"] == "email.sent"],
+            timeout=30,
+            explain=gateway.story,
+        )
+        wait_until(lambda: len(dovecot.mails(BOT, "Sent")) == len(smtp.sent), timeout=10)
+        assert len(smtp.to(ALICE)) == 1
+    finally:
+        gateway.kill()
+    events = [e["event"] for e in gateway.log_events()]
+    assert "email.sent_despite_error" in events
