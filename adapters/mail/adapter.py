@@ -149,19 +149,13 @@ class EmailAdapter:
         raw = await box.fetch(uid)
         if raw is None:
             return True  # gone meanwhile
-        try:
-            fallback = f"uid-{box.uidvalidity}-{uid}@{config.mailbox}"
-            head, mail = await asyncio.to_thread(read_mail, raw, fallback)
-        except Exception as exc:  # nothing a mail holds may stop intake
-            log.warning("email.unreadable", uid=uid, error=repr(exc)[:200])
-            await box.mark_seen(uid)
-            return True
-        if mail.sender == config.address.lower() and is_ours(mail.message_id, _domain(config)):
+        fallback = f"uid-{box.uidvalidity}-{uid}@{config.mailbox}"
+        mail, why = await asyncio.to_thread(screen, raw, fallback, config)
+        if why == OWN_COPY:
             await self._file_own_copy(box, uid)
             return True
-        refusal = self._refusal(head, mail)
-        if refusal:
-            log.info("email.ignored", uid=uid, why=refusal, sender=mail.sender or "?")
+        if mail is None or why:
+            log.info("email.ignored", uid=uid, why=why, sender=mail.sender if mail else "?")
             await box.mark_seen(uid)
             return True
         if not await self._submit(mail):
@@ -180,22 +174,6 @@ class EmailAdapter:
             except TransientAdapterError as exc:
                 log.warning("email.own_copy_not_moved", error=str(exc))
         await box.mark_seen(uid)
-
-    def _refusal(self, head: Message, mail: Mail) -> str:
-        """Why a mail is not handed to the core at all: automatic traffic (never answered:
-        no mail loops), no single sender, or a sender its server did not vouch for (no pairing
-        mail either: a forged sender would make the bot a backscatter source)."""
-        config = self.config
-        if mail.automatic:
-            return mail.automatic
-        if mail.sender is None:
-            return "the From header is not exactly one address"
-        if mail.sender == config.address.lower():
-            return "from the bot's own address"
-        if not config.require_authentication:
-            return ""
-        verdict = authenticated(head, mail.sender, config.trusted_authserv_ids)
-        return "" if verdict.ok else f"not authenticated: {verdict.why}"
 
     async def _submit(self, mail: Mail) -> bool:
         assert mail.sender is not None
@@ -304,6 +282,37 @@ class EmailAdapter:
         if raw is None:
             raise PermanentAdapterError("the mail is no longer in the mailbox")
         return raw
+
+
+OWN_COPY = "the bot's own copy"
+
+
+def screen(raw: bytes, fallback: str, config: EmailConfig) -> tuple[Mail | None, str]:
+    """Read a mail and say why it is not handed to the core ("" when it is): the bot's own
+    copy (`OWN_COPY`), automatic traffic (never answered: no mail loops), no single sender, or
+    a sender its server did not vouch for (no pairing mail either: a forged sender would make
+    the bot a backscatter source). Nothing a mail holds may raise from here."""
+    try:
+        head, mail = read_mail(raw, fallback)
+        return mail, _refusal(head, mail, config)
+    except Exception as exc:
+        return None, f"unreadable: {exc!r}"[:200]
+
+
+def _refusal(head: Message, mail: Mail, config: EmailConfig) -> str:
+    own = config.address.lower()
+    if mail.sender == own and is_ours(mail.message_id, _domain(config)):
+        return OWN_COPY
+    if mail.automatic:
+        return mail.automatic
+    if mail.sender is None:
+        return "the From header is not exactly one address"
+    if mail.sender == own:
+        return "from the bot's own address"
+    if not config.require_authentication:
+        return ""
+    verdict = authenticated(head, mail.sender, config.trusted_authserv_ids)
+    return "" if verdict.ok else f"not authenticated: {verdict.why}"
 
 
 def config_media(host: AdapterHost) -> Path:
