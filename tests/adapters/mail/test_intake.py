@@ -43,8 +43,11 @@ class Host:
     """What the adapter's intake uses of the gateway: ``outcomes`` answer the submits in turn;
     each submit notes whether its mail was already flagged read in Dovecot."""
 
-    def __init__(self, config: Config, dovecot: Dovecot, outcomes: list[SubmitOutcome]) -> None:
+    def __init__(
+        self, config: Config, dovecot: Dovecot, outcomes: list[SubmitOutcome], lead: Any
+    ) -> None:
         self.config = config
+        self.lead = lead
         self.dovecot = dovecot
         self.outcomes = outcomes
         self.submitted: list[tuple[str, bool]] = []  # (message id, read already)
@@ -58,8 +61,8 @@ class Host:
     async def writable(self) -> None:
         self.waited += 1
 
-    def leadership(self, role: str, slots: int = 0) -> OneProcess:
-        return OneProcess()
+    def leadership(self, role: str, slots: int = 0) -> Any:
+        return self.lead
 
     def read(self, mid: str) -> bool:
         return any(
@@ -69,7 +72,11 @@ class Host:
 
 
 def adapter(
-    tmp_path: Path, dovecot: Dovecot, outcomes: list[SubmitOutcome], idle: bool = False
+    tmp_path: Path,
+    dovecot: Dovecot,
+    outcomes: list[SubmitOutcome],
+    idle: bool = False,
+    lead: Any = None,
 ) -> EmailAdapter:
     email = {
         "enabled": True,
@@ -83,7 +90,8 @@ def adapter(
         "idle": idle,  # else the polling fallback
         "poll_interval_s": 300 if idle else 0.2,
     }
-    host = Host(make_config(tmp_path, None, platforms={"email": email}), dovecot, outcomes)
+    config = make_config(tmp_path, None, platforms={"email": email})
+    host = Host(config, dovecot, outcomes, lead or OneProcess())
     return EmailAdapter(host)  # type: ignore[arg-type]
 
 
@@ -127,3 +135,53 @@ async def test_the_supervisor_reconnects_after_the_imap_server_restarts(
     finally:
         await email.stop()
     assert host.submitted == [("after@corp.test", False)]
+
+
+class Lease:
+    """A cluster's reader lease the test hands out and takes back."""
+
+    def __init__(self) -> None:
+        self.leading = False
+        self.granted = asyncio.Event()
+        self.taken = asyncio.Event()
+        self.released = 0
+
+    async def acquire(self) -> None:
+        await self.granted.wait()
+        self.leading = True
+
+    def remaining(self) -> float:
+        return math.inf if self.leading else 0.0
+
+    async def lost(self) -> None:
+        await self.taken.wait()
+        self.leading = False
+
+    async def release(self) -> None:
+        self.released += 1
+        self.leading = False
+
+
+async def test_in_a_cluster_only_the_lease_holder_reads_the_mailbox(
+    tmp_path: Path, dovecot: Dovecot
+) -> None:
+    lease = Lease()
+    email = adapter(tmp_path, dovecot, [], lead=lease)
+    host: Host = email.host  # type: ignore[assignment]
+    dovecot.deliver(BOT, mail("first@corp.test"))
+    await email.start()
+    try:
+        assert email.health() == Health(True, "stand-by: another instance reads the mailbox")
+        await asyncio.sleep(1.0)  # five polls' time: a stand-by reads nothing
+        assert host.submitted == []
+        lease.granted.set()
+        await eventually(lambda: host.submitted, timeout=10)
+        lease.granted.clear()
+        lease.taken.set()  # another instance took the lease over: this one stops reading
+        await eventually(lambda: lease.released == 1, timeout=10)
+        dovecot.deliver(BOT, mail("second@corp.test"))
+        await asyncio.sleep(1.0)
+        assert [mid for mid, _ in host.submitted] == ["first@corp.test"]
+        assert email.health().detail == "stand-by: another instance reads the mailbox"
+    finally:
+        await email.stop()
