@@ -16,7 +16,7 @@ import structlog
 from adapters.mail.auth import authenticated
 from adapters.mail.compose import Thread, is_ours, message_id, split
 from adapters.mail.imap import Mailbox
-from adapters.mail.inbound import Mail, kind_of, part_bytes, read_mail
+from adapters.mail.inbound import KEY_MAX, Mail, inbox_key, kind_of, part_bytes, read_mail
 from adapters.mail.replies import MailReply, Threads, find_sent
 from adapters.mail.settings import EmailConfig
 from hermes_gateway.platforms import (
@@ -178,9 +178,8 @@ class EmailAdapter:
     async def _submit(self, mail: Mail) -> bool:
         assert mail.sender is not None
         event = self._event(mail)
-        self._threads.keep(
-            mail.message_id, Thread(mail.sender, mail.subject, mail.message_id, mail.references)
-        )
+        thread = Thread(mail.sender, mail.subject, mail.message_id, mail.references)
+        self._threads.keep(event.message_id, thread)
 
         async def admitted(ev: MessageEvent) -> MessageEvent:
             self._admitting.discard(ev.message_id)
@@ -212,7 +211,7 @@ class EmailAdapter:
             chat_type="dm",
             chat_id=mail.sender,
             user_id=mail.sender,
-            message_id=mail.message_id,
+            message_id=inbox_key(mail.message_id),
             text=mail.text or mail.subject,
             thread_id=mail.thread_key,
             user_name=mail.sender,
@@ -307,6 +306,8 @@ def _refusal(head: Message, mail: Mail, config: EmailConfig) -> str:
         return mail.automatic
     if mail.sender is None:
         return "the From header is not exactly one address"
+    if len(mail.sender) > KEY_MAX:
+        return "the sender's address is longer than the inbox keeps"
     if mail.sender == own:
         return "from the bot's own address"
     if not config.require_authentication:

@@ -85,7 +85,9 @@ class Mailbox:
         return sorted(int(x) for x in line.split() if x.isdigit())
 
     async def find(self, message_id: str) -> list[int]:
-        return await self.search("HEADER", "Message-ID", f'"<{message_id}>"')
+        """The mails whose Message-ID is ``message_id`` (a sender's: quoted safely)."""
+        quoted = message_id.replace("\\", "\\\\").replace('"', '\\"')
+        return await self.search("HEADER", "Message-ID", f'"<{quoted}>"')
 
     async def size(self, uid: int) -> int:
         response = await self._run(self.client.uid("fetch", str(uid), "(RFC822.SIZE)"), "FETCH")

@@ -17,6 +17,16 @@ _TAG = re.compile(r"<[^>]*>")
 _WROTE = re.compile(r"^On .{4,200} wrote:\s*$")
 _LOOP_PRECEDENCE = ("bulk", "list", "junk")
 _DAEMONS = ("mailer-daemon", "postmaster")
+KEY_MAX = 128  # the inbox keeps a message id and a chat id in 128 characters each
+DIGEST_PREFIX = "digest-"
+
+
+def inbox_key(mail_id: str) -> str:
+    """The mail's Message-ID as the inbox's key; a longer one than the inbox keeps is replaced
+    by its digest (still the same for every copy of the mail)."""
+    if len(mail_id) <= KEY_MAX:
+        return mail_id
+    return DIGEST_PREFIX + hashlib.blake2b(mail_id.encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.mail.adapter import EmailAdapter
+from adapters.mail.imap import Mailbox
 from hermes_gateway.config import Config
 from hermes_gateway.events import MessageEvent
 from hermes_gateway.platforms import Health
@@ -185,3 +186,28 @@ async def test_in_a_cluster_only_the_lease_holder_reads_the_mailbox(
         assert email.health().detail == "stand-by: another instance reads the mailbox"
     finally:
         await email.stop()
+
+
+async def test_odd_message_ids_are_kept_and_found(tmp_path: Path, dovecot: Dovecot) -> None:
+    """A Message-ID longer than the inbox's 128-character key is kept as its digest (a
+    PostgreSQL inbox would refuse it, and the mail would block intake unread); one with a
+    quote and a backslash is still found by the IMAP search that quotes it."""
+    long_id, odd_id = "x" * 300 + "@corp.test", 'a"b\\c@corp.test'
+    email = adapter(tmp_path, dovecot, [])
+    host: Host = email.host  # type: ignore[assignment]
+    dovecot.deliver(BOT, mail(long_id))
+    dovecot.deliver(BOT, mail(odd_id))
+    await email.start()
+    try:
+        await eventually(lambda: len(host.submitted) == 2, timeout=10)
+        box = await Mailbox.open(email.config, "INBOX")
+        try:
+            assert await box.find(odd_id) == [2]
+            assert await box.find(long_id) == [1]
+        finally:
+            await box.close()
+    finally:
+        await email.stop()
+    first, second = (mid for mid, _ in host.submitted)
+    assert first.startswith("digest-") and len(first) <= 128
+    assert second == odd_id
