@@ -123,19 +123,20 @@ class EmailAdapter:
         self.supervisor.ready("connected (idle)" if idle else "connected (polling)")
         log.info("email.started", mailbox=config.mailbox, idle=idle)
         while True:
-            await self._drain(box)
-            await box.wait(self.config.poll_interval_s, self.config.idle)
+            if await self._drain(box):  # else a mail is still to take: again at once
+                await box.wait(self.config.poll_interval_s, self.config.idle)
             self.supervisor.progress()
 
     # -- intake -------------------------------------------------------------------------
 
-    async def _drain(self, box: Mailbox) -> None:
+    async def _drain(self, box: Mailbox) -> bool:
         """Take every unread mail, oldest first; stop at one the store cannot keep yet (it
-        stays unread, and is read again once the store can write)."""
+        stays unread, and is read again once the store can write): False then."""
         for uid in await box.search("UNSEEN"):
             if not await self._take(box, uid):
                 await self.host.writable()
-                return
+                return False
+        return True
 
     async def _take(self, box: Mailbox, uid: int) -> bool:
         """One mail; False when it must stay unread. It is flagged read only after the core

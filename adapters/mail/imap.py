@@ -69,7 +69,7 @@ class Mailbox:
 
     async def _run(self, call: Any, what: str) -> Any:
         try:
-            response = await call
+            response = await self._unless_lost(call)
         except (OSError, TimeoutError, aioimaplib.AioImapException) as exc:
             raise ImapError(f"imap: {what}: {exc!r}") from exc
         if response.result != "OK":
@@ -147,6 +147,9 @@ class Mailbox:
                 await asyncio.wait_for(task, self.client.timeout)
 
     async def _unless_lost(self, awaitable: Any) -> Any:
+        """``awaitable``'s result, or `ImapError` as soon as the connection is lost (the
+        library leaves a command in flight waiting forever then: IDLE's start has no
+        timeout)."""
         work = asyncio.ensure_future(awaitable)
         gone = asyncio.ensure_future(self.lost.wait())
         try:
@@ -161,7 +164,7 @@ class Mailbox:
 
     async def _run_idle(self, timeout: float) -> Any:
         try:
-            return await self.client.idle_start(timeout=timeout)
+            return await self._unless_lost(self.client.idle_start(timeout=timeout))
         except (OSError, TimeoutError, aioimaplib.AioImapException) as exc:
             raise ImapError(f"imap: IDLE: {exc!r}") from exc
 

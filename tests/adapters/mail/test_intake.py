@@ -103,7 +103,9 @@ def mail(mid: str) -> bytes:
 async def test_a_mail_is_read_only_after_the_core_took_it_and_kept_while_it_cannot(
     tmp_path: Path, dovecot: Dovecot
 ) -> None:
-    email = adapter(tmp_path, dovecot, ["unavailable", "accepted"])
+    """With IDLE and no poll in the test's time: the mail kept is read again as soon as the
+    store is writable, not at the next mail or poll."""
+    email = adapter(tmp_path, dovecot, ["unavailable", "accepted"], idle=True)
     host: Host = email.host  # type: ignore[assignment]
     dovecot.deliver(BOT, mail("one@corp.test"))
     await email.start()
