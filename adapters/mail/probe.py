@@ -14,13 +14,18 @@ from hermes_gateway.platforms import ProbeFailed
 
 
 def probe(section: EmailConfig, http: httpx.Client) -> str:
-    """ "imap and smtp logins ok: <login>", or `ProbeFailed` saying which server refused."""
-    _imap(section)
+    """The verdict "imap and smtp logins ok: <login>" (and whether the sent folder is
+    missing), or `ProbeFailed` saying which server refused."""
+    has_sent = _imap(section)
     _smtp(section)
-    return f"imap and smtp logins ok: {section.login}"
+    verdict = f"imap and smtp logins ok: {section.login}"
+    if not has_sent:
+        verdict += f"; no folder {section.sent_folder!r}: the bot's own copies stay in the inbox"
+    return verdict
 
 
-def _imap(section: EmailConfig) -> None:
+def _imap(section: EmailConfig) -> bool:
+    """Log in and open the mailbox; whether the sent folder exists (or none is wanted)."""
     timeout = section.timeout_s
     try:
         if section.imap_security == "tls":
@@ -39,6 +44,10 @@ def _imap(section: EmailConfig) -> None:
         typ, _ = conn.select(section.mailbox, readonly=True)
         if typ != "OK":
             raise ProbeFailed(f"imap: no mailbox {section.mailbox!r}")
+        if not section.sent_folder:
+            return True
+        typ, _ = conn.select(section.sent_folder, readonly=True)
+        return typ == "OK"
     except imaplib.IMAP4.error as exc:
         raise ProbeFailed(f"imap login refused: {exc}") from None
     except OSError as exc:

@@ -40,6 +40,11 @@ def section(dovecot: Dovecot, smtp: MailServer, password: str = BOT_PW) -> Email
 def test_valid_credentials_log_in_to_both(dovecot: Dovecot, smtp: MailServer) -> None:
     with httpx.Client() as http:
         assert probe(section(dovecot, smtp), http) == f"imap and smtp logins ok: {BOT}"
+        elsewhere = section(dovecot, smtp).model_copy(update={"sent_folder": "Outbox"})
+        assert probe(elsewhere, http) == (
+            f"imap and smtp logins ok: {BOT}; no folder 'Outbox': the bot's own copies stay "
+            "in the inbox"
+        )
 
 
 def test_a_refused_login_says_which_server_refused(dovecot: Dovecot, smtp: MailServer) -> None:
