@@ -43,8 +43,8 @@ def sender(message: Message) -> str | None:
     if "=?" in _address_text(raw):
         return None  # an encoded word may only be a display name, never the address
     pairs = [(name, addr) for name, addr in getaddresses([raw]) if name or addr]
-    if len(pairs) != 1 or not _ADDR.match(pairs[0][1]):
-        return None
+    if len(pairs) != 1 or not pairs[0][1].isascii() or not _ADDR.match(pairs[0][1]):
+        return None  # internationalized (SMTPUTF8) addresses are not taken: see docs
     try:
         parsed = _REGISTRY("from", raw)
         addresses = parsed.addresses  # type: ignore[attr-defined]

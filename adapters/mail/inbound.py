@@ -95,6 +95,13 @@ def read_references(head: Message) -> tuple[str, ...]:
     return tuple(chain[:100])
 
 
+def subject_of(raw: bytes) -> str:
+    """The decoded Subject of a mail (or of its header block alone)."""
+    body = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(body, EmailMessage)
+    return _subject(body)
+
+
 def _subject(body: EmailMessage) -> str:
     try:
         return " ".join(str(body.get("Subject", "") or "").split())[:300]

@@ -13,7 +13,7 @@ import structlog
 
 from adapters.mail.compose import NEW_SUBJECT, Thread, compose, message_id
 from adapters.mail.imap import Mailbox
-from adapters.mail.inbound import DIGEST_PREFIX, headers_of, read_references
+from adapters.mail.inbound import DIGEST_PREFIX, headers_of, read_references, subject_of
 from adapters.mail.settings import EmailConfig
 from adapters.mail.smtp import MaybeSentError, send_mail
 from hermes_gateway.platforms import (
@@ -43,13 +43,15 @@ class Threads:
             self._known.popitem(last=False)
 
     async def of(self, config: EmailConfig, message: OutboundMessage) -> Thread:
+        """Where ``message`` goes: under the mail it answers (its subject and chain as kept,
+        else as read back from the mailbox), or a new mail when it answers none."""
         parent = message.reply_to
         if parent is None:
             return Thread(message.chat_id, NEW_SUBJECT)
         known = self._known.get(parent)
         if known is not None:
             return known
-        if parent.startswith(DIGEST_PREFIX):  # an over-long Message-ID, not kept whole: a new mail
+        if parent.startswith(DIGEST_PREFIX):  # an over-long Message-ID, not kept whole
             return Thread(message.chat_id, NEW_SUBJECT)
         try:
             found = await _read_thread(config, parent, message.chat_id)
@@ -70,10 +72,7 @@ async def _read_thread(config: EmailConfig, parent: str, to: str) -> Thread | No
         await box.close()
     if raw is None:
         return None
-    head = headers_of(raw)
-    return Thread(
-        to, " ".join(str(head.get("Subject", "") or "").split()), parent, read_references(head)
-    )
+    return Thread(to, subject_of(raw), parent, read_references(headers_of(raw)))
 
 
 async def find_sent(config: EmailConfig, mail_id: str, wait_s: float) -> bool:

@@ -82,6 +82,12 @@ def test_an_encoded_display_name_is_fine() -> None:
     assert verdict(raw) == ("joerg@corp.test", True)
 
 
+def test_an_8_bit_display_name_is_fine_an_8_bit_address_is_refused() -> None:
+    # the raw bytes of an SMTPUTF8 header: an address with them could not be stored as a key
+    assert verdict(mail("Jörg <joerg@corp.test>", PASS)) == ("joerg@corp.test", True)
+    assert verdict(mail("jörg@corp.test", PASS)) == (None, False)
+
+
 def test_alignment_takes_subdomains_both_ways_and_nothing_else() -> None:
     assert aligned("mail.corp.test", "corp.test")
     assert aligned("corp.test", "mail.corp.test")
