@@ -14,9 +14,18 @@ from pathlib import Path
 import structlog
 
 from adapters.mail.auth import authenticated
-from adapters.mail.compose import Thread, is_ours, message_id, split
+from adapters.mail.compose import Thread, is_ours, message_id, reply_subject, split
 from adapters.mail.imap import Mailbox
-from adapters.mail.inbound import KEY_MAX, Mail, inbox_key, kind_of, part_bytes, read_mail
+from adapters.mail.inbound import (
+    KEY_MAX,
+    NO_ID_PREFIX,
+    Mail,
+    has_real_id,
+    inbox_key,
+    kind_of,
+    part_bytes,
+    read_mail,
+)
 from adapters.mail.replies import MailReply, Threads, find_sent
 from adapters.mail.settings import EmailConfig
 from hermes_gateway.platforms import (
@@ -150,7 +159,7 @@ class EmailAdapter:
         raw = await box.fetch(uid)
         if raw is None:
             return True  # gone meanwhile
-        fallback = f"uid-{box.uidvalidity}-{uid}@{config.mailbox}"
+        fallback = f"{NO_ID_PREFIX}{box.uidvalidity}-{uid}@{config.mailbox}"
         mail, why = await asyncio.to_thread(screen, raw, fallback, config)
         if why == OWN_COPY:
             await self._file_own_copy(box, uid)
@@ -179,7 +188,9 @@ class EmailAdapter:
     async def _submit(self, mail: Mail) -> bool:
         assert mail.sender is not None
         event = self._event(mail)
-        thread = Thread(mail.sender, mail.subject, mail.message_id, mail.references)
+        parent = mail.message_id if has_real_id(mail.message_id) else None
+        subject = reply_subject(mail.subject)  # also when there is no mail to name
+        thread = Thread(mail.sender, subject, parent, mail.references)
         self._threads.keep(event.message_id, thread)
 
         async def admitted(ev: MessageEvent) -> MessageEvent:

@@ -19,6 +19,12 @@ _LOOP_PRECEDENCE = ("bulk", "list", "junk")
 _DAEMONS = ("mailer-daemon", "postmaster")
 KEY_MAX = 128  # the inbox keeps a message id and a chat id in 128 characters each
 DIGEST_PREFIX = "digest-"
+NO_ID_PREFIX = "uid-"  # a mail without a Message-ID is keyed by its IMAP UID
+
+
+def has_real_id(mail_id: str) -> bool:
+    """Whether ``mail_id`` is a Message-ID a reply can name (not a digest or a UID key)."""
+    return not mail_id.startswith((DIGEST_PREFIX, NO_ID_PREFIX))
 
 
 def inbox_key(mail_id: str) -> str:
@@ -84,7 +90,9 @@ def read_mail(raw: bytes, fallback_id: str) -> tuple[Message, Mail]:
 
 
 def _ids(value: object) -> list[str]:
-    return _ID.findall(str(value or ""))
+    """The message ids in a header; raw 8-bit ones (a sender's, never a server's) are left
+    out: they cannot be stored as keys nor written into a reply's headers."""
+    return [found for found in _ID.findall(str(value or "")) if found.isascii()]
 
 
 def read_references(head: Message) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ import structlog
 
 from adapters.mail.compose import NEW_SUBJECT, Thread, compose, message_id
 from adapters.mail.imap import Mailbox
-from adapters.mail.inbound import DIGEST_PREFIX, headers_of, read_references, subject_of
+from adapters.mail.inbound import has_real_id, headers_of, read_references, subject_of
 from adapters.mail.settings import EmailConfig
 from adapters.mail.smtp import MaybeSentError, send_mail
 from hermes_gateway.platforms import (
@@ -51,7 +51,7 @@ class Threads:
         known = self._known.get(parent)
         if known is not None:
             return known
-        if parent.startswith(DIGEST_PREFIX):  # an over-long Message-ID, not kept whole
+        if not has_real_id(parent):  # an over-long Message-ID, or none: not to be looked up
             return Thread(message.chat_id, NEW_SUBJECT)
         try:
             found = await _read_thread(config, parent, message.chat_id)

@@ -34,3 +34,12 @@ def test_a_trusted_relay_admits_on_the_from_address_only_when_configured() -> No
     assert screen(bare, "fb", CONFIG)[1].startswith("not authenticated")
     relay = CONFIG.model_copy(update={"require_authentication": False})
     assert screen(bare, "fb", relay)[1] == ""
+
+
+def test_8_bit_message_ids_are_left_out() -> None:
+    data = raw("alice@corp.test", "mü@corp.test").replace(
+        b"Subject: s", b"References: <ok@corp.test> <r\xc3\xbc@corp.test>\r\nSubject: s"
+    )
+    mail, why = screen(data, "uid-1-2@INBOX", CONFIG)
+    assert why == "" and mail is not None
+    assert (mail.message_id, mail.references) == ("uid-1-2@INBOX", ("ok@corp.test",))
