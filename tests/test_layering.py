@@ -138,7 +138,7 @@ def test_disabled_platform_sdks_are_not_imported() -> None:
         "import sys; from hermes_gateway.platform_spec import platform_specs; platform_specs(); "
         "specs = {m for m in sys.modules if m.startswith('adapters.')}; "
         "from hermes_gateway.server import Gateway; "
-        "sdks = ('telegram', 'discord', 'slack_bolt', 'mautrix'); "
+        "sdks = ('telegram', 'discord', 'slack_bolt', 'mautrix', 'aioimaplib', 'aiosmtplib'); "
         "print(sorted(m for m in sdks if m in sys.modules)"
         " + sorted(m for m in sys.modules if m.startswith('adapters.') and m not in specs))"
     )
