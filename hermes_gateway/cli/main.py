@@ -155,28 +155,46 @@ def _dispatch(args: argparse.Namespace) -> int:
         for other in exc.others if args.command == "config" else ():
             print(f"hermes: configuration error: {other}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.command == "config":
+        return _config_checked(args, config)
     url = getattr(args, "url", None) or (
         f"http://{_client_host(config.control.host)}:{config.control.port}"
     )
     # operator routes always want it: the configured one, else the gateway's generated file
     token = operator_token(config.control.token, config.home_path)
-    if args.command == "config":
-        checked = config_path(args.config)
-        print(f"config OK: {checked or 'no config file, built-in defaults'} (home: {config.home})")
-        stray = config.home_path / "config.yml"
-        if checked is None and stray.exists():
-            print(f"note: {stray} is not read; the file must be named config.yaml")
-        return EXIT_OK
+    if (code := _as_client(args, config, url, token)) is not None:
+        return code
+    if args.command == "doctor":
+        return run_doctor(config)
+    if args.command == "memory":
+        from hermes_gateway.memory.claim import run_claim
+
+        return run_claim(config.home_path, args.platform, args.user_id)
+    if args.command == "db":
+        from hermes_gateway.cli.db import run_db
+
+        return run_db(args.action, config.store_url)
+    if args.action == "run":
+        return run_gateway(config, args.config)
+    return _manage(args, config, url, token)
+
+
+def _config_checked(args: argparse.Namespace, config: Config) -> int:
+    checked = config_path(args.config)
+    print(f"config OK: {checked or 'no config file, built-in defaults'} (home: {config.home})")
+    stray = config.home_path / "config.yml"
+    if checked is None and stray.exists():
+        print(f"note: {stray} is not read; the file must be named config.yaml")
+    return EXIT_OK
+
+
+def _as_client(args: argparse.Namespace, config: Config, url: str, token: str | None) -> int | None:
+    """The commands that talk to the running gateway's control API (None: not one of them)."""
     if args.command == "chat":
         from hermes_gateway.cli.chat import run_chat
 
-        return run_chat(
-            url,
-            token,
-            args.session,
-            stream=not args.no_stream,
-            history_file=config.home_path / "chat_history",
-        )
+        history = config.home_path / "chat_history"
+        return run_chat(url, token, args.session, stream=not args.no_stream, history_file=history)
     if args.command == "pairing":
         from hermes_gateway.cli.control_client import run_pairing
 
@@ -189,13 +207,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from hermes_gateway.dashboard.cli import run_dashboard
 
         return run_dashboard(url, config, token, opener=None if args.no_open else "browser")
-
     if args.command == "cron":
         from hermes_gateway.cli.cron import run_cron
 
         return run_cron(args, url, token, config)
-    if args.command == "doctor":
-        return run_doctor(config)
     if args.command == "mcp":
         from hermes_gateway.cli.mcp import run_mcp
 
@@ -204,17 +219,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from hermes_gateway.cli.forget import run_forget
 
         return run_forget(args, url, token, config.store_url, config.memory.scope)
-    if args.command == "memory":
-        from hermes_gateway.memory.claim import run_claim
-
-        return run_claim(config.home_path, args.platform, args.user_id)
-    if args.command == "db":
-        from hermes_gateway.cli.db import run_db
-
-        return run_db(args.action, config.store_url)
-    if args.action == "run":
-        return run_gateway(config, args.config)
-    return _manage(args, config, url, token)
+    return None
 
 
 def _manage(args: argparse.Namespace, config: Config, url: str, token: str | None) -> int:
