@@ -8,6 +8,7 @@ import hashlib
 import sys
 from collections.abc import Callable, Coroutine, Mapping, MutableMapping
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -91,6 +92,15 @@ class _Off:
 
 _NO_SPAN = _NoSpan()
 OFF: Tracer = _Off()
+# The tracer whose span is current: it rides the context as the span does, so a part deep in
+# a call (the platforms' reply skeleton) makes child spans without a tracer handed through
+# every platform's constructor. Outside any span of ours it is `OFF`.
+ACTIVE: ContextVar[Tracer] = ContextVar("hermes_tracer", default=OFF)
+
+
+def active() -> Tracer:
+    """The tracer of the current span (`OFF` when there is none, or traces are off)."""
+    return ACTIVE.get()
 
 
 def build_tracer(config: TracesConfig, metrics: Metrics) -> Tracer:

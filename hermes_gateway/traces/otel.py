@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import Counter
 
-from hermes_gateway.traces import Attr, P, R, SpanHandle, Work, session_attr
+from hermes_gateway.traces import ACTIVE, Attr, P, R, SpanHandle, Work, session_attr
 
 if TYPE_CHECKING:
     from hermes_gateway.config.schema import TracesConfig
@@ -157,18 +157,49 @@ class OtelTracer:
                 self._roots[_key(event)] = span.get_span_context()
                 while len(self._roots) > _ROOTS_KEPT:
                     self._roots.popitem(last=False)
-            yield _Handle(span)
+            with self._active():
+                yield _Handle(span)
 
     @contextmanager
     def span(self, name: str, attrs: Mapping[str, Attr]) -> Iterator[SpanHandle]:
-        with self.tracer.start_as_current_span(name, attributes=dict(attrs)) as span:
+        with self._current(name, None, attrs) as span:
             yield _Handle(span)
+
+    @contextmanager
+    def _current(
+        self, name: str, parent: otel_context.Context | None, attrs: Mapping[str, Attr]
+    ) -> Iterator[trace.Span]:
+        """A current span that records a failure by its class only: the SDK's own exception
+        event and status would carry the error's text."""
+        with (
+            self.tracer.start_as_current_span(
+                name,
+                context=parent,
+                attributes=dict(attrs),
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span,
+            self._active(),
+        ):
+            try:
+                yield span
+            except Exception as exc:
+                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+                raise
+
+    @contextmanager
+    def _active(self) -> Iterator[None]:
+        token = ACTIVE.set(self)
+        try:
+            yield
+        finally:
+            ACTIVE.reset(token)
 
     async def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> None:
         with self._lock:
             root = self._roots.pop(_key(event), None)
         parent = trace.set_span_in_context(trace.NonRecordingSpan(root)) if root else None
-        with self.tracer.start_as_current_span("run", context=parent, attributes=dict(attrs)):
+        with self._current("run", parent, attrs):
             await work
 
     def annotate(self, key: str, value: Attr) -> None:
