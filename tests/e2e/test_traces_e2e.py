@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.daemon import GatewayProcess, free_port
-from tests.fakes.openai import FakeOpenAI, text, tool_calls
+from tests.fakes.openai import FakeOpenAI, error, text, tool_calls
 from tests.fakes.otlp import Receiver
 from tests.fakes.otlp import attrs as _attrs
 
@@ -34,8 +34,10 @@ def receiver() -> Iterator[Receiver]:
     server.stop()
 
 
-def _gateway(tmp_path: Path, fake_llm: FakeOpenAI, traces: dict[str, Any]) -> GatewayProcess:
-    model = {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}
+def _gateway(
+    tmp_path: Path, fake_llm: FakeOpenAI, traces: dict[str, Any], retries: int = 0
+) -> GatewayProcess:
+    model = {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": retries}
     config = {"model": model, "observability": {"traces": {"enabled": True, **traces}}}
     return GatewayProcess(tmp_path / "home", config, {"TRACE_TOKEN": SECRET})
 
@@ -60,8 +62,12 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
         "service_name": "hermes-under-test",
         "resource": {"deployment.environment": "e2e"},
     }
-    gateway = _gateway(tmp_path, fake_llm, traces)
-    fake_llm.push(tool_calls(("session_search", {"query": QUERY})), text(ANSWER))
+    gateway = _gateway(tmp_path, fake_llm, traces, retries=1)
+    fake_llm.push(
+        error(503, retry_after=0.05),  # the first call's one retry
+        tool_calls(("session_search", {"query": QUERY})),
+        text(ANSWER, delay=0.3),  # its first token comes 300 ms after the request
+    )
     try:
         gateway.start()
         reply = gateway.chat(PRIVATE).json()
@@ -84,7 +90,15 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
     assert _attrs(message)["hermes.platform"] == "api"
     assert len(_attrs(message)["hermes.session.hash"]) == 16
     assert _attrs(run)["hermes.run.status"] == "done"
-    assert _attrs(tool) == {"hermes.tool.tool": "session_search", "hermes.tool.ok": True}
+    tool_attrs = _attrs(tool)
+    bytes_out = tool_attrs.pop("hermes.tool.bytes_out")
+    assert tool_attrs == {"hermes.tool.tool": "session_search", "hermes.tool.ok": True}
+    assert isinstance(bytes_out, int) and bytes_out > 0
+    calls = sorted(spans["model.call"], key=lambda s: _attrs(s)["hermes.model.finish_reason"])
+    assert [_attrs(s)["hermes.model.retries"] for s in calls] == [0, 1]  # stop, tool_calls
+    ttft_ms = [_attrs(s)["hermes.model.ttft_ms"] for s in calls]
+    assert ttft_ms[0] >= 250
+    assert ttft_ms[0] <= (calls[0].end_time_unix_nano - calls[0].start_time_unix_nano) / 1e6
     assert {_attrs(s)["hermes.model.outcome"] for s in spans["model.call"]} == {"ok"}
     finishes = sorted(_attrs(s)["hermes.model.finish_reason"] for s in spans["model.call"])
     assert finishes == ["stop", "tool_calls"]
