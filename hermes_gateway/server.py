@@ -145,7 +145,9 @@ class Gateway(Lifecycle):
                 coordinator(config.cluster),
                 self.store,
                 lambda event, inbox_id: self.here.route(event, inbox_id),
-                lambda: Replayer(self.store, self.runner, self.delivery, self.adapters, self.live),
+                lambda: Replayer(
+                    self.store, self.runner, self.delivery, self.adapters, self.live, self.tracer
+                ),
                 self.delivery.owes,
                 config.store.replay_max_age_s,
                 refuse=lambda *args: self.here.refuse(*args),
@@ -205,6 +207,7 @@ class Gateway(Lifecycle):
                 metrics=self.metrics,
                 workers=self.pool.workers,
                 per_user=lambda: live.now.runner.group_sessions_per_user,
+                tracer=self.tracer,
             )
 
     def _build_faces(self, config: Config) -> None:

@@ -176,6 +176,7 @@ class GatewayRunner:
             return TurnOutcome("failed", "", "the gateway is stopping")
         ticket = JobTicket(turn, asyncio.get_running_loop().create_future())
         item = Pending(job_event(turn), None, separate=True, job=ticket)
+        self.tracer.adopt(item.event)  # the scheduler's `job.run` span is its run's parent
         if self._table.active(turn.session_key) is None:
             self.start([item])
         else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sys
-from collections.abc import Callable, Coroutine, Mapping, MutableMapping
+from collections.abc import Callable, Coroutine, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
@@ -40,6 +40,21 @@ class Tracer(Protocol):
 
     def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> Work:
         """``work`` (a run answering ``event``) under a span whose parent is the message's."""
+        ...
+
+    def root(
+        self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()
+    ) -> AbstractContextManager[SpanHandle]:
+        """A new trace's root span, current inside the block, linked to the spans ``links``
+        names (W3C traceparents): a job's run, a replay after a restart."""
+        ...
+
+    def adopt(self, event: MessageEvent) -> None:
+        """The current span becomes the parent of the run answering ``event``."""
+        ...
+
+    def traceparent(self) -> str:
+        """The current span as a W3C traceparent ("" when there is none)."""
         ...
 
     def annotate(self, key: str, value: Attr) -> None:
@@ -76,6 +91,17 @@ class _Off:
 
     def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> Work:
         return work
+
+    def root(
+        self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()
+    ) -> AbstractContextManager[SpanHandle]:
+        return contextlib.nullcontext(_NO_SPAN)
+
+    def adopt(self, event: MessageEvent) -> None:
+        pass
+
+    def traceparent(self) -> str:
+        return ""
 
     def annotate(self, key: str, value: Attr) -> None:
         pass

@@ -18,6 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter
 
 from hermes_gateway.traces import ACTIVE, Attr, P, R, SpanHandle, Work, session_attr
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from hermes_gateway.metrics import Metrics
 
 _ROOTS_KEPT = 4096  # messages whose root span a later run can still find as its parent
+_W3C = TraceContextTextMapPropagator()
 
 
 class _Spans:
@@ -153,12 +155,15 @@ class OtelTracer:
         with self.tracer.start_as_current_span(
             "message", context=otel_context.Context(), attributes=attrs
         ) as span:
-            with self._lock:
-                self._roots[_key(event)] = span.get_span_context()
-                while len(self._roots) > _ROOTS_KEPT:
-                    self._roots.popitem(last=False)
+            self._remember(event, span.get_span_context())
             with self._active():
                 yield _Handle(span)
+
+    def _remember(self, event: MessageEvent, parent: trace.SpanContext) -> None:
+        with self._lock:
+            self._roots[_key(event)] = parent
+            while len(self._roots) > _ROOTS_KEPT:
+                self._roots.popitem(last=False)
 
     @contextmanager
     def span(self, name: str, attrs: Mapping[str, Attr]) -> Iterator[SpanHandle]:
@@ -166,8 +171,30 @@ class OtelTracer:
             yield _Handle(span)
 
     @contextmanager
+    def root(
+        self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()
+    ) -> Iterator[SpanHandle]:
+        linked = [trace.Link(c) for tp in links if (c := _span_of(tp)) is not None]
+        with self._current(name, otel_context.Context(), attrs, linked) as span:
+            yield _Handle(span)
+
+    def adopt(self, event: MessageEvent) -> None:
+        current = trace.get_current_span().get_span_context()
+        if current.is_valid:
+            self._remember(event, current)
+
+    def traceparent(self) -> str:
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        return carrier.get("traceparent", "")
+
+    @contextmanager
     def _current(
-        self, name: str, parent: otel_context.Context | None, attrs: Mapping[str, Attr]
+        self,
+        name: str,
+        parent: otel_context.Context | None,
+        attrs: Mapping[str, Attr],
+        links: Sequence[trace.Link] = (),
     ) -> Iterator[trace.Span]:
         """A current span that records a failure by its class only: the SDK's own exception
         event and status would carry the error's text."""
@@ -176,6 +203,7 @@ class OtelTracer:
                 name,
                 context=parent,
                 attributes=dict(attrs),
+                links=links,
                 record_exception=False,
                 set_status_on_exception=False,
             ) as span,
@@ -198,7 +226,12 @@ class OtelTracer:
     async def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> None:
         with self._lock:
             root = self._roots.pop(_key(event), None)
-        parent = trace.set_span_in_context(trace.NonRecordingSpan(root)) if root else None
+        if root is None and event.trace:  # carried here from another instance: its trace
+            root = _span_of(event.trace)
+        # no parent known: a root, never the child of whatever span is current
+        parent = otel_context.Context()
+        if root is not None:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(root))
         with self._current("run", parent, attrs):
             await work
 
@@ -228,6 +261,13 @@ class OtelTracer:
         closing = threading.Thread(target=self.provider.shutdown, name="traces-stop", daemon=True)
         closing.start()
         closing.join(self.config.export_timeout_s)
+
+
+def _span_of(traceparent: str) -> trace.SpanContext | None:
+    """The remote span a W3C traceparent names, or None for a malformed one."""
+    context = trace.get_current_span(_W3C.extract({"traceparent": traceparent}))
+    found = context.get_span_context()
+    return found if found.is_valid else None
 
 
 def _key(event: MessageEvent) -> tuple[str, str, str]:
