@@ -71,7 +71,7 @@ class Gateway(Lifecycle):
         self.intake_closed = asyncio.Event()  # the adapters have stopped: nothing new is taken
         self.started_at = time.time()
         self.metrics = Metrics()
-        self.tracer = build_tracer(config.observability.traces, self.metrics)  # OFF: no SDK
+        self.tracer = build_tracer(config.observability.traces, self.metrics, config.cluster)
         self.bus = EventBus(timeout=config.hook_timeout_s)
         self.store = Store(config.store_url)
         self.pairing = PairingBook(self.store)

@@ -115,7 +115,7 @@ class _Handle:
 class OtelTracer:
     """Implements `Tracer` with a private `TracerProvider` (the global one is left alone)."""
 
-    def __init__(self, config: TracesConfig, metrics: Metrics) -> None:
+    def __init__(self, config: TracesConfig, metrics: Metrics, instance: str) -> None:
         self.config = config
         self.spans = _Spans(config.queue_max, metrics)
         exporter = OTLPSpanExporter(
@@ -131,7 +131,8 @@ class OtelTracer:
             export_timeout_millis=config.export_timeout_s * 1000,
         )
         # built from explicit values: `Resource.create` would read OTEL_* itself
-        resource = Resource({**config.resource, "service.name": config.service_name})
+        named = {"service.instance.id": instance, **config.resource}
+        resource = Resource({**named, "service.name": config.service_name})
         self.provider = TracerProvider(
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
             resource=resource,
