@@ -61,6 +61,10 @@ class Tracer(Protocol):
         """Set an attribute on the current span, if one is recording."""
         ...
 
+    def recent(self, session_key: str) -> tuple[str, ...]:
+        """The trace ids of the session's latest runs here, newest first (`/status`)."""
+        ...
+
     def waited(self, fn: Callable[P, R]) -> Callable[P, R]:
         """``fn``, recording as it begins (on a worker thread) how long it waited for one."""
         ...
@@ -105,6 +109,9 @@ class _Off:
 
     def annotate(self, key: str, value: Attr) -> None:
         pass
+
+    def recent(self, session_key: str) -> tuple[str, ...]:
+        return ()
 
     def waited(self, fn: Callable[P, R]) -> Callable[P, R]:
         return fn

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 _ROOTS_KEPT = 4096  # messages whose root span a later run can still find as its parent
 _W3C = TraceContextTextMapPropagator()
+_RECENT_RUNS = 5  # a session's latest runs whose trace ids `/status` shows
 
 
 class _Spans:
@@ -141,6 +142,7 @@ class OtelTracer:
         self.provider.add_span_processor(_Bounded(batch, self.spans))
         self.tracer = self.provider.get_tracer("hermes_gateway")
         self._roots: OrderedDict[tuple[str, str, str], trace.SpanContext] = OrderedDict()
+        self._recent: OrderedDict[str, deque[str]] = OrderedDict()  # session key -> trace ids
         self._lock = threading.Lock()
 
     @contextmanager
@@ -233,8 +235,23 @@ class OtelTracer:
         parent = otel_context.Context()
         if root is not None:
             parent = trace.set_span_in_context(trace.NonRecordingSpan(root))
-        with self._current("run", parent, attrs):
+        with self._current("run", parent, attrs) as span:
+            self._ran(event.session_key, span.get_span_context())
             await work
+
+    def _ran(self, key: str, run: trace.SpanContext) -> None:
+        if not run.trace_flags.sampled:
+            return  # a trace no collector has
+        with self._lock:
+            runs = self._recent.pop(key, None) or deque(maxlen=_RECENT_RUNS)
+            runs.appendleft(format(run.trace_id, "032x"))
+            self._recent[key] = runs  # the newest session last: the oldest is forgotten first
+            while len(self._recent) > _ROOTS_KEPT:
+                self._recent.popitem(last=False)
+
+    def recent(self, session_key: str) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._recent.get(session_key, ()))
 
     def annotate(self, key: str, value: Attr) -> None:
         trace.get_current_span().set_attribute(key, value)

@@ -131,3 +131,35 @@ async def test_a_replayed_message_runs_in_a_new_trace_linked_to_its_first(
     assert attrs(root)["hermes.replay.kind"] == "rerun"
     assert (run.trace_id, run.parent_span_id) == (root.trace_id, root.span_id)
     no_private_words(receiver, "okapi", "answered after")
+
+
+async def test_status_and_the_session_page_show_the_sessions_latest_traces(
+    tmp_path: Path, fake_llm: FakeOpenAI, receiver: Receiver
+) -> None:
+    token = "t0ken-0123456789abcdef"
+    fake_llm.push(text("one"), text("two"))
+    config = make_config(tmp_path, fake_llm.base_url, control={"token": token})
+    async with running_gateway(traced(config, receiver)) as (gw, client):
+        client.http.headers["Authorization"] = f"Bearer {token}"
+        for _ in range(2):
+            assert (await client.chat(PRIVATE, user="carol"))["status"] == 200
+        status = (await client.chat("/status", user="carol"))["text"]
+        cookie = gw.dashboard.auth.login(token)
+        url = f"http://127.0.0.1:{gw.control.port}/dashboard/session?key=api:dm:carol"
+        async with client.http.get(url, headers={"Cookie": f"hermes_dashboard={cookie}"}) as r:
+            page = await r.text()
+        await eventually(lambda: len(receiver.named().get("run", [])) >= 2, timeout=15)
+    runs = sorted(receiver.named()["run"], key=lambda s: s.start_time_unix_nano, reverse=True)
+    ids = [run.trace_id.hex() for run in runs]
+    assert f"Traces: {ids[0]}, {ids[1]}" in status
+    assert all(f'<code class="trace-id">{i}</code>' in page for i in ids)
+
+
+async def test_status_shows_no_traces_when_they_are_off(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(text("one"))
+    async with running_gateway(make_config(tmp_path, fake_llm.base_url)) as (_gw, client):
+        assert (await client.chat(PRIVATE, user="carol"))["status"] == 200
+        status = (await client.chat("/status", user="carol"))["text"]
+    assert "Session: api:dm:carol" in status and "Traces" not in status
