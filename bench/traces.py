@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.crowd import crowd_load
 from bench.driver import percentile
 from bench.plan import Plan
 from bench.procs import BenchError, Child, _module, start_fake
@@ -97,9 +96,12 @@ async def run(mode: str, workdir: Path, progress: Callable[[str], None]) -> dict
                 for kind in SIDES if rep % 2 == 0 else SIDES[::-1]:
                     side = sides[kind]
                     progress(f"[{time.monotonic() - started:6.1f}s] traces {kind} run {rep + 1}")
-                    figures = await crowd_load(side, load.crowd, load.model_s)
-                    out["crowd"].setdefault(kind, []).append(figures)
-                    out["sequential"].setdefault(kind, []).append(await _sequential(side, load))
+                    chats = side.driver.new_chats(load.crowd)
+                    crowd = await _measure(side, "crowd", chats, 1, load.model_s)
+                    out["crowd"].setdefault(kind, []).append(crowd)
+                    chats = side.driver.new_chats(1)
+                    one = await _measure(side, "sequential", chats, load.sequential, load.model_s)
+                    out["sequential"].setdefault(kind, []).append(one)
             out["spans"] = await _spans(sides["on"])
         out["ratios"] = {phase: _ratios(out[phase]) for phase in ("crowd", "sequential")}
         out["elapsed_s"] = round(time.monotonic() - started, 1)
@@ -111,15 +113,17 @@ async def run(mode: str, workdir: Path, progress: Callable[[str], None]) -> dict
             child.stop()
 
 
-async def _sequential(side: Side, load: TracesPlan) -> dict[str, Any]:
-    """One new session's messages, each sent once the previous one is answered."""
+async def _measure(
+    side: Side, phase: str, chats: list[int], per_session: int, model_s: float
+) -> dict[str, Any]:
+    """``chats`` new sessions at once, ``per_session`` messages each in turn. The CPU is read
+    once the spans of the load are exported too (both sides wait as long): the SDK exports
+    every 2 s, so read at once it would bill this load's export to the next."""
     inst = side.running()
-    await side.llm_reset(load.model_s)
+    await side.llm_reset(model_s)
     cpu = inst.cpu_s()
-    [chat] = side.driver.new_chats(1)
-    done = side.account(
-        "sequential", await side.driver.sequential(chat, load.sequential, side.deadline())
-    )
+    done = side.account(phase, await side.driver.sessions(chats, per_session, side.deadline()))
+    await asyncio.sleep(EXPORTED_AFTER_S)
     cpu = inst.cpu_s() - cpu
     await side.llm_reset(0.0)
     return {
@@ -127,16 +131,15 @@ async def _sequential(side: Side, load: TracesPlan) -> dict[str, Any]:
         "lost": done.lost + done.unsent,
         "latency_p50_ms": round(percentile(done.latencies, 0.5) * 1000, 1),
         "latency_p99_ms": round(percentile(done.latencies, 0.99) * 1000, 1),
-        "cpu_per_msg_ms": round(cpu * 1000 / max(1, done.answered), 2),
+        "cpu_per_msg_ms": round(cpu * 1000 / max(1, done.answered), 3),
     }
 
 
 async def _spans(side: Side) -> dict[str, float]:
     """The traced side's span counts by outcome (/metrics): every span exported, none lost.
-    Read once the last batch has gone (the SDK exports every `schedule_delay_s`: 2 s)."""
+    Read after the last load's wait: its last batch has gone."""
     url = side.gateway_metrics_url()
     assert url is not None
-    await asyncio.sleep(EXPORTED_AFTER_S)
     async with side.http.get(url) as resp:
         text = await resp.text()
     counts: dict[str, float] = {}

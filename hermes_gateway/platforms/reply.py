@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Generic, Protocol, TypeVar, runtime_checkable
@@ -20,7 +20,7 @@ from hermes_gateway.platforms.outfile import read_outbound
 from hermes_gateway.platforms.parts import part_key, send_parts
 from hermes_gateway.platforms.preview import PreviewBook
 from hermes_gateway.platforms.retry import tallied
-from hermes_gateway.traces import Attr, SpanHandle, active
+from hermes_gateway.traces import Attr, SpanHandle, Tracer, active
 
 log = structlog.get_logger("hermes.platforms")
 NOT_SENT = "(I could not send the file {name}: {why}.)"
@@ -105,8 +105,10 @@ class Replier(Generic[K, R]):
         part-way, are reported as `send_parts` says. The message's files follow its text,
         each a part of its own (its own intent), read when it is sent."""
 
+        alone = len(parts) + len(message.files) == 1
+
         async def one(index: int, part: str | OutboundFile) -> None:
-            with _part_span(index, part) as span:
+            with _part_span(index, part, alone) as span:
                 span.set(
                     "hermes.reply.outcome", await self._part(message, index, part, wire, preview)
                 )
@@ -165,16 +167,29 @@ class Replier(Generic[K, R]):
         return "uploaded"
 
 
+class _Current:
+    """The current span (the delivery's `reply.send`) as a part's: a reply in one part."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+
+    def set(self, key: str, value: Attr) -> None:
+        self.tracer.annotate(key, value)
+
+
 @contextmanager
-def _part_span(index: int, part: str | OutboundFile) -> Iterator[SpanHandle]:
+def _part_span(index: int, part: str | OutboundFile, alone: bool) -> Iterator[SpanHandle]:
     """One part's `reply.part` span (a child of the delivery's `reply.send`): its index, size
-    and what its platform calls' retries cost. Sizes only: never the part's text."""
+    and what its platform calls' retries cost. Sizes only: never the part's text. A reply in
+    one part has none (a span a message saved): its `reply.send` carries the same."""
+    tracer = active()
     attrs: dict[str, Attr] = {"hermes.reply.part": index}
     if isinstance(part, OutboundFile):
         attrs["hermes.reply.file_kind"] = part.kind
     else:
         attrs["hermes.reply.chars"] = len(part)
-    with active().span("reply.part", attrs) as span, tallied() as tally:
+    spanned = nullcontext(_Current(tracer)) if alone else tracer.span("reply.part", attrs)
+    with spanned as span, tallied() as tally:
         try:
             yield span
         finally:

@@ -67,15 +67,19 @@ async def test_each_part_is_a_span_with_its_retries(
         platforms={"telegram": telegram},
         observability={"traces": traces},
     )
-    fake_llm.push(text(answer()))
+    fake_llm.push(text(answer()), text("a short okapi answer"))
     async with running_gateway(config) as (gw, _):
         tg.send_text(555, QUESTION)
         await tg.wait_sent(3, chat_id=555, timeout=15)
-        await eventually(lambda: len(receiver.named().get("reply.part", [])) >= 3, timeout=15)
+        await eventually(lambda: not gw.runner.busy("telegram:dm:555"))
+        tg.send_text(555, "and in one part, zebra?")
+        await tg.wait_sent(4, chat_id=555, timeout=15)
+        await eventually(lambda: len(receiver.named().get("reply.send", [])) >= 2, timeout=15)
         await asyncio.sleep(0.3)
     spans = receiver.named()
     parts = sorted(spans["reply.part"], key=lambda s: attrs(s)["hermes.reply.part"])
-    (reply_send,) = [s for s in spans["reply.send"] if attrs(s)["hermes.reply.kind"] == "reply"]
+    sends = [s for s in spans["reply.send"] if attrs(s)["hermes.reply.kind"] == "reply"]
+    reply_send, short = sorted(sends, key=lambda s: s.start_time_unix_nano)
     assert [attrs(p)["hermes.reply.part"] for p in parts] == [0, 1, 2]
     for part in parts:
         assert part.parent_span_id == reply_send.span_id
@@ -86,6 +90,10 @@ async def test_each_part_is_a_span_with_its_retries(
     assert [attrs(p)["hermes.reply.rate_limited"] for p in parts] == [0, 1, 0]
     assert attrs(parts[1])["hermes.reply.waited_ms"] >= 900
     assert attrs(parts[0])["hermes.reply.waited_ms"] == 0
+    # a reply in one part is no part span: its reply.send carries what the part's would
+    assert len(parts) == 3 and all(p.trace_id != short.trace_id for p in spans["reply.part"])
+    assert attrs(short)["hermes.reply.retries"] == 0
+    assert attrs(short)["hermes.reply.outcome"] in {"posted", "edited"}
     with receiver.lock:
         everything = " ".join(str(attrs(s)) + s.name for _r, s in receiver.spans)
     for words in ("zebra", "okapi", "part1", TOKEN):
