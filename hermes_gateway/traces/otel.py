@@ -155,12 +155,9 @@ class OtelTracer:
             **session_attr(event.session_key, self.config.session_key),
         }
         # a root: whatever span is current (an earlier run's) is not this message's parent
-        with self.tracer.start_as_current_span(
-            "message", context=otel_context.Context(), attributes=attrs
-        ) as span:
+        with self._current("message", otel_context.Context(), attrs) as span:
             self._remember(event, span.get_span_context())
-            with self._active():
-                yield _Handle(span)
+            yield _Handle(span)
 
     def _remember(self, event: MessageEvent, parent: trace.SpanContext) -> None:
         with self._lock:

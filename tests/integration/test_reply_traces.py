@@ -98,3 +98,39 @@ async def test_each_part_is_a_span_with_its_retries(
         everything = " ".join(str(attrs(s)) + s.name for _r, s in receiver.spans)
     for words in ("zebra", "okapi", "part1", TOKEN):
         assert words not in everything
+
+
+async def test_a_failed_sends_span_names_the_errors_class_never_its_text(
+    tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, receiver: Receiver
+) -> None:
+    name, send = tg._methods["sendmessage"]
+
+    async def blocked(params: dict[str, Any]) -> Any:
+        if params["text"].startswith("doomed"):
+            raise ApiError(403, "Forbidden: bot was blocked by the zebra keeper")
+        return await send(params)
+
+    tg._methods["sendmessage"] = (name, blocked)
+    telegram = {"enabled": True, "token": TOKEN, "base_url": tg.api_url, "allow_all": True}
+    telegram["base_file_url"] = tg.file_url
+    traces = {"enabled": True, "endpoint": receiver.endpoint, "schedule_delay_s": 0.1}
+    config = make_config(
+        tmp_path,
+        fake_llm.base_url,
+        platforms={"telegram": telegram},
+        observability={"traces": traces},
+    )
+    fake_llm.push(text("doomed okapi answer"))
+
+    def failed() -> list[Any]:
+        return [s for s in receiver.named().get("reply.send", []) if s.status.code == 2]
+
+    async with running_gateway(config) as _:
+        tg.send_text(555, QUESTION)
+        await eventually(failed, timeout=15)
+    (span,) = failed()
+    assert span.status.message.isidentifier() and span.status.message.endswith("Error")
+    assert list(span.events) == []
+    with receiver.lock:
+        everything = " ".join(str(s.status) + str(list(s.events)) for _r, s in receiver.spans)
+    assert "zebra" not in everything and "okapi" not in everything
