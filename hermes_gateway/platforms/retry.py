@@ -33,6 +33,12 @@ class Tally:
     rate_limited: int = 0
     waited_s: float = 0.0
 
+    def count(self, seconds: float, rate_limited: bool) -> None:
+        """One more retry, after ``seconds`` of waiting (the platform asked: ``rate_limited``)."""
+        self.retries += 1
+        self.rate_limited += rate_limited
+        self.waited_s += seconds
+
 
 _TALLY: ContextVar[Tally | None] = ContextVar("hermes_retry_tally", default=None)
 
@@ -94,9 +100,7 @@ async def _wait(stop: asyncio.Event | None, seconds: float, *, rate_limited: boo
     try:
         return await sleep_unless(stop, seconds)
     finally:
-        tally.retries += 1
-        tally.rate_limited += rate_limited
-        tally.waited_s += time.monotonic() - began
+        tally.count(time.monotonic() - began, rate_limited)
 
 
 async def sleep_unless(

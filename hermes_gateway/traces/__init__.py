@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from hermes_gateway.config.schema import ClusterConfig, TracesConfig
+    from hermes_gateway.config.schema import TracesConfig
     from hermes_gateway.events import MessageEvent
     from hermes_gateway.metrics import Metrics
 
@@ -136,15 +136,14 @@ def active() -> Tracer:
     return ACTIVE.get()
 
 
-def build_tracer(config: TracesConfig, metrics: Metrics, cluster: ClusterConfig) -> Tracer:
-    """`OFF`, or the OpenTelemetry tracer ``config`` describes; its spans name this instance
-    (`service.instance.id`: the cluster's instance id, or host name and process id)."""
+def build_tracer(config: TracesConfig, metrics: Metrics, instance: Callable[[], str]) -> Tracer:
+    """`OFF`, or the OpenTelemetry tracer ``config`` describes; its spans name ``instance()``
+    (`service.instance.id`), asked only when traces are on."""
     if not config.enabled:
         return OFF
-    from hermes_gateway.cluster.build import instance_id
     from hermes_gateway.traces.otel import OtelTracer
 
-    return OtelTracer(config, metrics, instance_id(cluster))
+    return OtelTracer(config, metrics, instance())
 
 
 def session_attr(key: str, how: str) -> dict[str, Attr]:

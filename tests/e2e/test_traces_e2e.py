@@ -98,7 +98,8 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
     assert [_attrs(s)["hermes.model.retries"] for s in calls] == [0, 1]  # stop, tool_calls
     ttft_ms = [_attrs(s)["hermes.model.ttft_ms"] for s in calls]
     assert ttft_ms[0] >= 250
-    assert ttft_ms[0] <= (calls[0].end_time_unix_nano - calls[0].start_time_unix_nano) / 1e6
+    duration_ms = (calls[0].end_time_unix_nano - calls[0].start_time_unix_nano) / 1e6
+    assert ttft_ms[0] <= duration_ms + 1  # within the call (ttft is rounded to the ms)
     assert {_attrs(s)["hermes.model.outcome"] for s in spans["model.call"]} == {"ok"}
     finishes = sorted(_attrs(s)["hermes.model.finish_reason"] for s in spans["model.call"])
     assert finishes == ["stop", "tool_calls"]
