@@ -208,6 +208,7 @@ class _Turn:
             if self.control.interrupted:
                 return self._interrupted("")
             started = time.monotonic()
+            tries = _Retries(self.control.wait)
             try:
                 completion = self.agent.llm.complete(
                     [],
@@ -215,16 +216,19 @@ class _Turn:
                     prefix=self._encoded(),
                     should_stop=lambda: self.control.interrupted,
                     on_delta=self.on_delta,
-                    wait=self.control.wait,
+                    wait=tries.wait,
                     on_stop=self.control.on_interrupt,
                 )
             except ModelError as exc:
-                self._model_call(started, "error", {"status": exc.status, "error_class": exc.kind})
+                failure = {"status": exc.status, "error_class": exc.kind, "retries": tries.count}
+                self._model_call(started, "error", failure)
                 # the user's message stays (the next turn sees what was asked); the error text
                 # does not: stored as the assistant's words, the model would read it as its own
                 return self._finish("failed", exc.user_message, error=str(exc))
             outcome = "interrupted" if completion.interrupted else "ok"
-            finish = {"finish_reason": completion.finish_reason}
+            finish = {"finish_reason": completion.finish_reason, "retries": tries.count}
+            if completion.first_token_at is not None:  # streamed: its time to first token
+                finish["ttft_ms"] = round((completion.first_token_at - started) * 1000)
             self._model_call(started, outcome, {**completion.usage, **finish})
             self._add_usage(completion)
             if completion.interrupted:
@@ -363,6 +367,7 @@ class _Turn:
                 "call_id": call.id,
                 "ok": outcome.ok,
                 "duration_s": round(outcome.duration_s, 4),
+                "bytes_out": len(outcome.content.encode()),  # its size only: never its text
             },
         )
         return outcome
@@ -390,3 +395,18 @@ def with_images(text: str, images: Sequence[str]) -> Message:
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
     parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
     return {"role": "user", "content": parts}
+
+
+class _Retries:
+    """The run's ``wait`` between a model call's attempts, counting them: the call's retries
+    (reported with the call, for its span)."""
+
+    __slots__ = ("count", "waiter")
+
+    def __init__(self, waiter: Callable[[float], bool]) -> None:
+        self.waiter = waiter
+        self.count = 0
+
+    def wait(self, seconds: float) -> bool:
+        self.count += 1
+        return self.waiter(seconds)

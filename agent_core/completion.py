@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ class Completion:
     finish_reason: str = ""
     usage: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
+    first_token_at: float | None = None  # a stream's first content or tool call (monotonic)
 
 
 class ModelError(Exception):
@@ -72,6 +74,8 @@ class Accumulator:
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             content = delta.get("content")
+            if self.out.first_token_at is None and (content or delta.get("tool_calls")):
+                self.out.first_token_at = time.monotonic()
             if content:
                 self.parts.append(content)
                 if self.on_delta is not None:

@@ -1,6 +1,7 @@
 """``python -m bench [--quick | --tiny] [--json PATH] [--profile DIR] [--baseline DIR]``: run
 the bench, print the Markdown table, write the JSON (default ``bench/results/bench.json``).
-``--only crowd``: only the crowd and fairness phases (`bench/crowd.py`, ``crowd.json``)."""
+``--only crowd``: only the crowd and fairness phases (`bench/crowd.py`, ``crowd.json``);
+``--only traces``: what traces cost, on ÷ off (`bench/traces.py`, ``traces.json``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench import crowd, report, suite
+from bench import crowd, report, suite, traces
 from bench.plan import Plan
 from bench.procs import ROOT, BenchError
 
@@ -38,19 +39,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["crowd"],
-        help="crowd: only many conversations at once on a slow model, and the fairness case",
+        choices=["crowd", "traces"],
+        help="crowd: only many conversations at once on a slow model, and the fairness case; "
+        "traces: CPU per message and latency with traces on, divided by off",
     )
     args = parser.parse_args(argv)
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
-    if args.only == "crowd":
-        path = args.json if args.json != DEFAULT_JSON else DEFAULT_JSON.with_name("crowd.json")
+    if args.only is not None:
+        phase = {"crowd": crowd, "traces": traces}[args.only]
+        path = (
+            args.json if args.json != DEFAULT_JSON else DEFAULT_JSON.with_name(f"{args.only}.json")
+        )
         try:
-            data = crowd.main(mode, args.workdir, path)
+            data = phase.main(mode, args.workdir, path)
         except BenchError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             return 1
-        print(crowd.markdown(data))
+        print(phase.markdown(data))
         print(f"\nJSON: {path}")
         return 0
     if args.baseline is not None and not (args.baseline / "hermes_gateway").is_dir():

@@ -90,6 +90,9 @@ class MessageEvent:
     # the conversation so far as the client sent it (a stateless API request): the run uses it
     # as the history instead of the session's stored one
     history: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    # the W3C traceparent of its `message` span when traces are on ("" else): kept with its
+    # inbox row, not in its payload, so a carried or replayed run can find its trace
+    trace: str = field(default="", repr=False, compare=False)
 
     @classmethod
     def create(

@@ -234,6 +234,7 @@ class Lifecycle:
             self.parts.delivery,
             self.parts.adapters,
             self.parts.live,
+            self.parts.tracer,
         )
         if self.parts.ownership is None:  # in a cluster each session is replayed under its lease
             await replayer.load()  # before intake: what this run takes is not a leftover

@@ -71,7 +71,7 @@ class Gateway(Lifecycle):
         self.intake_closed = asyncio.Event()  # the adapters have stopped: nothing new is taken
         self.started_at = time.time()
         self.metrics = Metrics()
-        self.tracer = build_tracer(config.observability.traces, self.metrics)  # OFF: no SDK
+        self.tracer = build_tracer(config.observability.traces, self.metrics, self._instance_id)
         self.bus = EventBus(timeout=config.hook_timeout_s)
         self.store = Store(config.store_url)
         self.pairing = PairingBook(self.store)
@@ -145,7 +145,9 @@ class Gateway(Lifecycle):
                 coordinator(config.cluster),
                 self.store,
                 lambda event, inbox_id: self.here.route(event, inbox_id),
-                lambda: Replayer(self.store, self.runner, self.delivery, self.adapters, self.live),
+                lambda: Replayer(
+                    self.store, self.runner, self.delivery, self.adapters, self.live, self.tracer
+                ),
                 self.delivery.owes,
                 config.store.replay_max_age_s,
                 refuse=lambda *args: self.here.refuse(*args),
@@ -206,7 +208,15 @@ class Gateway(Lifecycle):
                 metrics=self.metrics,
                 workers=self.pool.workers,
                 per_user=lambda: live.now.runner.group_sessions_per_user,
+                tracer=self.tracer,
             )
+
+    def _instance_id(self) -> str:
+        """This instance's id, as the cluster names it (its spans carry it when traces are on:
+        imported only then, as cluster mode's parts are)."""
+        from hermes_gateway.cluster.build import instance_id
+
+        return instance_id(self.live.now.cluster)
 
     def _build_faces(self, config: Config) -> None:
         """What operators see and drive: the vitals, the control API with its admin, inbox,

@@ -122,6 +122,27 @@ def test_tiny_crowd_bench_writes_every_figure_and_loses_nothing(
     assert "| 30x0.2 s | gateway |" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # about 10 s: a crowd and a session per side, one run each
+def test_tiny_traces_bench_compares_traces_on_with_off_and_exports_every_span(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "traces.json"
+    argv = ["--only", "traces", "--tiny", "--json", str(out), "--workdir", str(tmp_path / "w")]
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    json.dumps(data, allow_nan=False)
+    for phase in ("crowd", "sequential"):
+        for side in ("off", "on"):
+            [run] = data[phase][side]
+            assert run["lost"] == 0 and run["answered"] > 0, (phase, side, run)
+        ratios = data["ratios"][phase]
+        for key in ("cpu_per_msg_ms", "latency_p50_ms", "latency_p99_ms"):
+            assert isinstance(ratios[key], NUMBER), (phase, key)
+    assert data["spans"].get("exported", 0) > 0 and not data["spans"].get("dropped")
+    assert not data["spans"].get("failed")
+    assert "crowd: on ÷ off: cpu_per_msg_ms" in capsys.readouterr().out
+
+
 def test_a_baseline_gateway_runs_its_own_checkouts_code(tmp_path: Path) -> None:
     """Its `hermes_gateway` is the other checkout's, not the one installed in this venv."""
     other = tmp_path / "other"

@@ -1,9 +1,10 @@
 """`hermes doctor`: check what the gateway needs, in plain words, with real calls.
 
 Config, home permissions, the store, the control port, the model endpoint (`/models`), the
-archive's embeddings endpoint (when in use), the walls around tool processes and how a script's
-memory is bounded, the browser tools' Chromium (when enabled), and each enabled platform, by its
-spec's probe (a token check: getMe, users/@me, auth.test). Exit 1 when anything failed.
+traces' collector (when traces are on), the archive's embeddings endpoint (when in use), the
+walls around tool processes and how a script's memory is bounded, the browser tools' Chromium
+(when enabled), and each enabled platform, by its spec's probe (a token check: getMe,
+users/@me, auth.test). Exit 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Doctor:
             self.scheduler,
             self.port,
             self.model,
+            self.traces,
             self.embeddings,
             self.walls,
             self.tool_memory,
@@ -141,6 +143,25 @@ class Doctor:
         if names and m.name not in names:
             return Check("model", "warn", f"{m.name!r} is not in the provider's model list")
         return Check("model", "ok", f"{m.name} at {m.base_url}")
+
+    def traces(self) -> Check:
+        """The OTLP collector, when traces are on: an empty export (an empty
+        ExportTraceServiceRequest is zero bytes of protobuf). Any HTTP answer says it is
+        reachable; the detail never shows the headers, which are secrets."""
+        t = self.config.observability.traces
+        if not t.enabled:
+            return Check("traces", "skip", "traces are off")
+        headers = {**t.headers, "Content-Type": "application/x-protobuf"}
+        try:
+            r = self.http.post(t.endpoint, content=b"", headers=headers)
+        except httpx.HTTPError as exc:
+            return Check("traces", "FAIL", f"{t.endpoint} unreachable: {type(exc).__name__}")
+        if r.status_code in (401, 403):
+            detail = f"{t.endpoint} refused the configured headers (HTTP {r.status_code})"
+            return Check("traces", "warn", detail)
+        if r.status_code >= 500:
+            return Check("traces", "warn", f"{t.endpoint} answered HTTP {r.status_code}")
+        return Check("traces", "ok", f"{t.endpoint} reachable (HTTP {r.status_code})")
 
     def embeddings(self) -> Check:
         """The archive's embeddings endpoint, with one real call, when the archive is in use

@@ -225,6 +225,8 @@ class Commands:
             f"Busy policy: {self.config.busy_policy_for(event.platform)}",
             f"Workers: {pool['busy']}/{pool['workers']} busy, {pool['waiting']} waiting",
         ]
+        if view.traces:  # traces on: where the operator finds its latest runs
+            lines.append(f"Traces: {', '.join(view.traces)}")
         await self._answer(event, [inbox_id], "\n".join(lines))
 
     async def _help(self, event: MessageEvent, inbox_id: int | None, args: str) -> None:

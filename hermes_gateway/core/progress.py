@@ -27,6 +27,8 @@ _MODEL_ATTRS = (
     "finish_reason",
     "prompt_tokens",
     "completion_tokens",
+    "retries",
+    "ttft_ms",
 )
 # what waits for the loop: a piece of text, or a tool event (kind, data)
 _Item = str | tuple[str, dict[str, Any]]
@@ -75,7 +77,7 @@ class Progress:
             self.tracer.finished("model.call", float(data.get("seconds", 0.0)), attrs)
         else:
             if kind == "tool_end":
-                attrs = scalar_attrs("hermes.tool.", data, ("tool", "ok"))
+                attrs = scalar_attrs("hermes.tool.", data, ("tool", "ok", "bytes_out"))
                 self.tracer.finished("tool.call", float(data.get("duration_s", 0.0)), attrs)
             self.hop.send(self, (kind, data))
 

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -159,6 +160,8 @@ class Reception:
     ) -> SubmitOutcome:
         """`_submit` under the message's root span, which its run's span continues."""
         with self.tracer.message(event) as span:
+            if trace := self.tracer.traceparent():  # kept with it: its run may be elsewhere
+                event = replace(event, trace=trace)
             outcome = await self._submit(event, durable, sender, admitted)
             span.set("hermes.intake", outcome)
             return outcome

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import structlog
@@ -31,6 +32,7 @@ from hermes_gateway.errors import StoreError
 from hermes_gateway.events import MessageEvent, OutboundMessage
 from hermes_gateway.platforms.adapter import Adapter, PreviewResumer, ReplyResumer
 from hermes_gateway.store.store import Quarantined, Store, Undelivered
+from hermes_gateway.traces import OFF, Attr, Tracer
 
 log = structlog.get_logger("hermes.replay")
 READY_POLL_S = 0.2  # readiness is derived from SDK state; this poll runs only while waiting
@@ -48,8 +50,10 @@ class Replayer:
         delivery: Delivery,
         adapters: Mapping[str, Adapter],
         config: LiveConfig,
+        tracer: Tracer = OFF,
     ) -> None:
         self.store = store
+        self.tracer = tracer
         self.runner = runner
         self.delivery = delivery
         self.adapters = adapters
@@ -201,7 +205,20 @@ class Replayer:
         self._resume([u.event for u in group])
         ids = [u.inbox_id for u in group]
         fence = self.runner.fence_for(event.session_key)  # cluster: the takeover's lease
-        await self.delivery.send(out, ids, outcome="replayed", event=event, fence=fence)
+        with self._traced("resend", [u.event for u in group]):
+            await self.delivery.send(out, ids, outcome="replayed", event=event, fence=fence)
+
+    @contextmanager
+    def _traced(self, kind: str, events: list[MessageEvent]) -> Iterator[None]:
+        """A replay's own trace (its messages' traces ended with the last run), linked to
+        theirs when their inbox rows kept it, and the parent of the run answering them."""
+        links = [ev.trace for ev in events if ev.trace]
+        attrs: dict[str, Attr] = {"hermes.replay.kind": kind, "hermes.platform": events[0].platform}
+        attrs["hermes.replay.messages"] = len(events)
+        with self.tracer.root("replay", attrs, links):
+            for ev in events:
+                self.tracer.adopt(ev)
+            yield
 
     def _resume(self, events: list[MessageEvent]) -> None:
         """Let the adapter answer these messages the way it meant to (a slash command through
@@ -241,7 +258,8 @@ class Replayer:
             # the run answering them streams into (or replies in) the killed run's preview
             self._adopt(items[-1].event, [previews.get(p.inbox_id or 0) for p in items])
             self._resume([p.event for p in items])
-            self.runner.resume(items)
+            with self._traced("rerun", [p.event for p in items]):
+                self.runner.resume(items)
         await asyncio.gather(*(self._not_done(*c) for c in commands))
 
     async def _not_done(self, inbox_id: int, ev: MessageEvent, command: str) -> None:

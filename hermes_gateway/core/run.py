@@ -149,6 +149,7 @@ class SessionView:
     state: RunState | None  # None: idle
     seconds: float  # how long the active run has been going; 0 when idle
     pending: int
+    traces: tuple[str, ...] = ()  # its latest runs' trace ids, newest first (traces on)
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,7 @@ class GatewayRunner:
             return TurnOutcome("failed", "", "the gateway is stopping")
         ticket = JobTicket(turn, asyncio.get_running_loop().create_future())
         item = Pending(job_event(turn), None, separate=True, job=ticket)
+        self.tracer.adopt(item.event)  # the scheduler's `job.run` span is its run's parent
         if self._table.active(turn.session_key) is None:
             self.start([item])
         else:
@@ -571,11 +572,11 @@ class GatewayRunner:
         return self._table.pending_count(key)
 
     def describe(self, key: str) -> SessionView:
-        run = self._table.active(key)
+        run, traces = self._table.active(key), self.tracer.recent(key)
         if run is None:
-            return SessionView(None, 0.0, self._table.pending_count(key))
+            return SessionView(None, 0.0, self._table.pending_count(key), traces)
         age = time.monotonic() - run.started
-        return SessionView(run.state, age, self._table.pending_count(key))
+        return SessionView(run.state, age, self._table.pending_count(key), traces)
 
     def current_event(self, key: str) -> MessageEvent | None:
         """The message the session's live run answers (the newest merged one), if any."""

@@ -71,7 +71,13 @@ class _Handlers:
         view = self.g.runner.describe(key)
         state = "idle" if view.state is None else view.state.value
         return self.d.render(
-            request, "session", key=key, history=history, problem=problem, state=state
+            request,
+            "session",
+            key=key,
+            history=history,
+            problem=problem,
+            state=state,
+            traces=view.traces,
         )
 
     async def login_form(self, request: web.Request) -> web.Response:

@@ -6,7 +6,8 @@ its wire primitives (`ReplyWire`, and `UploadWire` for one that takes files)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Generic, Protocol, TypeVar, runtime_checkable
@@ -18,6 +19,8 @@ from hermes_gateway.platform_spec import platform_spec
 from hermes_gateway.platforms.outfile import read_outbound
 from hermes_gateway.platforms.parts import part_key, send_parts
 from hermes_gateway.platforms.preview import PreviewBook
+from hermes_gateway.platforms.retry import tallied
+from hermes_gateway.traces import Attr, SpanHandle, Tracer, active
 
 log = structlog.get_logger("hermes.platforms")
 NOT_SENT = "(I could not send the file {name}: {why}.)"
@@ -102,26 +105,43 @@ class Replier(Generic[K, R]):
         part-way, are reported as `send_parts` says. The message's files follow its text,
         each a part of its own (its own intent), read when it is sent."""
 
+        alone = len(parts) + len(message.files) == 1
+
         async def one(index: int, part: str | OutboundFile) -> None:
-            if isinstance(part, OutboundFile):
-                await self._file(message, index, part, wire)
-                return
-            if index == 0 and preview is not None:
-                edit = partial(wire.edit, preview.ref, part)
-                if await self.previews.into(preview.key, preview.ref, edit):
-                    return
-            key = part_key(message, index, part)
-            doubt = message.doubt if index == message.skip_parts else None
-            if doubt is not None and await wire.sent(part, key, doubt):
-                return  # it went out before the crash: not twice
-            await wire.post(index, part, key)
+            with _part_span(index, part, alone) as span:
+                span.set(
+                    "hermes.reply.outcome", await self._part(message, index, part, wire, preview)
+                )
 
         items: list[str | OutboundFile] = [*parts, *message.files]
         await send_parts(message, items, one, wire.after)
 
+    async def _part(
+        self,
+        message: OutboundMessage,
+        index: int,
+        part: str | OutboundFile,
+        wire: ReplyWire[R],
+        preview: PreviewRef[K, R] | None,
+    ) -> str:
+        """Send one part; how it went out: edited (into the preview), posted, present (it
+        went out before a crash), uploaded, or noted (a file's line in its place)."""
+        if isinstance(part, OutboundFile):
+            return await self._file(message, index, part, wire)
+        if index == 0 and preview is not None:
+            edit = partial(wire.edit, preview.ref, part)
+            if await self.previews.into(preview.key, preview.ref, edit):
+                return "edited"
+        key = part_key(message, index, part)
+        doubt = message.doubt if index == message.skip_parts else None
+        if doubt is not None and await wire.sent(part, key, doubt):
+            return "present"  # it went out before the crash: not twice
+        await wire.post(index, part, key)
+        return "posted"
+
     async def _file(
         self, message: OutboundMessage, index: int, file: OutboundFile, wire: ReplyWire[R]
-    ) -> None:
+    ) -> str:
         """Upload one file, or, when it cannot go (gone, grown over the limit, a platform that
         takes no files), a line in its place saying so: the user learns what is missing."""
         spec = platform_spec(message.platform)
@@ -137,10 +157,42 @@ class Replier(Generic[K, R]):
             key = part_key(message, index, line)
             if doubt is None or not await wire.sent(line, key, doubt):
                 await wire.post(index, line, key)
-            return
+            return "noted"
         assert isinstance(wire, UploadWire)
         upload = Upload(file, got)
         key = part_key(message, index, f"\x00{file.path}\x00{file.caption}")
         if doubt is not None and await wire.uploaded(upload, key, doubt):
-            return  # it went out before the crash: not twice
+            return "present"  # it went out before the crash: not twice
         await wire.upload(index, upload, key)
+        return "uploaded"
+
+
+class _Current:
+    """The current span (the delivery's `reply.send`) as a part's: a reply in one part."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+
+    def set(self, key: str, value: Attr) -> None:
+        self.tracer.annotate(key, value)
+
+
+@contextmanager
+def _part_span(index: int, part: str | OutboundFile, alone: bool) -> Iterator[SpanHandle]:
+    """One part's `reply.part` span (a child of the delivery's `reply.send`): its index, size
+    and what its platform calls' retries cost. Sizes only: never the part's text. A reply in
+    one part has none (a span a message saved): its `reply.send` carries the same."""
+    tracer = active()
+    attrs: dict[str, Attr] = {"hermes.reply.part": index}
+    if isinstance(part, OutboundFile):
+        attrs["hermes.reply.file_kind"] = part.kind
+    else:
+        attrs["hermes.reply.chars"] = len(part)
+    spanned = nullcontext(_Current(tracer)) if alone else tracer.span("reply.part", attrs)
+    with spanned as span, tallied() as tally:
+        try:
+            yield span
+        finally:
+            span.set("hermes.reply.retries", tally.retries)
+            span.set("hermes.reply.rate_limited", tally.rate_limited)
+            span.set("hermes.reply.waited_ms", round(tally.waited_s * 1000))

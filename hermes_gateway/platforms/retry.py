@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TypeVar
 
 import structlog
@@ -18,6 +22,36 @@ from hermes_gateway.errors import RateLimitedError, TransientAdapterError
 log = structlog.get_logger("hermes.retry")
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Tally:
+    """What the retries of the calls made inside `tallied` cost: retries, of which the platform
+    asked for (rate limited), and the seconds spent waiting between attempts."""
+
+    retries: int = 0
+    rate_limited: int = 0
+    waited_s: float = 0.0
+
+    def count(self, seconds: float, rate_limited: bool) -> None:
+        """One more retry, after ``seconds`` of waiting (the platform asked: ``rate_limited``)."""
+        self.retries += 1
+        self.rate_limited += rate_limited
+        self.waited_s += seconds
+
+
+_TALLY: ContextVar[Tally | None] = ContextVar("hermes_retry_tally", default=None)
+
+
+@contextmanager
+def tallied() -> Iterator[Tally]:
+    """Count the retries of every `with_retry` call in the block (the reply skeleton's part
+    spans carry them; a context variable, so no platform passes anything through)."""
+    token = _TALLY.set(tally := Tally())
+    try:
+        yield tally
+    finally:
+        _TALLY.reset(token)
 
 
 async def with_retry(
@@ -45,16 +79,28 @@ async def with_retry(
                 raise
             wait = exc.retry_after + random.uniform(0, 0.1)
             log.warning("retry.rate_limited", what=what, retry_after=exc.retry_after)
-            if await sleep_unless(stop, wait):
+            if await _wait(stop, wait, rate_limited=True):
                 raise
         except TransientAdapterError as exc:
             if attempt == attempts:
                 raise
             wait = backoff.next()
             log.warning("retry.transient", what=what, attempt=attempt, error=str(exc))
-            if await sleep_unless(stop, wait):
+            if await _wait(stop, wait, rate_limited=False):
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _wait(stop: asyncio.Event | None, seconds: float, *, rate_limited: bool) -> bool:
+    """`sleep_unless`, counted in the current `Tally` if there is one."""
+    tally = _TALLY.get()
+    if tally is None:
+        return await sleep_unless(stop, seconds)
+    began = time.monotonic()
+    try:
+        return await sleep_unless(stop, seconds)
+    finally:
+        tally.count(time.monotonic() - began, rate_limited)
 
 
 async def sleep_unless(
@@ -75,4 +121,4 @@ async def sleep_unless(
     return stop.is_set()
 
 
-__all__ = ["Sleep", "header", "retry_after_s", "sleep_unless", "with_retry"]
+__all__ = ["Sleep", "Tally", "header", "retry_after_s", "sleep_unless", "tallied", "with_retry"]

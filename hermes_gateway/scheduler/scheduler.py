@@ -8,8 +8,9 @@ clock is injected (tests move it)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from hermes_gateway.scheduler.job_turn import answer_of, turn_of
 from hermes_gateway.scheduler.jobs import Job, Plan, RunRecord, plan
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.schedule import UNUSABLE
+from hermes_gateway.traces import OFF, Tracer
 
 log = structlog.get_logger("hermes.scheduler")
 MISSED = (
@@ -34,6 +36,7 @@ LATE_AFTER_S = 60.0
 DUE_BATCH = 100
 CLAIM_CHUNK = 25
 PLAN_SLICE_S = 0.002  # planning a burst gives the loop back at least this often
+TRACES_KEPT = 4096  # jobs whose last run's trace the next run links to
 
 
 class Scheduler:
@@ -47,6 +50,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         on_outcome: Callable[[str], None] = lambda outcome: None,
         per_user: Callable[[], bool] = lambda: True,
+        tracer: Tracer = OFF,
     ) -> None:
         """``turns``: the runner, which runs claimed runs and delivers their answers;
         ``per_user``: whether a group chat has a session per user
@@ -55,6 +59,8 @@ class Scheduler:
         self.ledger = ledger
         self.turns = turns
         self.per_user = per_user
+        self.tracer = tracer
+        self._traces: OrderedDict[str, str] = OrderedDict()  # job id -> its last run's span
         self.deliveries: Counter[str] = Counter()  # how deliveries ended (not those taken)
         self.clock = clock
         # a chat message never waits behind jobs: jobs leave one pool thread free
@@ -216,7 +222,7 @@ class Scheduler:
                 job, run_id, slot = self._queue.popleft()
                 delivering = False
                 try:
-                    delivering = await self._execute(job, run_id, slot)
+                    delivering = await self._traced(job, run_id, slot)
                 except Exception as exc:  # the store failed: the lease lapses, the run is reaped
                     log.error("job.task_failed", run_id=run_id, error=repr(exc))
                 finally:
@@ -224,6 +230,20 @@ class Scheduler:
                         self._live.pop(run_id, None)
         finally:
             self._workers -= 1
+
+    async def _traced(self, job: Job, run_id: int, slot: int) -> bool:
+        """`_execute` as a trace of its own: a `job.run` root (its run, the delivery of its
+        answer under it), linked to the job's previous run's while this process runs. The job
+        is named by a hash of its id: its name and prompt are the user's words."""
+        previous = self._traces.pop(job.id, "")
+        job_hash = hashlib.sha256(job.id.encode()).hexdigest()[:16]
+        attrs = {"hermes.job.hash": job_hash, "hermes.job.schedule": job.schedule.kind}
+        with self.tracer.root("job.run", attrs, (previous,) if previous else ()):
+            if here := self.tracer.traceparent():
+                self._traces[job.id] = here
+                while len(self._traces) > TRACES_KEPT:
+                    self._traces.popitem(last=False)
+            return await self._execute(job, run_id, slot)
 
     async def _execute(self, job: Job, run_id: int, slot: int) -> bool:
         """Start, run and record one run; whether its answer is being delivered."""
@@ -241,6 +261,7 @@ class Scheduler:
             outcome = TurnOutcome("failed", "", f"crashed: {type(exc).__name__}")
         finally:
             self.running -= 1
+        self.tracer.annotate("hermes.job.status", outcome.status)  # on its `job.run` span
         silent = outcome.status == "succeeded" and outcome.text == SILENT
         text = outcome.text or "(no answer)"
         if outcome.status != "succeeded":

@@ -22,6 +22,7 @@ from hermes_gateway.scheduler.jobs_page import JobsPage
 from hermes_gateway.scheduler.ledger import Ledger
 from hermes_gateway.scheduler.routes import JobRoutes
 from hermes_gateway.scheduler.scheduler import Scheduler
+from hermes_gateway.traces import OFF, Tracer
 
 if TYPE_CHECKING:
     from hermes_gateway.config.live import LiveConfig
@@ -93,6 +94,7 @@ class SchedulerService:
         metrics: Metrics,
         workers: int,
         per_user: Callable[[], bool],
+        tracer: Tracer = OFF,
     ) -> None:
         self.host = socket.gethostname()[:64]
         self.job_service, self.ledger = job_service, job_service.ledger
@@ -104,6 +106,7 @@ class SchedulerService:
             workers=workers,
             on_outcome=self._count,
             per_user=per_user,
+            tracer=tracer,
         )
         self.jobs_page = JobsPage(job_service)  # the dashboard's Jobs page, when it is on
         self._register(metrics)

@@ -81,6 +81,7 @@ def warm_up() -> list[tuple[Any, Row]]:
             "accepted_at",
             "updated_at",
             "run_id",
+            "trace",
         ]
     )
     message = dict.fromkeys(

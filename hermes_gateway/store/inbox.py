@@ -260,7 +260,9 @@ def _entry(inbox_id: int, payload: str, attempts: int, accepted_at: float) -> Qu
     return Quarantined(int(inbox_id), event_from_json(payload), int(attempts), float(accepted_at))
 
 
-def event_from_json(payload: str) -> MessageEvent:
+def event_from_json(payload: str, trace: str | None = None) -> MessageEvent:
+    """An inbox entry's message, from its payload and its ``trace`` column."""
     data = json.loads(payload)
     data["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
+    data["trace"] = trace or data.get("trace") or ""
     return MessageEvent(**data)

@@ -100,6 +100,8 @@ class InboxRow(Base):
     sending: Mapped[int | None] = mapped_column(Integer, nullable=True)
     sending_after: Mapped[str | None] = mapped_column(String(128), nullable=True)
     reply_files: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the message's W3C traceparent when traces were on at intake (docs/traces.md)
+    trace: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class PairingRow(Base):

@@ -44,6 +44,7 @@ _REPLAY_COLUMNS = (
     "sending",
     "sending_after",
     "reply_files",
+    "trace",
 )
 
 
@@ -73,16 +74,19 @@ class Store(InboxGuard):
     async def accept(self, ev: MessageEvent) -> int | None:
         """Write an inbound message to the inbox; None if it was already there (a redelivery)."""
         now = time.time()
+        payload = asdict(ev)
+        trace = payload.pop("trace") or None  # a column: a payload an older reader can read
         row = {
             "platform": ev.platform,
             "chat_id": ev.chat_id,
             "message_id": ev.message_id,
             "session_key": ev.session_key,
-            "payload": json.dumps(asdict(ev)),
+            "payload": json.dumps(payload),
             "status": "accepted",
             "accepted_at": now,
             "updated_at": now,
             "run_id": "",
+            "trace": trace,
         }
         try:
             return await self._hot(lambda db: db.accept(row))
@@ -172,8 +176,8 @@ class Store(InboxGuard):
             )
             to_run: list[tuple[int, MessageEvent]] = []
             to_send: list[Undelivered] = []
-            for inbox_id, status, payload, reply, run_id, parts, sending, after, files in rows:
-                ev = event_from_json(payload)
+            for inbox_id, status, payload, reply, run_id, parts, sending, after, files, tp in rows:
+                ev = event_from_json(payload, tp)
                 if status == "done" and reply is not None:
                     doubt = (after or "") if sending is not None and sending == parts else None
                     undelivered = Undelivered(inbox_id, ev, reply, run_id, parts or 0, doubt)
@@ -186,13 +190,13 @@ class Store(InboxGuard):
 
     async def accepted(self, inbox_id: int) -> MessageEvent | None:
         """The entry's message while it is unanswered (status accepted), else None."""
-        stmt = select(_INBOX.c.payload).where(
+        stmt = select(_INBOX.c.payload, _INBOX.c.trace).where(
             _INBOX.c.id == inbox_id, _INBOX.c.status == "accepted"
         )
 
         async def run(conn: AsyncConnection) -> MessageEvent | None:
-            payload = (await conn.execute(stmt)).scalar()
-            return None if payload is None else event_from_json(payload)
+            row = (await conn.execute(stmt)).first()
+            return None if row is None else event_from_json(row[0], row[1])
 
         return await self._query(run)
 

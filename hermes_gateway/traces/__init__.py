@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sys
-from collections.abc import Callable, Coroutine, Mapping, MutableMapping
+from collections.abc import Callable, Coroutine, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -41,8 +42,27 @@ class Tracer(Protocol):
         """``work`` (a run answering ``event``) under a span whose parent is the message's."""
         ...
 
+    def root(
+        self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()
+    ) -> AbstractContextManager[SpanHandle]:
+        """A new trace's root span, current inside the block, linked to the spans ``links``
+        names (W3C traceparents): a job's run, a replay after a restart."""
+        ...
+
+    def adopt(self, event: MessageEvent) -> None:
+        """The current span becomes the parent of the run answering ``event``."""
+        ...
+
+    def traceparent(self) -> str:
+        """The current span as a W3C traceparent ("" when there is none)."""
+        ...
+
     def annotate(self, key: str, value: Attr) -> None:
         """Set an attribute on the current span, if one is recording."""
+        ...
+
+    def recent(self, session_key: str) -> tuple[str, ...]:
+        """The trace ids of the session's latest runs here, newest first (`/status`)."""
         ...
 
     def waited(self, fn: Callable[P, R]) -> Callable[P, R]:
@@ -76,8 +96,22 @@ class _Off:
     def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> Work:
         return work
 
+    def root(
+        self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()
+    ) -> AbstractContextManager[SpanHandle]:
+        return contextlib.nullcontext(_NO_SPAN)
+
+    def adopt(self, event: MessageEvent) -> None:
+        pass
+
+    def traceparent(self) -> str:
+        return ""
+
     def annotate(self, key: str, value: Attr) -> None:
         pass
+
+    def recent(self, session_key: str) -> tuple[str, ...]:
+        return ()
 
     def waited(self, fn: Callable[P, R]) -> Callable[P, R]:
         return fn
@@ -91,15 +125,25 @@ class _Off:
 
 _NO_SPAN = _NoSpan()
 OFF: Tracer = _Off()
+# The tracer whose span is current: it rides the context as the span does, so a part deep in
+# a call (the platforms' reply skeleton) makes child spans without a tracer handed through
+# every platform's constructor. Outside any span of ours it is `OFF`.
+ACTIVE: ContextVar[Tracer] = ContextVar("hermes_tracer", default=OFF)
 
 
-def build_tracer(config: TracesConfig, metrics: Metrics) -> Tracer:
-    """`OFF`, or the OpenTelemetry tracer ``config`` describes."""
+def active() -> Tracer:
+    """The tracer of the current span (`OFF` when there is none, or traces are off)."""
+    return ACTIVE.get()
+
+
+def build_tracer(config: TracesConfig, metrics: Metrics, instance: Callable[[], str]) -> Tracer:
+    """`OFF`, or the OpenTelemetry tracer ``config`` describes; its spans name ``instance()``
+    (`service.instance.id`), asked only when traces are on."""
     if not config.enabled:
         return OFF
     from hermes_gateway.traces.otel import OtelTracer
 
-    return OtelTracer(config, metrics)
+    return OtelTracer(config, metrics, instance())
 
 
 def session_attr(key: str, how: str) -> dict[str, Attr]:

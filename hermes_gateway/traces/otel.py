@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -18,9 +18,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter
 
-from hermes_gateway.traces import Attr, P, R, SpanHandle, Work, session_attr
+from hermes_gateway.traces import ACTIVE, Attr, P, R, SpanHandle, Work, session_attr
 
 if TYPE_CHECKING:
     from hermes_gateway.config.schema import TracesConfig
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from hermes_gateway.metrics import Metrics
 
 _ROOTS_KEPT = 4096  # messages whose root span a later run can still find as its parent
+_W3C = TraceContextTextMapPropagator()
+_RECENT_RUNS = 5  # a session's latest runs whose trace ids `/status` shows
 
 
 class _Spans:
@@ -113,7 +116,7 @@ class _Handle:
 class OtelTracer:
     """Implements `Tracer` with a private `TracerProvider` (the global one is left alone)."""
 
-    def __init__(self, config: TracesConfig, metrics: Metrics) -> None:
+    def __init__(self, config: TracesConfig, metrics: Metrics, instance: str) -> None:
         self.config = config
         self.spans = _Spans(config.queue_max, metrics)
         exporter = OTLPSpanExporter(
@@ -129,7 +132,8 @@ class OtelTracer:
             export_timeout_millis=config.export_timeout_s * 1000,
         )
         # built from explicit values: `Resource.create` would read OTEL_* itself
-        resource = Resource({**config.resource, "service.name": config.service_name})
+        named = {"service.instance.id": instance, **config.resource}
+        resource = Resource({**named, "service.name": config.service_name})
         self.provider = TracerProvider(
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
             resource=resource,
@@ -138,6 +142,7 @@ class OtelTracer:
         self.provider.add_span_processor(_Bounded(batch, self.spans))
         self.tracer = self.provider.get_tracer("hermes_gateway")
         self._roots: OrderedDict[tuple[str, str, str], trace.SpanContext] = OrderedDict()
+        self._recent: OrderedDict[str, deque[str]] = OrderedDict()  # session key -> trace ids
         self._lock = threading.Lock()
 
     @contextmanager
@@ -150,26 +155,100 @@ class OtelTracer:
             **session_attr(event.session_key, self.config.session_key),
         }
         # a root: whatever span is current (an earlier run's) is not this message's parent
-        with self.tracer.start_as_current_span(
-            "message", context=otel_context.Context(), attributes=attrs
-        ) as span:
-            with self._lock:
-                self._roots[_key(event)] = span.get_span_context()
-                while len(self._roots) > _ROOTS_KEPT:
-                    self._roots.popitem(last=False)
+        with self._current("message", otel_context.Context(), attrs) as span:
+            self._remember(event, span.get_span_context())
             yield _Handle(span)
+
+    def _remember(self, event: MessageEvent, parent: trace.SpanContext) -> None:
+        with self._lock:
+            self._roots[_key(event)] = parent
+            while len(self._roots) > _ROOTS_KEPT:
+                self._roots.popitem(last=False)
 
     @contextmanager
     def span(self, name: str, attrs: Mapping[str, Attr]) -> Iterator[SpanHandle]:
-        with self.tracer.start_as_current_span(name, attributes=dict(attrs)) as span:
+        with self._current(name, None, attrs) as span:
             yield _Handle(span)
+
+    @contextmanager
+    def root(
+        self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()
+    ) -> Iterator[SpanHandle]:
+        linked = [trace.Link(c) for tp in links if (c := _span_of(tp)) is not None]
+        with self._current(name, otel_context.Context(), attrs, linked) as span:
+            yield _Handle(span)
+
+    def adopt(self, event: MessageEvent) -> None:
+        current = trace.get_current_span().get_span_context()
+        if current.is_valid:
+            self._remember(event, current)
+
+    def traceparent(self) -> str:
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        return carrier.get("traceparent", "")
+
+    @contextmanager
+    def _current(
+        self,
+        name: str,
+        parent: otel_context.Context | None,
+        attrs: Mapping[str, Attr],
+        links: Sequence[trace.Link] = (),
+    ) -> Iterator[trace.Span]:
+        """A current span that records a failure by its class only: the SDK's own exception
+        event and status would carry the error's text."""
+        with (
+            self.tracer.start_as_current_span(
+                name,
+                context=parent,
+                attributes=dict(attrs),
+                links=links,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span,
+            self._active(),
+        ):
+            try:
+                yield span
+            except Exception as exc:
+                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+                raise
+
+    @contextmanager
+    def _active(self) -> Iterator[None]:
+        token = ACTIVE.set(self)
+        try:
+            yield
+        finally:
+            ACTIVE.reset(token)
 
     async def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> None:
         with self._lock:
             root = self._roots.pop(_key(event), None)
-        parent = trace.set_span_in_context(trace.NonRecordingSpan(root)) if root else None
-        with self.tracer.start_as_current_span("run", context=parent, attributes=dict(attrs)):
+        if root is None and event.trace:  # carried here from another instance: its trace
+            root = _span_of(event.trace)
+        # no parent known: a root, never the child of whatever span is current
+        parent = otel_context.Context()
+        if root is not None:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(root))
+        with self._current("run", parent, attrs) as span:
+            self._ran(event.session_key, span.get_span_context())
             await work
+
+    def _ran(self, key: str, run: trace.SpanContext) -> None:
+        if not run.trace_flags.sampled:
+            return  # a trace no collector has
+        with self._lock:
+            runs = self._recent.pop(key, None) or deque(maxlen=_RECENT_RUNS)
+            runs.appendleft(format(run.trace_id, "032x"))
+            self._recent[key] = runs  # the newest session last: the oldest is forgotten first
+            while len(self._recent) > _ROOTS_KEPT:
+                self._recent.popitem(last=False)
+
+    def recent(self, session_key: str) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._recent.get(session_key, ()))
 
     def annotate(self, key: str, value: Attr) -> None:
         trace.get_current_span().set_attribute(key, value)
@@ -197,6 +276,13 @@ class OtelTracer:
         closing = threading.Thread(target=self.provider.shutdown, name="traces-stop", daemon=True)
         closing.start()
         closing.join(self.config.export_timeout_s)
+
+
+def _span_of(traceparent: str) -> trace.SpanContext | None:
+    """The remote span a W3C traceparent names, or None for a malformed one."""
+    context = trace.get_current_span(_W3C.extract({"traceparent": traceparent}))
+    found = context.get_span_context()
+    return found if found.is_valid else None
 
 
 def _key(event: MessageEvent) -> tuple[str, str, str]:

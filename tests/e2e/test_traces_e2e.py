@@ -4,8 +4,6 @@ collector that is down delays no answer while its lost spans are counted in /met
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from tests.e2e.daemon import GatewayProcess, free_port
-from tests.fakes.openai import FakeOpenAI, text, tool_calls
+from tests.fakes.openai import FakeOpenAI, error, text, tool_calls
+from tests.fakes.otlp import Receiver
+from tests.fakes.otlp import attrs as _attrs
 
 pytest.importorskip("opentelemetry.sdk")
 trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
@@ -27,60 +26,6 @@ QUERY = "zebra query words"
 ANSWER = "the final answer text"
 
 
-class Receiver:
-    """An OTLP/HTTP collector on 127.0.0.1: each request decoded into its spans and headers."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.spans: list[Any] = []
-        self.headers: list[dict[str, str]] = []
-        self.lock = threading.Lock()
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1/traces"
-
-    async def _export(self, request: web.Request) -> web.Response:
-        message = trace_service.ExportTraceServiceRequest()
-        message.ParseFromString(await request.read())
-        with self.lock:
-            self.headers.append(dict(request.headers))
-            for resource_spans in message.resource_spans:
-                for scope_spans in resource_spans.scope_spans:
-                    self.spans.extend((resource_spans.resource, s) for s in scope_spans.spans)
-        body = trace_service.ExportTraceServiceResponse().SerializeToString()
-        return web.Response(body=body, content_type="application/x-protobuf")
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_post("/v1/traces", self._export)
-        runner = web.AppRunner(app)
-        self.loop.run_until_complete(runner.setup())
-        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self.ready.set()
-        self.loop.run_forever()
-        self.loop.run_until_complete(runner.cleanup())
-
-    def start(self) -> None:
-        self.thread.start()
-        assert self.ready.wait(10)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-    def named(self) -> dict[str, list[Any]]:
-        with self.lock:
-            found: dict[str, list[Any]] = {}
-            for _resource, span in self.spans:
-                found.setdefault(span.name, []).append(span)
-            return found
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     server = Receiver()
@@ -89,18 +34,12 @@ def receiver() -> Iterator[Receiver]:
     server.stop()
 
 
-def _gateway(tmp_path: Path, fake_llm: FakeOpenAI, traces: dict[str, Any]) -> GatewayProcess:
-    model = {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": 0}
+def _gateway(
+    tmp_path: Path, fake_llm: FakeOpenAI, traces: dict[str, Any], retries: int = 0
+) -> GatewayProcess:
+    model = {"base_url": fake_llm.base_url, "api_key": "sk-fake", "max_retries": retries}
     config = {"model": model, "observability": {"traces": {"enabled": True, **traces}}}
     return GatewayProcess(tmp_path / "home", config, {"TRACE_TOKEN": SECRET})
-
-
-def _attrs(span: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for kv in span.attributes:
-        which = kv.value.WhichOneof("value")
-        values[kv.key] = getattr(kv.value, which) if which else None
-    return values
 
 
 def _wait_for(receiver: Receiver, names: set[str], timeout: float = 30) -> dict[str, list[Any]]:
@@ -123,8 +62,12 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
         "service_name": "hermes-under-test",
         "resource": {"deployment.environment": "e2e"},
     }
-    gateway = _gateway(tmp_path, fake_llm, traces)
-    fake_llm.push(tool_calls(("session_search", {"query": QUERY})), text(ANSWER))
+    gateway = _gateway(tmp_path, fake_llm, traces, retries=1)
+    fake_llm.push(
+        error(503, retry_after=0.05),  # the first call's one retry
+        tool_calls(("session_search", {"query": QUERY})),
+        text(ANSWER, delay=0.3),  # its first token comes 300 ms after the request
+    )
     try:
         gateway.start()
         reply = gateway.chat(PRIVATE).json()
@@ -147,7 +90,16 @@ def test_a_message_with_a_tool_call_exports_its_span_tree(
     assert _attrs(message)["hermes.platform"] == "api"
     assert len(_attrs(message)["hermes.session.hash"]) == 16
     assert _attrs(run)["hermes.run.status"] == "done"
-    assert _attrs(tool) == {"hermes.tool.tool": "session_search", "hermes.tool.ok": True}
+    tool_attrs = _attrs(tool)
+    bytes_out = tool_attrs.pop("hermes.tool.bytes_out")
+    assert tool_attrs == {"hermes.tool.tool": "session_search", "hermes.tool.ok": True}
+    assert isinstance(bytes_out, int) and bytes_out > 0
+    calls = sorted(spans["model.call"], key=lambda s: _attrs(s)["hermes.model.finish_reason"])
+    assert [_attrs(s)["hermes.model.retries"] for s in calls] == [0, 1]  # stop, tool_calls
+    ttft_ms = [_attrs(s)["hermes.model.ttft_ms"] for s in calls]
+    assert ttft_ms[0] >= 250
+    duration_ms = (calls[0].end_time_unix_nano - calls[0].start_time_unix_nano) / 1e6
+    assert ttft_ms[0] <= duration_ms + 1  # within the call (ttft is rounded to the ms)
     assert {_attrs(s)["hermes.model.outcome"] for s in spans["model.call"]} == {"ok"}
     finishes = sorted(_attrs(s)["hermes.model.finish_reason"] for s in spans["model.call"])
     assert finishes == ["stop", "tool_calls"]

@@ -144,3 +144,31 @@ async def test_sighup_reload_changes_access_and_level_keeps_sessions(
         history = await client.history()
     logging.getLogger().setLevel(logging.WARNING)
     assert [m["content"] for m in history] == ["remember me", "echo: remember me"]
+
+
+async def test_doctor_checks_the_traces_collector_when_traces_are_on(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    from tests.e2e.daemon import free_port
+    from tests.fakes.otlp import Receiver
+
+    receiver = Receiver()
+    receiver.start()
+    try:
+        for endpoint in (receiver.endpoint, f"http://127.0.0.1:{free_port()}/v1/traces"):
+            traces = {"enabled": True, "endpoint": endpoint, "headers": {"x-key": "hdr-secret"}}
+            make_config(tmp_path, fake_llm.base_url, observability={"traces": traces})
+            code, out, _ = await hermes("doctor", "--config", str(tmp_path / "config.yaml"))
+            rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+            assert "hdr-secret" not in out
+            if endpoint == receiver.endpoint:
+                assert " ok " in rows["traces"] and "reachable (HTTP 200)" in rows["traces"]
+                assert receiver.headers[-1]["x-key"] == "hdr-secret"  # a real export
+            else:
+                assert code == 1 and "FAIL" in rows["traces"] and "unreachable" in rows["traces"]
+    finally:
+        receiver.stop()
+    make_config(tmp_path, fake_llm.base_url)
+    _code, out, _ = await hermes("doctor", "--config", str(tmp_path / "config.yaml"))
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "skip" in rows["traces"] and "traces are off" in rows["traces"]

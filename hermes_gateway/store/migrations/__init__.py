@@ -4,4 +4,4 @@
 # The newest revision in versions/. Opening a database already there costs one read and no
 # import of Alembic (11 MB and some startup time); tests/test_store_migration.py checks this
 # against Alembic's own view of the scripts.
-HEAD = "r14"
+HEAD = "r15"
