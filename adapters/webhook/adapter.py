@@ -7,6 +7,7 @@ taken; the answer goes back in the response, to a callback URL or to a chat else
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from functools import partial
 from typing import Any
@@ -211,19 +212,15 @@ def _retarget(message: OutboundMessage, target: str) -> OutboundMessage:
     (as a scheduled job's answer goes to its chat), keeping the hooks that record its parts on
     this request's inbox entry and the part left in doubt by a crash."""
     platform, chat_id, thread_id = parse_target(target)
-    return OutboundMessage(
+    return dataclasses.replace(
+        message,
         platform=platform,
         chat_id=chat_id,
         thread_id=thread_id,
-        text=message.text,
-        session_key=message.session_key,
-        kind=message.kind,
-        run_id=message.run_id,
-        skip_parts=message.skip_parts,
-        on_part=message.on_part,
-        on_sending=message.on_sending,
-        doubt=message.doubt,
-        files=message.files,
+        answers=(),
+        outcome="",
+        error="",
+        usage={},
     )
 
 
