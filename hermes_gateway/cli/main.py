@@ -15,7 +15,6 @@ import threading
 from collections.abc import Sequence
 
 from hermes_gateway import __version__
-from hermes_gateway.cli.warm import warm_imports
 from hermes_gateway.config import Config, config_path, load_config
 from hermes_gateway.control.token import operator_token
 from hermes_gateway.errors import AdapterAuthError, ConfigError, StoreError
@@ -133,7 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "gateway" and args.action == "run":
         EARLY.install()  # a stop while it imports and starts: exit 0 at once, not killed
         gc.disable()  # as `python -m hermes_gateway` does (see there); on again once it is up
-        warm_imports()
     try:
         return _dispatch(args)
     except BrokenPipeError:
