@@ -24,7 +24,16 @@ from hermes_gateway.platform_spec import (
 
 ROOT = Path(__file__).resolve().parents[2]
 # what importing every spec package must not import: the SDKs, the adapters, the SSRF guard
-HEAVY = ("telegram", "discord", "slack_bolt", "slack_sdk", "tools.ssrf", "aioimaplib", "aiosmtplib")
+HEAVY = (
+    "telegram",
+    "discord",
+    "slack_bolt",
+    "slack_sdk",
+    "tools.ssrf",
+    "aioimaplib",
+    "aiosmtplib",
+    "mautrix",
+)
 
 
 def test_the_built_in_platforms_are_discovered_in_order() -> None:
