@@ -97,6 +97,9 @@ class PlatformSpec:
     secrets: Mapping[str, str | None] = field(default_factory=dict)
     # the secret keys an enabled section must have, given the section (its mode may choose)
     required: Callable[[Any], tuple[str, ...]] = _no_secrets
+    # the section's secret values beyond those keys (one per webhook route, say): the log
+    # redactor hides them like every other secret of the config
+    secret_values: Callable[[Any], tuple[str, ...]] = _no_secrets
     # further problems of an enabled section: (key in the section, reason)
     problems: Callable[[Any], list[tuple[str, str]]] = _no_problems
     # "module:function" for `hermes doctor`: (section, httpx.Client) -> detail, raising

@@ -3,7 +3,7 @@ a repository's events), each with its own secret, template and destination.
 
 `SPEC` is what the gateway knows of it; importing this package imports none of the adapter."""
 
-from adapters.webhook.settings import WebhookConfig, problems
+from adapters.webhook.settings import WebhookConfig, problems, route_secrets
 from hermes_gateway.platforms import Capabilities, PlatformSpec
 
 SPEC = PlatformSpec(
@@ -11,6 +11,7 @@ SPEC = PlatformSpec(
     section=WebhookConfig,
     adapter="adapters.webhook.adapter:WebhookAdapter",
     problems=problems,
+    secret_values=route_secrets,
     probe="adapters.webhook.probe:probe",
     # a webhook cannot be written to unasked, nor asked a question back
     capabilities=Capabilities(can_ask_approval=False, can_push=False),

@@ -133,3 +133,8 @@ def parse_target(value: str) -> tuple[str, str, str | None]:
     match = TARGET.match(value)
     assert match is not None, value
     return match.group(1), match.group(2), match.group(3)
+
+
+def route_secrets(section: WebhookConfig) -> tuple[str, ...]:
+    """Every route's secret, for the log redactor (set or not, enabled or not)."""
+    return tuple(route.secret for route in section.routes.values())

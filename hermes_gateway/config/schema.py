@@ -447,6 +447,7 @@ class Config(_Section):
         for spec in platform_specs():
             section = getattr(self.platforms, spec.name)
             values += [str(getattr(section, key)) for key in spec.secrets]
+            values += spec.secret_values(section)
         for tool in tool_specs():
             own = getattr(self.tools, tool.section or "", None)
             values += [str(getattr(own, key)) for key in tool.secrets if own is not None]

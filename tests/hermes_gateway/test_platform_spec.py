@@ -13,6 +13,7 @@ import pytest
 
 from adapters.slack.settings import SlackConfig
 from hermes_gateway.config import Config, ConfigError, load_config
+from hermes_gateway.logs import Redactor
 from hermes_gateway.platform_spec import (
     PlatformSection,
     PlatformSpec,
@@ -81,6 +82,19 @@ def test_secrets_default_to_the_variables_the_specs_name(tmp_path: Path) -> None
     assert {"xoxb-1234", "s3cret"} <= set(config.secrets())
     with pytest.raises(ConfigError, match=r"platforms\.slack\.signing_secret.*SLACK_SIGNING"):
         load_config(path, {"HOME": str(tmp_path), "SLACK_BOT_TOKEN": "xoxb-1234"})
+
+
+def test_a_spec_names_secret_values_beyond_its_keys_for_the_redactor(tmp_path: Path) -> None:
+    """A webhook route's secret, one per route, is hidden in logs like every other secret."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "platforms:\n  webhook:\n    enabled: true\n    routes:\n"
+        "      ci:\n        secret: ${CI_HOOK_SECRET}\n        deliver: log\n"
+    )
+    config = load_config(path, {"HOME": str(tmp_path), "CI_HOOK_SECRET": "route-secret-0123456789"})
+    assert "route-secret-0123456789" in config.secrets()
+    line = Redactor(config.secrets())("signed with route-secret-0123456789")
+    assert line == "signed with ***"
 
 
 def test_capabilities_replace_names() -> None:
