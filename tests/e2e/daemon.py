@@ -165,5 +165,8 @@ class GatewayProcess:
         return f"--- {self.home.name} ---\n" + "\n".join(lines)
 
     def log_events(self) -> list[dict[str, Any]]:
-        path = self.home / "logs" / "gateway.log"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        """The log's lines so far; the last one only once it is whole (the gateway may be
+        writing it as we read: a line cut short is not yet an event)."""
+        text = (self.home / "logs" / "gateway.log").read_text()
+        whole = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in whole.splitlines() if line.strip()]
