@@ -8,35 +8,23 @@ import secrets
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formataddr, formatdate
-from html import escape
 
 from hermes_gateway.platforms import (
-    CODE_LANG,
     RULE_TEXT,
-    SAFE_URL,
-    Block,
-    Code,
-    CodeBlock,
-    Heading,
-    Inline,
-    Paragraph,
-    Quote,
-    Styled,
-    Table,
+    HtmlStyle,
     Target,
-    Text,
-    esc_html,
+    html_block,
     join_blocks,
     parse_blocks,
-    plain,
     split_rendered,
-    table_text,
 )
 
 ID_PREFIX = "hermes."  # every Message-ID the bot writes starts so
 NEW_SUBJECT = "A message from Hermes"
 # Markdown is split as it is: the plain part is the Markdown, the HTML part is rendered from it
 _AS_IS = Target(lambda s: s, lambda s: s, lambda s: s)
+# tables as monospace text and the rule as a line of text: what every mail client shows alike
+_STYLE = HtmlStyle(rule=f"<p>{RULE_TEXT}</p>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,40 +77,7 @@ def compose(sender: str, from_name: str, thread: Thread, text: str, mail_id: str
 
 
 def to_html(md: str) -> str:
-    body = join_blocks(parse_blocks(md), _block)
+    body = join_blocks(parse_blocks(md), lambda block: html_block(block, _STYLE))
     return (
         f'<!DOCTYPE html><html><body><div style="font-family:sans-serif">{body}</div></body></html>'
     )
-
-
-def _inline(nodes: tuple[Inline, ...]) -> str:
-    out: list[str] = []
-    for node in nodes:
-        if isinstance(node, Text):
-            out.append(esc_html(node.text).replace("\n", "<br>"))
-        elif isinstance(node, Code):
-            out.append(f"<code>{esc_html(node.text)}</code>")
-        elif isinstance(node, Styled):
-            out.append(f"<{node.tag}>{_inline(node.children)}</{node.tag}>")
-        elif not SAFE_URL.fullmatch(node.url):
-            out.append(esc_html(plain((node,))))
-        else:
-            label = _inline(node.children or (Text(node.url),))
-            out.append(f'<a href="{escape(node.url)}">{label}</a>')
-    return "".join(out)
-
-
-def _block(block: Block) -> str:
-    if isinstance(block, Paragraph):
-        return f"<p>{_inline(block.inline)}</p>"
-    if isinstance(block, Heading):
-        return f"<h3>{_inline(block.inline)}</h3>"
-    if isinstance(block, CodeBlock):
-        lang = CODE_LANG.match(block.lang)
-        cls = f' class="language-{lang.group()}"' if lang else ""
-        return f"<pre><code{cls}>{esc_html(block.code)}</code></pre>"
-    if isinstance(block, Quote):
-        return f"<blockquote>{join_blocks(block.blocks, _block)}</blockquote>"
-    if isinstance(block, Table):
-        return f"<pre>{esc_html(table_text(block))}</pre>"
-    return f"<p>{RULE_TEXT}</p>"

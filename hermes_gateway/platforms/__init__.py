@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     from hermes_gateway.text.render import Code as Code
     from hermes_gateway.text.render import CodeBlock as CodeBlock
     from hermes_gateway.text.render import Heading as Heading
+    from hermes_gateway.text.render import HtmlStyle as HtmlStyle
     from hermes_gateway.text.render import Inline as Inline
     from hermes_gateway.text.render import Link as Link
     from hermes_gateway.text.render import Paragraph as Paragraph
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
     from hermes_gateway.text.render import Target as Target
     from hermes_gateway.text.render import Text as Text
     from hermes_gateway.text.render import esc_html as esc_html
+    from hermes_gateway.text.render import html_block as html_block
     from hermes_gateway.text.render import join_blocks as join_blocks
     from hermes_gateway.text.render import plain as plain
     from hermes_gateway.text.render import split_rendered as split_rendered
@@ -179,6 +181,8 @@ _WHERE: dict[str, str] = {
     "allowed_url": "hermes_gateway.platforms.downloader",
     "body_done": "hermes_gateway.text.jsonbody",
     "esc_html": "hermes_gateway.text.render",
+    "html_block": "hermes_gateway.text.render",
+    "HtmlStyle": "hermes_gateway.text.render",
     "fence_closed_by": "hermes_gateway.text.splitter",
     "fence_opened": "hermes_gateway.text.splitter",
     "header": "hermes_gateway.platforms.retry",

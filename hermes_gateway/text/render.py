@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from html import escape
 
 from hermes_gateway.text.splitter import iter_chunks, split_message, utf16_len
@@ -133,6 +133,57 @@ def table_text(table: Table) -> str:
     if table.header and len(lines) > 1:
         lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _table_pre(table: Table) -> str:
+    return f"<pre>{esc_html(table_text(table))}</pre>"
+
+
+@dataclass(frozen=True, slots=True)
+class HtmlStyle:
+    """What a platform that takes ordinary HTML (Matrix's ``formatted_body``, an email's HTML
+    part) chooses in `html_block`'s rendering: each emphasis's element, tables, the rule."""
+
+    tags: Mapping[str, str] = field(default_factory=dict)  # `Styled.tag` -> element (else itself)
+    table: Callable[[Table], str] = _table_pre
+    rule: str = "<hr>"
+
+
+def html_inline(nodes: tuple[Inline, ...], style: HtmlStyle) -> str:
+    """Inline nodes as HTML, always well-formed; a link to an unsafe URL is its plain text."""
+    out: list[str] = []
+    for node in nodes:
+        if isinstance(node, Text):
+            out.append(esc_html(node.text).replace("\n", "<br>"))
+        elif isinstance(node, Code):
+            out.append(f"<code>{esc_html(node.text)}</code>")
+        elif isinstance(node, Styled):
+            tag = style.tags.get(node.tag, node.tag)
+            out.append(f"<{tag}>{html_inline(node.children, style)}</{tag}>")
+        elif not SAFE_URL.fullmatch(node.url):
+            out.append(esc_html(plain((node,))))
+        else:
+            label = html_inline(node.children or (Text(node.url),), style)
+            out.append(f'<a href="{escape(node.url)}">{label}</a>')
+    return "".join(out)
+
+
+def html_block(block: Block, style: HtmlStyle) -> str:
+    """One block as HTML (``<p>``, ``<h3>``, ``<pre><code>``, ``<blockquote>``, ...)."""
+    if isinstance(block, Paragraph):
+        return f"<p>{html_inline(block.inline, style)}</p>"
+    if isinstance(block, Heading):
+        return f"<h3>{html_inline(block.inline, style)}</h3>"
+    if isinstance(block, CodeBlock):
+        lang = CODE_LANG.match(block.lang)
+        attr = f' class="language-{lang.group()}"' if lang else ""
+        return f"<pre><code{attr}>{esc_html(block.code)}</code></pre>"
+    if isinstance(block, Quote):
+        inner = join_blocks(block.blocks, lambda b: html_block(b, style))
+        return f"<blockquote>{inner}</blockquote>"
+    if isinstance(block, Table):
+        return style.table(block)
+    return style.rule
 
 
 @dataclass(frozen=True, slots=True)
