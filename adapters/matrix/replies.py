@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import mimetypes
 import uuid
-from collections import OrderedDict
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -25,6 +24,7 @@ from hermes_gateway.platforms import (
     PreviewBook,
     PreviewRef,
     PreviewWire,
+    Recent,
     Remember,
     Replier,
     Upload,
@@ -40,23 +40,6 @@ def txn_id(key: str | None) -> str:
     """The transaction id of a part: its key when it has one (the same on every attempt), a
     fresh one for a message that answers nothing (nothing could tell two sends apart)."""
     return f"hermes-{key}" if key else f"hermes-{uuid.uuid4().hex}"
-
-
-class Recent:
-    """A bounded set of recent ids, oldest forgotten first."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, key: str) -> None:
-        self._ids[key] = None
-        self._ids.move_to_end(key)
-        if len(self._ids) > self.size:
-            self._ids.popitem(last=False)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._ids
 
 
 class Wire:

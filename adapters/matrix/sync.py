@@ -17,7 +17,7 @@ from mautrix.client import ClientAPI
 
 from adapters.matrix.api import JSON, Method, raw
 from adapters.matrix.normalize import Where, normalize, reply_target, thread_root
-from adapters.matrix.replies import Recent, Wire
+from adapters.matrix.replies import Wire
 from adapters.matrix.settings import MatrixConfig
 from adapters.matrix.state import SyncState
 from hermes_gateway.platforms import (
@@ -27,6 +27,7 @@ from hermes_gateway.platforms import (
     Intake,
     PermanentAdapterError,
     RateLimitedError,
+    Recent,
     TransientAdapterError,
     tolerant,
 )

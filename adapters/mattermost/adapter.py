@@ -15,7 +15,7 @@ import structlog
 from adapters.mattermost.api import MattermostApi
 from adapters.mattermost.catchup import CatchUp
 from adapters.mattermost.cursor import Cursors
-from adapters.mattermost.inbound import Posted, Recent, from_event, normalize, thread_of
+from adapters.mattermost.inbound import Posted, from_event, normalize, thread_of
 from adapters.mattermost.replies import PostReply, preview_wire, split_parts, take_preview
 from adapters.mattermost.settings import MattermostConfig, api_base
 from adapters.mattermost.socket import Frame, frames, open_socket
@@ -34,6 +34,7 @@ from hermes_gateway.platforms import (
     MessageEvent,
     OutboundMessage,
     PreviewBook,
+    Recent,
     Replier,
     RetryLater,
     StreamSink,

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,27 +156,3 @@ def _with_file_notes(text: str, attachments: tuple[Attachment, ...]) -> str:
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-class Recent:
-    """A bounded set of recently seen keys, oldest forgotten first."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._keys: OrderedDict[Hashable, None] = OrderedDict()
-
-    def add(self, key: Hashable) -> bool:
-        """Remember ``key``; False if it was already known."""
-        if key in self._keys:
-            self._keys.move_to_end(key)
-            return False
-        self._keys[key] = None
-        if len(self._keys) > self.size:
-            self._keys.popitem(last=False)
-        return True
-
-    def discard(self, key: Hashable) -> None:
-        self._keys.pop(key, None)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys

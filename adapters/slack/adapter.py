@@ -23,7 +23,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from adapters.shims.slack import seed_auth_test, use_socket_url
 from adapters.slack.api import SlackWeb, file_downloader
 from adapters.slack.http import serve_event
-from adapters.slack.inbound import Recent, normalize
+from adapters.slack.inbound import normalize
 from adapters.slack.progress import Progress, slack_preview
 from adapters.slack.redelivery import LAST_RETRY, Copies
 from adapters.slack.replies import post_reply
@@ -47,6 +47,7 @@ from hermes_gateway.platforms import (
     MessageEvent,
     OutboundMessage,
     PreviewBook,
+    Recent,
     Replier,
     RetryLater,
     StoreError,

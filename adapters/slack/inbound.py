@@ -4,8 +4,7 @@ threads, files) and the ones it ignores (edits, joins, other subtypes); odd shap
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from hermes_gateway.platforms import Attachment, BotIdentity, ChatType, Inbound, MessageEvent
@@ -136,27 +135,3 @@ def _user_name(profile: Any, user: str) -> str:
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-class Recent:
-    """A bounded set of recently seen keys, oldest forgotten first."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._keys: OrderedDict[Hashable, None] = OrderedDict()
-
-    def add(self, key: Hashable) -> bool:
-        """Remember ``key``; False if it was already known."""
-        if key in self._keys:
-            self._keys.move_to_end(key)
-            return False
-        self._keys[key] = None
-        if len(self._keys) > self.size:
-            self._keys.popitem(last=False)
-        return True
-
-    def discard(self, key: Hashable) -> None:
-        self._keys.pop(key, None)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys

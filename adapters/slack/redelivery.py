@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable
 
-from adapters.slack.inbound import Recent
+from hermes_gateway.platforms import Recent
 
 LAST_RETRY = 3  # Slack retries an event three times (X-Slack-Retry-Num 1..3), then drops it
 

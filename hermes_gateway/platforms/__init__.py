@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.preview import PreviewBook as PreviewBook
     from hermes_gateway.platforms.preview import PreviewWire as PreviewWire
     from hermes_gateway.platforms.preview import Remember as Remember
+    from hermes_gateway.platforms.recent import Recent as Recent
     from hermes_gateway.platforms.reply import PreviewRef as PreviewRef
     from hermes_gateway.platforms.reply import Replier as Replier
     from hermes_gateway.platforms.reply import ReplyWire as ReplyWire
@@ -183,6 +184,7 @@ _WHERE: dict[str, str] = {
     "esc_html": "hermes_gateway.text.render",
     "html_block": "hermes_gateway.text.render",
     "HtmlStyle": "hermes_gateway.text.render",
+    "Recent": "hermes_gateway.platforms.recent",
     "fence_closed_by": "hermes_gateway.text.splitter",
     "fence_opened": "hermes_gateway.text.splitter",
     "header": "hermes_gateway.platforms.retry",
