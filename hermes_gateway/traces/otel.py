@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import Token
 from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
@@ -17,11 +17,14 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter
 
-from hermes_gateway.traces import ACTIVE, Attr, P, R, SpanHandle, Work, session_attr
+from hermes_gateway import __version__
+from hermes_gateway.traces import ACTIVE, Attr, P, R, Tracer, Work, session_attr
 
 if TYPE_CHECKING:
     from hermes_gateway.config.schema import TracesConfig
@@ -31,6 +34,10 @@ if TYPE_CHECKING:
 _ROOTS_KEPT = 4096  # messages whose root span a later run can still find as its parent
 _W3C = TraceContextTextMapPropagator()
 _RECENT_RUNS = 5  # a session's latest runs whose trace ids `/status` shows
+# the spans' instrumentation scope, the live ones' (`get_tracer`) and the ended ones' alike:
+# spans of one scope are exported together
+_SCOPE = InstrumentationScope("hermes_gateway", __version__)
+_ROOT = otel_context.Context()  # an empty context: a span started in it is a trace's root
 
 
 class _Spans:
@@ -105,12 +112,55 @@ class _Counted(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-class _Handle:
-    def __init__(self, span: trace.Span) -> None:
-        self.span = span
+class _Resource(Resource):
+    """A resource hashed once. The exporter groups each batch's spans by their resource, and
+    the SDK's hash JSON-encodes the attributes every time: a quarter of an export's CPU."""
+
+    def __init__(self, attributes: Mapping[str, Attr]) -> None:
+        super().__init__(dict(attributes))
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or super().__eq__(other)
+
+
+class _Scope:
+    """A span, current from entry to exit, and ended there; a failure is recorded by its class
+    only (the SDK's own exception event and status would carry the error's text). One object
+    instead of the SDK's three nested context managers: every message pays for its spans on
+    the loop."""
+
+    __slots__ = ("_active", "_owner", "_span", "_token")
+    _token: Token[otel_context.Context]
+    _active: Token[Tracer]
+
+    def __init__(self, owner: OtelTracer, span: trace.Span) -> None:
+        self._owner = owner
+        self._span = span
+
+    def __enter__(self) -> _Scope:
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        self._active = ACTIVE.set(self._owner)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if kind is not None and issubclass(kind, Exception):
+            self._span.set_status(trace.StatusCode.ERROR, kind.__name__)
+        ACTIVE.reset(self._active)
+        otel_context.detach(self._token)
+        self._span.end()
 
     def set(self, key: str, value: Attr) -> None:
-        self.span.set_attribute(key, value)
+        self._span.set_attribute(key, value)
+
+    @property
+    def context(self) -> trace.SpanContext:
+        return self._span.get_span_context()
 
 
 class OtelTracer:
@@ -133,20 +183,22 @@ class OtelTracer:
         )
         # built from explicit values: `Resource.create` would read OTEL_* itself
         named = {"service.instance.id": instance, **config.resource}
-        resource = Resource({**named, "service.name": config.service_name})
+        resource = _Resource({**named, "service.name": config.service_name})
         self.provider = TracerProvider(
-            sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
+            sampler=ParentBased(_ratio(config.sample_ratio)),
             resource=resource,
             shutdown_on_exit=False,
         )
-        self.provider.add_span_processor(_Bounded(batch, self.spans))
-        self.tracer = self.provider.get_tracer("hermes_gateway")
+        self.processor = _Bounded(batch, self.spans)
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer(_SCOPE.name, _SCOPE.version)
+        self.resource = resource
+        self.ids = RandomIdGenerator()
         self._roots: OrderedDict[tuple[str, str, str], trace.SpanContext] = OrderedDict()
         self._recent: OrderedDict[str, deque[str]] = OrderedDict()  # session key -> trace ids
         self._lock = threading.Lock()
 
-    @contextmanager
-    def message(self, event: MessageEvent) -> Iterator[SpanHandle]:
+    def message(self, event: MessageEvent) -> _Scope:
         attrs: dict[str, Attr] = {
             "hermes.platform": event.platform,
             "hermes.chat_type": str(event.chat_type),
@@ -155,9 +207,9 @@ class OtelTracer:
             **session_attr(event.session_key, self.config.session_key),
         }
         # a root: whatever span is current (an earlier run's) is not this message's parent
-        with self._current("message", otel_context.Context(), attrs) as span:
-            self._remember(event, span.get_span_context())
-            yield _Handle(span)
+        scope = self._scope("message", _ROOT, attrs)
+        self._remember(event, scope.context)
+        return scope
 
     def _remember(self, event: MessageEvent, parent: trace.SpanContext) -> None:
         with self._lock:
@@ -165,18 +217,12 @@ class OtelTracer:
             while len(self._roots) > _ROOTS_KEPT:
                 self._roots.popitem(last=False)
 
-    @contextmanager
-    def span(self, name: str, attrs: Mapping[str, Attr]) -> Iterator[SpanHandle]:
-        with self._current(name, None, attrs) as span:
-            yield _Handle(span)
+    def span(self, name: str, attrs: Mapping[str, Attr]) -> _Scope:
+        return self._scope(name, None, attrs)
 
-    @contextmanager
-    def root(
-        self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()
-    ) -> Iterator[SpanHandle]:
+    def root(self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()) -> _Scope:
         linked = [trace.Link(c) for tp in links if (c := _span_of(tp)) is not None]
-        with self._current(name, otel_context.Context(), attrs, linked) as span:
-            yield _Handle(span)
+        return self._scope(name, _ROOT, attrs, linked)
 
     def adopt(self, event: MessageEvent) -> None:
         current = trace.get_current_span().get_span_context()
@@ -184,44 +230,28 @@ class OtelTracer:
             self._remember(event, current)
 
     def traceparent(self) -> str:
-        carrier: dict[str, str] = {}
-        _W3C.inject(carrier)
-        return carrier.get("traceparent", "")
+        # what the W3C propagator's inject writes, without its carrier and setter
+        span = trace.get_current_span().get_span_context()
+        if not span.is_valid:
+            return ""
+        return f"00-{span.trace_id:032x}-{span.span_id:016x}-{span.trace_flags:02x}"
 
-    @contextmanager
-    def _current(
+    def _scope(
         self,
         name: str,
         parent: otel_context.Context | None,
         attrs: Mapping[str, Attr],
         links: Sequence[trace.Link] = (),
-    ) -> Iterator[trace.Span]:
-        """A current span that records a failure by its class only: the SDK's own exception
-        event and status would carry the error's text."""
-        with (
-            self.tracer.start_as_current_span(
-                name,
-                context=parent,
-                attributes=dict(attrs),
-                links=links,
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span,
-            self._active(),
-        ):
-            try:
-                yield span
-            except Exception as exc:
-                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
-                raise
-
-    @contextmanager
-    def _active(self) -> Iterator[None]:
-        token = ACTIVE.set(self)
-        try:
-            yield
-        finally:
-            ACTIVE.reset(token)
+    ) -> _Scope:
+        span = self.tracer.start_span(
+            name,
+            context=parent,
+            attributes=attrs,
+            links=links,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        return _Scope(self, span)
 
     async def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> None:
         with self._lock:
@@ -229,11 +259,11 @@ class OtelTracer:
         if root is None and event.trace:  # carried here from another instance: its trace
             root = _span_of(event.trace)
         # no parent known: a root, never the child of whatever span is current
-        parent = otel_context.Context()
+        parent = _ROOT
         if root is not None:
             parent = trace.set_span_in_context(trace.NonRecordingSpan(root))
-        with self._current("run", parent, attrs) as span:
-            self._ran(event.session_key, span.get_span_context())
+        with self._scope("run", parent, attrs) as scope:
+            self._ran(event.session_key, scope.context)
             await work
 
     def _ran(self, key: str, run: trace.SpanContext) -> None:
@@ -267,8 +297,36 @@ class OtelTracer:
         self._between(name, end - int(max(0.0, seconds) * 1e9), end, attrs)
 
     def _between(self, name: str, start: int, end: int, attrs: Mapping[str, Attr]) -> None:
-        span = self.tracer.start_span(name, attributes=dict(attrs), start_time=start)
-        span.end(end_time=end)
+        """A span that has ended, under the current one. A span that ended needs none of the
+        SDK's live `Span` (its lock, its bounded attributes, its copy at the end): it goes to
+        the processors as the `ReadableSpan` the live one would have become, at a fifth of
+        the cost; it is sampled as its parent is. With no parent it is a root, and the
+        sampler decides it as the SDK's own."""
+        parent = trace.get_current_span().get_span_context()
+        if not parent.is_valid:
+            self.tracer.start_span(name, attributes=attrs, start_time=start).end(end_time=end)
+            return
+        if not parent.trace_flags.sampled:
+            return
+        span = trace.SpanContext(
+            parent.trace_id,
+            self.ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=parent.trace_flags,
+            trace_state=parent.trace_state,
+        )
+        self.processor.on_end(
+            ReadableSpan(
+                name,
+                span,
+                parent,
+                self.resource,
+                dict(attrs),
+                start_time=start,
+                end_time=end,
+                instrumentation_scope=_SCOPE,
+            )
+        )
 
     def shutdown(self) -> None:
         # the SDK's own shutdown exports every queued batch, each up to the export timeout:
@@ -276,6 +334,11 @@ class OtelTracer:
         closing = threading.Thread(target=self.provider.shutdown, name="traces-stop", daemon=True)
         closing.start()
         closing.join(self.config.export_timeout_s)
+
+
+def _ratio(ratio: float) -> Sampler:
+    """The root sampler: every trace at 1.0 without the ratio's arithmetic per span."""
+    return ALWAYS_ON if ratio >= 1.0 else TraceIdRatioBased(ratio)
 
 
 def _span_of(traceparent: str) -> trace.SpanContext | None:

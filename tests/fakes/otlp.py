@@ -22,6 +22,7 @@ class Receiver:
         self.port = free_port()
         self.spans: list[Any] = []
         self.headers: list[dict[str, str]] = []
+        self.scopes: list[str] = []  # each export's scope spans, by their scope's name
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
@@ -38,6 +39,7 @@ class Receiver:
             self.headers.append(dict(request.headers))
             for resource_spans in message.resource_spans:
                 for scope_spans in resource_spans.scope_spans:
+                    self.scopes.append(scope_spans.scope.name)
                     self.spans.extend((resource_spans.resource, s) for s in scope_spans.spans)
         body = trace_service.ExportTraceServiceResponse().SerializeToString()
         return web.Response(body=body, content_type="application/x-protobuf")
