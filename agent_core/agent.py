@@ -172,7 +172,6 @@ class _Turn:
         self._wire: list[bytes] = []
         self._prefix = 0  # how many of `_wire` are the system prompt and the history
         self._sent = 0  # how many of `new` are in `_wire`
-        self._tools_json: bytes | None = None
         can_delegate = agent.depth < agent.max_depth and "delegate_task" in agent.tools.names
         self.ctx = ToolContext(
             workspace=agent.workspace,
@@ -199,7 +198,7 @@ class _Turn:
         if images:  # sent with its images, stored without them: base64 would swell the history
             self._wire.append(encode(with_images(text, images)))
             self._sent = 1
-        tool_specs = self.agent.tools.specs() or None
+        tool_specs = self.agent.tools.specs_json() if self.agent.tools.names else None
         for _ in range(self.agent.max_iterations):
             self._take_steers()
             if self.control.interrupted:
@@ -254,7 +253,7 @@ class _Turn:
         self._sent = len(self.new)
         return self._wire
 
-    def _within_budget(self, tool_specs: list[dict[str, Any]] | None) -> None:
+    def _within_budget(self, tool_specs: bytes | None) -> None:
         """Compact the history once per turn when the request would pass `context_budget`
         (the system message stays as it was)."""
         limit = self.agent.context_budget
@@ -262,9 +261,7 @@ class _Turn:
             return
         parts: Iterable[bytes] = self._encoded()
         if tool_specs:
-            if self._tools_json is None:  # the same specs all turn: encoded once
-                self._tools_json = encode(tool_specs)
-            parts = itertools.chain(parts, [self._tools_json])
+            parts = itertools.chain(parts, [tool_specs])
         estimate = budget.estimate_tokens(parts)
         if estimate <= limit:
             return

@@ -145,7 +145,6 @@ class LLMClient:
         self._in_flight = [0] * count  # calls going on each pool
         self._shard_lock = threading.Lock()
         self._local = threading.local()  # the pool the thread's call took
-        self._tools_cache: tuple[list[dict[str, Any]], bytes] | None = None
         self._lock = threading.Lock()
         # the last real call's outcome, for the gateway's readiness and status
         self.endpoint = EndpointState()
@@ -183,7 +182,7 @@ class LLMClient:
     def complete(
         self,
         messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
+        tools: bytes | None = None,
         *,
         prefix: Sequence[bytes] = (),
         should_stop: Callable[[], bool] = lambda: False,
@@ -195,6 +194,7 @@ class LLMClient:
 
         ``prefix`` holds messages already encoded as JSON (`agent_core.history.encode`) that
         go before ``messages``: the system prompt and the history, encoded once, not per call.
+        ``tools`` is the tools array as JSON, encoded once too (`ToolRegistry.specs_json`).
         ``on_stop(hook)`` registers ``hook`` to run (on the interrupting thread) when the run
         is interrupted and returns its remover: the hook shuts the request in flight.
         """
@@ -239,9 +239,7 @@ class LLMClient:
                 self.endpoint.succeeded()
             return _with_usage(body, done)
 
-    def _body(
-        self, prefix: Sequence[bytes], messages: list[Message], tools: list[dict[str, Any]] | None
-    ) -> bytes:
+    def _body(self, prefix: Sequence[bytes], messages: list[Message], tools: bytes | None) -> bytes:
         """The request body as bytes, spliced from encoded parts (see `complete`)."""
         extra: dict[str, Any] = {"model": self.settings.model}
         if self.settings.temperature is not None:
@@ -253,14 +251,8 @@ class LLMClient:
         parts = [*prefix, *(encode(m) for m in messages)] if messages else prefix
         body = b'{"messages":[' + b",".join(parts) + b"]," + encode(extra)[1:]
         if tools:
-            body = body[:-1] + b',"tools":' + self._tools_json(tools) + b"}"
+            body = body[:-1] + b',"tools":' + tools + b"}"
         return body
-
-    def _tools_json(self, tools: list[dict[str, Any]]) -> bytes:
-        # the registry hands out the same list every call: encode it once
-        if self._tools_cache is None or self._tools_cache[0] is not tools:
-            self._tools_cache = (tools, encode(tools))
-        return self._tools_cache[1]
 
     def _complete_once(
         self,

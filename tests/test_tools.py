@@ -141,6 +141,27 @@ class TestSpecs:
             assert all("title" not in node for node in _walk(params))
         json.dumps(specs)  # serializable as the request body
 
+    def test_encoded_specs_follow_the_tools(self, registry: ToolRegistry) -> None:
+        """The request's tools array, encoded once, and again when the tools change."""
+        first = registry.specs_json()
+        assert json.loads(first) == registry.specs()
+        assert registry.specs_json() is first  # not encoded per call
+        narrowed = registry.subset(["echo"])
+        assert [s["function"]["name"] for s in json.loads(narrowed.specs_json())] == ["echo"]
+
+        class LaterTool(EchoTool):
+            name: ClassVar[str] = "later"
+
+        joined = registry.extended([LaterTool()], frozenset())
+        assert [s["function"]["name"] for s in json.loads(joined.specs_json())] == [
+            "read_file",
+            "echo",
+            "later",
+        ]
+        registry.register(LaterTool())
+        assert json.loads(registry.specs_json()) == registry.specs()
+        assert len(registry.specs()) == 3
+
     def test_read_file_schema(self, registry: ToolRegistry) -> None:
         params = registry.specs()[0]["function"]["parameters"]
         assert params["required"] == ["path"]

@@ -10,6 +10,7 @@ import datetime
 import json
 import logging
 import logging.handlers
+import os
 import queue
 import re
 import sys
@@ -68,12 +69,50 @@ class Redactor:
 
 
 class _RedactingFormatter(structlog.stdlib.ProcessorFormatter):
+    """Renders and redacts a record once, however many times it is asked: stderr and the file
+    share this formatter, and the file's rotation check formats the record again to measure
+    it. The listener thread hands one record at a time to every handler, so the last record's
+    text is the only one worth keeping."""
+
     def __init__(self, redactor: Redactor, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._redact = redactor
+        self._last: tuple[logging.LogRecord, str] | None = None
 
     def format(self, record: logging.LogRecord) -> str:
-        return self._redact(super().format(record))
+        last = self._last
+        if last is not None and last[0] is record:
+            return last[1]
+        text = self._redact(super().format(record))
+        self._last = (record, text)
+        return text
+
+
+class _RotatingFile(logging.handlers.RotatingFileHandler):
+    """The standard size-rotated file, with its size counted as lines are written. The base
+    class checks for every line that the path is a regular file and seeks to the file's end
+    (two stat calls and a flush per line); the path is our own file, measured when opened.
+    An empty file is never rotated, whatever the size of the line that comes."""
+
+    _size = 0
+
+    def _open(self) -> Any:
+        stream = super()._open()
+        self._size = os.fstat(stream.fileno()).st_size
+        return stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = len(self.format(record).encode()) + len(self.terminator)
+            if self.stream is None:  # a rollover that failed left it closed
+                self.stream = self._open()
+            full = self._size > 0 and self._size + line >= self.maxBytes
+            if full and self.maxBytes > 0 and self.backupCount > 0:
+                self.doRollover()
+            logging.FileHandler.emit(self, record)
+            self._size += line
+        except Exception:
+            self.handleError(record)
 
 
 class _CallerQueueHandler(logging.handlers.QueueHandler):
@@ -195,7 +234,7 @@ def _handlers(config: Config, stream: TextIO) -> tuple[list[logging.Handler], Pa
         return [stderr_handler], None
     path = config.home_path / "logs" / "gateway.log"
     path.parent.mkdir(parents=True, exist_ok=True)
-    file_handler = logging.handlers.RotatingFileHandler(
+    file_handler = _RotatingFile(
         path,
         maxBytes=config.logging.max_bytes,
         backupCount=config.logging.backups,

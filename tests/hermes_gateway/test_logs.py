@@ -259,3 +259,70 @@ class TestRedactor:
             redacted = Redactor()(line)
             assert token not in redacted
             assert "token" in redacted and "***" in redacted
+
+
+class TestRotation:
+    """The file rotates by the size it counts as it writes, and each record is rendered once
+    for stderr and the file together."""
+
+    def _lines(self, sink_path: Path) -> list[Path]:
+        return sorted(sink_path.parent.glob("gateway.log*"))
+
+    def test_rotates_before_passing_max_bytes(self, tmp_path: Path) -> None:
+        config = _config(tmp_path, logging={"format": "json", "max_bytes": 4096, "backups": 2})
+        sink = configure_logging(config, io.StringIO())
+        log = structlog.get_logger("hermes.test")
+        for n in range(200):
+            log.info("filler.line", n=n, pad="x" * 60)
+        sink.stop()
+        assert sink.path is not None
+        files = self._lines(sink.path)
+        assert [f.name for f in files] == ["gateway.log", "gateway.log.1", "gateway.log.2"]
+        for f in files:
+            assert 0 < f.stat().st_size <= 4096
+        newest = _read_lines(sink.path)
+        assert newest[-1]["n"] == 199  # the latest lines are in the current file, whole
+        kept = [line["n"] for f in reversed(files) for line in _read_lines(f)]
+        assert kept == sorted(kept) and kept[-1] == 199
+
+    def test_an_existing_file_counts_from_its_size(self, tmp_path: Path) -> None:
+        config = _config(tmp_path, logging={"format": "json", "max_bytes": 2048, "backups": 1})
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        (logs / "gateway.log").write_text("y" * 2000 + "\n", encoding="utf-8")
+        sink = configure_logging(config, io.StringIO())
+        structlog.get_logger("hermes.test").info("after.restart", pad="x" * 100)
+        sink.stop()
+        assert (logs / "gateway.log.1").read_text(encoding="utf-8").startswith("y" * 2000)
+        assert _read_lines(logs / "gateway.log")[0]["event"] == "after.restart"
+
+    def test_no_backups_means_no_rotation(self, tmp_path: Path) -> None:
+        config = _config(tmp_path, logging={"format": "json", "max_bytes": 1024, "backups": 0})
+        sink = configure_logging(config, io.StringIO())
+        for n in range(50):
+            structlog.get_logger("hermes.test").info("filler.line", n=n, pad="x" * 60)
+        sink.stop()
+        assert sink.path is not None
+        assert [f.name for f in self._lines(sink.path)] == ["gateway.log"]
+        assert len(_read_lines(sink.path)) == 50
+
+    def test_each_record_is_rendered_once(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        rendered: list[str] = []
+        original = Redactor.__call__
+
+        def counting(self: Redactor, text: str) -> str:
+            rendered.append(text)
+            return original(self, text)
+
+        monkeypatch.setattr(Redactor, "__call__", counting)
+        stream = io.StringIO()
+        sink = configure_logging(_config(tmp_path), stream)
+        structlog.get_logger("hermes.test").info("once.only", key=MODEL_SECRET)
+        sink.stop()
+        assert sink.path is not None
+        assert len([t for t in rendered if "once.only" in t]) == 1
+        assert _by_event(_read_lines(sink.path), "once.only")["key"] == "***"
+        assert '"event": "once.only"' in stream.getvalue()
+        assert MODEL_SECRET not in stream.getvalue()
