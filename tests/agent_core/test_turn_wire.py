@@ -72,3 +72,30 @@ def test_a_turns_images_go_with_every_request_of_the_turn_and_stay_out_of_its_me
         assert words == {"type": "text", "text": "what is it?"}
         assert image == {"type": "image_url", "image_url": {"url": url}}
     assert result.new_messages[0] == {"role": "user", "content": "what is it?"}
+
+
+@pytest.mark.parametrize(
+    "base", ["http://127.0.0.1:8080/v1", "https://api.example.test/openai/v1/", "http://h:1"]
+)
+def test_the_endpoint_is_the_one_the_sdk_would_join(base: str) -> None:
+    """Requests go to an absolute URL built once (`_completions_url`): the same one the SDK
+    makes of its base URL and the relative path on every call."""
+    sdk = agent_core.llm.sdk_client(base, "key", 5.0)
+    try:
+        joined = sdk._prepare_url("/chat/completions")
+        assert agent_core.llm._completions_url(sdk.base_url) == str(joined)
+        assert str(sdk._prepare_url(agent_core.llm._completions_url(sdk.base_url))) == str(joined)
+    finally:
+        sdk.close()
+
+
+def test_each_request_of_a_turn_carries_the_registrys_tools(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(tool_calls(("nap", {"label": "one"})))
+    fake_llm.push(text("rested"))
+    registry = ToolRegistry([NapTool(Log())])
+    llm = LLMClient(LLMSettings(fake_llm.base_url, "sk-fake", "m", max_retries=0))
+    agent = AIAgent(llm, registry, system_prompt="SYS", workspace=Path("/tmp"))
+    assert agent.run_conversation("rest").text == "rested"
+    assert len(fake_llm.requests) == 2
+    for body in fake_llm.requests:
+        assert body["tools"] == registry.specs()
