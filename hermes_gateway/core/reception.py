@@ -172,7 +172,7 @@ class Reception:
         """Intake: admit, validate, persist to the inbox (dedupe), announce, route. ``durable``:
         take it only once its inbox row is written (see `AdapterHost.submit`)."""
         event = encodable(event)  # every platform's text enters here, admission's replies too
-        with self.tracer.span("admission", {}):
+        with self.tracer.leaf("admission"):  # a pairing reply is the message's child
             allowed = await self.gate.admit(event, sender)
         if not allowed:  # default deny, whatever the adapter did
             return "refused"
@@ -190,7 +190,7 @@ class Reception:
             text = TOO_LONG.format(n=len(event.text), limit=limit)
             await self.delivery.send(OutboundMessage.to(event, text, "error"), event=event)
             return "too_long"
-        with self.tracer.span("inbox.write", {}):
+        with self.tracer.leaf("inbox.write"):
             inbox_id = await self._store(event, durable)
         if isinstance(inbox_id, str):
             if inbox_id == "duplicate":

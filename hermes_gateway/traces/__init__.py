@@ -38,6 +38,12 @@ class Tracer(Protocol):
         """A child of the current span, current inside the block."""
         ...
 
+    def leaf(self, name: str) -> AbstractContextManager[SpanHandle]:
+        """A child of the current span covering the block, recorded as it ends and never
+        current: for a step whose own calls trace nothing of their own, at a fifth of a
+        current span's cost (what the block does traces under the current span instead)."""
+        ...
+
     def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> Work:
         """``work`` (a run answering ``event``) under a span whose parent is the message's."""
         ...
@@ -91,6 +97,9 @@ class _Off:
         return contextlib.nullcontext(_NO_SPAN)
 
     def span(self, name: str, attrs: Mapping[str, Attr]) -> AbstractContextManager[SpanHandle]:
+        return contextlib.nullcontext(_NO_SPAN)
+
+    def leaf(self, name: str) -> AbstractContextManager[SpanHandle]:
         return contextlib.nullcontext(_NO_SPAN)
 
     def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> Work:

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter
 
@@ -37,7 +38,8 @@ _RECENT_RUNS = 5  # a session's latest runs whose trace ids `/status` shows
 # the spans' instrumentation scope, the live ones' (`get_tracer`) and the ended ones' alike:
 # spans of one scope are exported together
 _SCOPE = InstrumentationScope("hermes_gateway", __version__)
-_ROOT = otel_context.Context()  # an empty context: a span started in it is a trace's root
+_ROOT = otel_context.Context()
+_UNSET = Status(StatusCode.UNSET)  # an empty context: a span started in it is a trace's root
 
 
 class _Spans:
@@ -150,7 +152,7 @@ class _Scope:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         if kind is not None and issubclass(kind, Exception):
-            self._span.set_status(trace.StatusCode.ERROR, kind.__name__)
+            self._span.set_status(StatusCode.ERROR, kind.__name__)
         ACTIVE.reset(self._active)
         otel_context.detach(self._token)
         self._span.end()
@@ -161,6 +163,31 @@ class _Scope:
     @property
     def context(self) -> trace.SpanContext:
         return self._span.get_span_context()
+
+
+class _Leaf:
+    """A span recorded when its block ends (`OtelTracer.leaf`), with its failure's class."""
+
+    __slots__ = ("_attrs", "_name", "_owner", "_start")
+
+    def __init__(self, owner: OtelTracer, name: str) -> None:
+        self._owner = owner
+        self._name = name
+        self._attrs: dict[str, Attr] = {}
+
+    def __enter__(self) -> _Leaf:
+        self._start = time.time_ns()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        failed = kind is not None and issubclass(kind, Exception)
+        status = Status(StatusCode.ERROR, kind.__name__) if failed and kind else _UNSET
+        self._owner._between(self._name, self._start, time.time_ns(), self._attrs, status)
+
+    def set(self, key: str, value: Attr) -> None:
+        self._attrs[key] = value
 
 
 class OtelTracer:
@@ -219,6 +246,9 @@ class OtelTracer:
 
     def span(self, name: str, attrs: Mapping[str, Attr]) -> _Scope:
         return self._scope(name, None, attrs)
+
+    def leaf(self, name: str) -> _Leaf:
+        return _Leaf(self, name)
 
     def root(self, name: str, attrs: Mapping[str, Attr], links: Sequence[str] = ()) -> _Scope:
         linked = [trace.Link(c) for tp in links if (c := _span_of(tp)) is not None]
@@ -296,7 +326,14 @@ class OtelTracer:
         end = time.time_ns()
         self._between(name, end - int(max(0.0, seconds) * 1e9), end, attrs)
 
-    def _between(self, name: str, start: int, end: int, attrs: Mapping[str, Attr]) -> None:
+    def _between(
+        self,
+        name: str,
+        start: int,
+        end: int,
+        attrs: Mapping[str, Attr],
+        status: Status = _UNSET,
+    ) -> None:
         """A span that has ended, under the current one. A span that ended needs none of the
         SDK's live `Span` (its lock, its bounded attributes, its copy at the end): it goes to
         the processors as the `ReadableSpan` the live one would have become, at a fifth of
@@ -304,7 +341,9 @@ class OtelTracer:
         sampler decides it as the SDK's own."""
         parent = trace.get_current_span().get_span_context()
         if not parent.is_valid:
-            self.tracer.start_span(name, attributes=attrs, start_time=start).end(end_time=end)
+            root = self.tracer.start_span(name, attributes=attrs, start_time=start)
+            root.set_status(status)
+            root.end(end_time=end)
             return
         if not parent.trace_flags.sampled:
             return
@@ -322,6 +361,7 @@ class OtelTracer:
                 parent,
                 self.resource,
                 dict(attrs),
+                status=status,
                 start_time=start,
                 end_time=end,
                 instrumentation_scope=_SCOPE,

@@ -103,3 +103,25 @@ def test_traceparent_is_the_w3c_propagators() -> None:
         TraceContextTextMapPropagator().inject(carrier)
     assert ours == carrier["traceparent"]
     tracer.shutdown()
+
+
+def test_a_leaf_covers_its_block_and_is_never_current(receiver: Receiver) -> None:
+    tracer = _tracer(receiver)
+    with tracer.message(EVENT):
+        with tracer.leaf("admission") as leaf:
+            leaf.set("hermes.admitted", True)
+            tracer.finished("model.call", 0.01, {})  # traced under the message, not the leaf
+        with pytest.raises(KeyError), tracer.leaf("inbox.write"):
+            raise KeyError("a secret question")
+    tracer.shutdown()
+    spans = {name: span for name, (_, span) in _exported(receiver).items()}
+    message = spans["message"]
+    for name in ("admission", "model.call", "inbox.write"):
+        assert spans[name].parent_span_id == message.span_id, name
+        assert spans[name].trace_id == message.trace_id
+    assert attrs(spans["admission"]) == {"hermes.admitted": True}
+    failed = spans["inbox.write"]
+    assert failed.status.code == failed.status.STATUS_CODE_ERROR
+    assert failed.status.message == "KeyError"  # the class, never the error's text
+    assert spans["admission"].status.code == failed.status.STATUS_CODE_UNSET
+    assert spans["admission"].end_time_unix_nano >= spans["admission"].start_time_unix_nano
