@@ -172,7 +172,6 @@ class ToolRegistry:
         that come and go while the gateway runs (an MCP server's) join a session's own."""
         joined = ToolRegistry((), self._needs)
         joined._tools, joined._specs = dict(self._tools), list(self._specs)
-        joined._specs_json = None
         for tool in tools:
             joined.register(tool)
             joined._needs[tool.name] = needs

@@ -7,6 +7,7 @@ so the event loop never blocks on a log write; a redactor removes every secret f
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import logging
 import logging.handlers
@@ -96,7 +97,7 @@ class _RotatingFile(logging.handlers.RotatingFileHandler):
 
     _size = 0
 
-    def _open(self) -> Any:
+    def _open(self) -> io.TextIOWrapper:
         stream = super()._open()
         self._size = os.fstat(stream.fileno()).st_size
         return stream
