@@ -134,45 +134,9 @@ class Gateway(Lifecycle):
         """The pipeline: in cluster mode the ownership of sessions through leases (the
         runner takes its leases), the runner, the chat commands, this process's own route,
         and in cluster mode the carrying of API requests to their session's owner."""
-        self.ownership: Ownership | None = None  # cluster mode: sessions owned through leases
-        if config.cluster.redis_url:  # imported only then, like redis-py
-            from hermes_gateway.cluster.build import coordinator
-            from hermes_gateway.cluster.ownership import Ownership
-
-            # built before the runner, which takes its leases: what it routes to is built
-            # after, so it is reached through these calls, made only once the gateway runs
-            self.ownership = Ownership(
-                coordinator(config.cluster),
-                self.store,
-                lambda event, inbox_id: self.here.route(event, inbox_id),
-                lambda: Replayer(
-                    self.store, self.runner, self.delivery, self.adapters, self.live, self.tracer
-                ),
-                self.delivery.owes,
-                config.store.replay_max_age_s,
-                refuse=lambda *args: self.here.refuse(*args),
-                notify=lambda event, text: self.here.notify(event, text),
-                tell_waiting_after_s=config.cluster.waiting_notice_s,
-            )
+        self.ownership = self._ownership(config)  # cluster mode: sessions owned through leases
         self.media = inbound_media(config, self.adapters)  # voice notes and images, as runs start
-        self.runner = GatewayRunner(
-            config.runner,  # a restart's to change, like every section but access and log level
-            store=self.store,
-            bus=self.bus,
-            pool=self.pool,
-            agents=self.agents,
-            delivery=self.delivery,
-            metrics=self.metrics,
-            stream_for=self._stream_for,
-            probation=Probation(config.store.probation_calm_s),
-            busy_policy_for=config.busy_policy_for,
-            runs=self.runs,
-            on_turn=self.memory.turn_done if config.memory.auto_retain else None,
-            leases=None if self.ownership is None else self.ownership.keeping,
-            job_ledger=None if self.job_service is None else self.job_service.ledger,
-            media=self.media,
-            tracer=self.tracer,
-        )
+        self.runner = self._runner(config)
         self.commands = Commands(
             self.live,
             self.runner,
@@ -197,19 +161,66 @@ class Gateway(Lifecycle):
         self.roles = Roles(cluster)  # singleton work and intake shares, led here or leased
         self.route = self.ownership.route if self.ownership is not None else self.here.route
         self.inbox = InboxRoutes(self.store, self.route)
-        self.scheduler: SchedulerService | None = None
-        if self.job_service is not None:
-            from hermes_gateway.scheduler.service import SchedulerService
+        self.scheduler = self._scheduler()
 
-            live = self.live
-            self.scheduler = SchedulerService(
-                self.job_service,
-                turns=self.runner,  # a job's run is a turn of its session, like a message
-                metrics=self.metrics,
-                workers=self.pool.workers,
-                per_user=lambda: live.now.runner.group_sessions_per_user,
-                tracer=self.tracer,
-            )
+    def _ownership(self, config: Config) -> Ownership | None:
+        """Cluster mode's ownership of sessions (None alone), imported only then like redis-py.
+        Built before the runner, which takes its leases: what it routes to is built after, so
+        it is reached through these calls, made only once the gateway runs."""
+        if not config.cluster.redis_url:
+            return None
+        from hermes_gateway.cluster.build import coordinator
+        from hermes_gateway.cluster.ownership import Ownership
+
+        return Ownership(
+            coordinator(config.cluster),
+            self.store,
+            lambda event, inbox_id: self.here.route(event, inbox_id),
+            lambda: Replayer(
+                self.store, self.runner, self.delivery, self.adapters, self.live, self.tracer
+            ),
+            self.delivery.owes,
+            config.store.replay_max_age_s,
+            refuse=lambda *args: self.here.refuse(*args),
+            notify=lambda event, text: self.here.notify(event, text),
+            tell_waiting_after_s=config.cluster.waiting_notice_s,
+        )
+
+    def _runner(self, config: Config) -> GatewayRunner:
+        return GatewayRunner(
+            config.runner,  # a restart's to change, like every section but access and log level
+            store=self.store,
+            bus=self.bus,
+            pool=self.pool,
+            agents=self.agents,
+            delivery=self.delivery,
+            metrics=self.metrics,
+            stream_for=self._stream_for,
+            probation=Probation(config.store.probation_calm_s),
+            busy_policy_for=config.busy_policy_for,
+            runs=self.runs,
+            on_turn=self.memory.turn_done if config.memory.auto_retain else None,
+            leases=None if self.ownership is None else self.ownership.keeping,
+            job_ledger=None if self.job_service is None else self.job_service.ledger,
+            media=self.media,
+            tracer=self.tracer,
+        )
+
+    def _scheduler(self) -> SchedulerService | None:
+        """The scheduler's service, when jobs are on: imported only then."""
+        if self.job_service is None:
+            return None
+        from hermes_gateway.scheduler.service import SchedulerService
+
+        live = self.live
+        return SchedulerService(
+            self.job_service,
+            turns=self.runner,  # a job's run is a turn of its session, like a message
+            metrics=self.metrics,
+            workers=self.pool.workers,
+            per_user=lambda: live.now.runner.group_sessions_per_user,
+            tracer=self.tracer,
+        )
 
     def _instance_id(self) -> str:
         """This instance's id, as the cluster names it (its spans carry it when traces are on:
