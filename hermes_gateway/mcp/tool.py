@@ -125,6 +125,9 @@ class LiveTools(ToolRegistry):
     def specs(self) -> list[dict[str, Any]]:
         return self._now().specs()
 
+    def specs_json(self) -> bytes:
+        return self._now().specs_json()
+
     def get(self, name: str) -> Tool | None:
         return self._now().get(name)
 

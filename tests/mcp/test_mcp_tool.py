@@ -4,6 +4,7 @@ the registry's live view following the servers' lists."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,20 @@ def test_the_live_view_follows_the_servers_lists(tmp_path: Path) -> None:
     current.append((1, [tool(server)]))
     assert live.names == ["mcp_s_find"]
     assert [s["function"]["name"] for s in live.specs()] == ["mcp_s_find"]
+    assert json.loads(live.specs_json()) == live.specs()  # what the request carries
     ctx, _ = context(tmp_path, None)
     assert live.dispatch("mcp_s_find", '{"q": "z"}', ctx).content == "ran find"
     current.append((2, []))
     assert not live.dispatch("mcp_s_find", '{"q": "z"}', ctx).ok
+    assert json.loads(live.specs_json()) == []
+
+
+def test_the_live_view_answers_every_question_a_registry_does() -> None:
+    """Each public method of a registry is the live registry's own, asked of the registry of
+    the moment: one inherited would answer from the live view's own empty registry."""
+    public = {
+        name
+        for name, value in vars(ToolRegistry).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))
+    }
+    assert public - set(vars(LiveTools)) == set()
