@@ -40,7 +40,7 @@ class Tracer(Protocol):
 
     def leaf(self, name: str) -> AbstractContextManager[SpanHandle]:
         """A child of the current span covering the block, recorded as it ends and never
-        current: for a step whose own calls trace nothing of their own, at a fifth of a
+        current: for a step whose own calls trace nothing of their own, at a third of a
         current span's cost (what the block does traces under the current span instead)."""
         ...
 

@@ -336,7 +336,7 @@ class OtelTracer:
     ) -> None:
         """A span that has ended, under the current one. A span that ended needs none of the
         SDK's live `Span` (its lock, its bounded attributes, its copy at the end): it goes to
-        the processors as the `ReadableSpan` the live one would have become, at a fifth of
+        the processors as the `ReadableSpan` the live one would have become, at a third of
         the cost; it is sampled as its parent is. With no parent it is a root, and the
         sampler decides it as the SDK's own."""
         parent = trace.get_current_span().get_span_context()
