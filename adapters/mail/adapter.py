@@ -46,6 +46,7 @@ from hermes_gateway.platforms import (
     StreamSink,
     Supervisor,
     TransientAdapterError,
+    first_of,
 )
 
 log = structlog.get_logger("hermes.adapters.email")
@@ -114,11 +115,8 @@ class EmailAdapter:
         reading = asyncio.ensure_future(self._read(box))
         lost = asyncio.ensure_future(self.lead.lost())
         try:
-            await asyncio.wait({reading, lost}, return_when=asyncio.FIRST_COMPLETED)
+            await first_of(reading, lost)
         finally:
-            for task in (reading, lost):
-                task.cancel()
-            await asyncio.gather(reading, lost, return_exceptions=True)
             await box.close()
         if not reading.cancelled():
             reading.result()  # the connection failed: raised for the supervisor

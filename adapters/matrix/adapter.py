@@ -39,6 +39,7 @@ from hermes_gateway.platforms import (
     Supervisor,
     TransientAdapterError,
     TypingIndicator,
+    first_of,
     origins,
 )
 
@@ -147,12 +148,7 @@ class MatrixAdapter:
         log.info("matrix.connected", user_id=me.user_id, device_id=self._device)
         sync = asyncio.create_task(syncer.run(self.supervisor.progress), name="adapter:matrix:sync")
         lost = asyncio.create_task(self.lead.lost(), name="adapter:matrix:lead-lost")
-        try:
-            await asyncio.wait({sync, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sync, lost):
-                task.cancel()
-            await asyncio.gather(sync, lost, return_exceptions=True)
+        await first_of(sync, lost)
         if sync.done() and not sync.cancelled() and sync.exception() is not None:
             error = sync.exception()
             if isinstance(error, AdapterAuthError):

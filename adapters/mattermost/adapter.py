@@ -41,6 +41,7 @@ from hermes_gateway.platforms import (
     Supervisor,
     TransientAdapterError,
     TypingIndicator,
+    first_of,
     origins,
 )
 
@@ -177,12 +178,7 @@ class MattermostAdapter:
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         reading = asyncio.ensure_future(self._frames(ws))
         lost = asyncio.ensure_future(self.lead.lost())
-        try:
-            await asyncio.wait({reading, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (reading, lost):
-                task.cancel()
-            await asyncio.gather(reading, lost, return_exceptions=True)
+        await first_of(reading, lost)
         if lost.done() and not lost.cancelled():
             log.warning("mattermost.socket_lead_lost")
             await self.lead.release()

@@ -39,6 +39,7 @@ from hermes_gateway.platforms import (
     Supervisor,
     TransientAdapterError,
     TypingIndicator,
+    first_of,
 )
 
 log = structlog.get_logger("hermes.adapters.signal")
@@ -100,13 +101,7 @@ class SignalAdapter:
         self.me = await self._identify()
         stream = asyncio.ensure_future(self._read())
         watch = asyncio.ensure_future(self._watch())
-        try:
-            done, _ = await asyncio.wait({stream, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (stream, watch):
-                task.cancel()
-            await asyncio.gather(stream, watch, return_exceptions=True)
-        for task in done:
+        for task in await first_of(stream, watch):
             task.result()
 
     async def _identify(self) -> Me:

@@ -42,6 +42,7 @@ from hermes_gateway.platforms import (
     Supervisor,
     TransientAdapterError,
     TypingIndicator,
+    first_of,
     hold,
     read_json,
 )
@@ -260,12 +261,7 @@ class TelegramAdapter:
         is a failure, a lost lead a return to standing by."""
         polling = self._polling = asyncio.create_task(poller.run(), name="adapter:telegram:polling")
         lost = asyncio.create_task(self.lead.lost(), name="adapter:telegram:lead-lost")
-        try:
-            await asyncio.wait({polling, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (polling, lost):
-                task.cancel()
-            await asyncio.gather(polling, lost, return_exceptions=True)
+        await first_of(polling, lost)
         if not polling.cancelled() or lost.cancelled():
             error = None if polling.cancelled() else polling.exception()
         else:  # another instance polls now: this one must not, and stands by again

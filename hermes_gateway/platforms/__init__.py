@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.supervisor import RetryLater as RetryLater
     from hermes_gateway.platforms.supervisor import StallWatch as StallWatch
     from hermes_gateway.platforms.supervisor import Supervisor as Supervisor
+    from hermes_gateway.platforms.supervisor import first_of as first_of
     from hermes_gateway.platforms.supervisor import hold as hold
     from hermes_gateway.text.jsonbody import body_done as body_done
     from hermes_gateway.text.jsonbody import loads as loads
@@ -188,6 +189,7 @@ _WHERE: dict[str, str] = {
     "fence_closed_by": "hermes_gateway.text.splitter",
     "fence_opened": "hermes_gateway.text.splitter",
     "header": "hermes_gateway.platforms.retry",
+    "first_of": "hermes_gateway.platforms.supervisor",
     "hold": "hermes_gateway.platforms.supervisor",
     "join_blocks": "hermes_gateway.text.render",
     "loads": "hermes_gateway.text.jsonbody",

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -59,6 +60,19 @@ async def hold() -> None:
     """The rest of a `connect_once` whose connection needs no loop of ours (a webhook, an SDK
     that reconnects by itself): it lasts until the supervisor stops."""
     await asyncio.get_running_loop().create_future()
+
+
+async def first_of(*tasks: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
+    """Wait for the first of ``tasks`` to end, then cancel the others and wait for them to end
+    too, also when this wait is itself cancelled (a connection's work racing its watch, or
+    the loss of its lead). Returns those that ended first; what each did is read from it."""
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return done
 
 
 class Supervisor:
@@ -189,12 +203,7 @@ class Supervisor:
         """Run ``connect_once``, restarted (as a failure) when it makes no progress."""
         conn = asyncio.ensure_future(self.connect_once())
         watch = asyncio.ensure_future(self._watch())
-        try:
-            await asyncio.wait({conn, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (conn, watch):
-                task.cancel()
-            await asyncio.gather(conn, watch, return_exceptions=True)
+        await first_of(conn, watch)
         if watch.done() and not watch.cancelled() and (stalled := watch.result()) is not None:
             raise stalled
         if conn.cancelled():  # cancelled by something other than `stop`
@@ -234,4 +243,4 @@ class Supervisor:
             self.start()
 
 
-__all__ = ["Backoff", "GiveUp", "RetryLater", "StallWatch", "Supervisor", "hold"]
+__all__ = ["Backoff", "GiveUp", "RetryLater", "StallWatch", "Supervisor", "first_of", "hold"]
