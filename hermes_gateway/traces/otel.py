@@ -1,4 +1,5 @@
-"""The OpenTelemetry tracer: the SDK's batch processor exporting over OTLP/HTTP from its own
+"""The OpenTelemetry tracer: spans sampled by the SDK's sampler and recorded as its
+`ReadableSpan`s, exported by its batch processor over the OTLP/HTTP exporter from their own
 thread, behind a bound of our own that drops (and counts) spans rather than letting memory grow
 while the collector is slow or gone. Imported only when ``observability.traces.enabled``."""
 
@@ -15,17 +16,19 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import Attributes
 from prometheus_client import Counter
 
 from hermes_gateway import __version__
 from hermes_gateway.traces import ACTIVE, Attr, P, R, Tracer, Work, session_attr
+from hermes_gateway.traces.otlp import encode
 
 if TYPE_CHECKING:
     from hermes_gateway.config.schema import TracesConfig
@@ -35,11 +38,9 @@ if TYPE_CHECKING:
 _ROOTS_KEPT = 4096  # messages whose root span a later run can still find as its parent
 _W3C = TraceContextTextMapPropagator()
 _RECENT_RUNS = 5  # a session's latest runs whose trace ids `/status` shows
-# the spans' instrumentation scope, the live ones' (`get_tracer`) and the ended ones' alike:
-# spans of one scope are exported together
-_SCOPE = InstrumentationScope("hermes_gateway", __version__)
-_ROOT = otel_context.Context()
-_UNSET = Status(StatusCode.UNSET)  # an empty context: a span started in it is a trace's root
+_SCOPE = InstrumentationScope("hermes_gateway", __version__)  # every span's: exported together
+_ROOT = otel_context.Context()  # an empty context: a span started in it is a trace's root
+_UNSET = Status(StatusCode.UNSET)
 
 
 class _Spans:
@@ -92,26 +93,34 @@ class _Bounded(SpanProcessor):
         return self.inner.force_flush(timeout_millis)
 
 
-class _Counted(SpanExporter):
-    """The OTLP exporter, with each batch's outcome counted (on the processor's thread)."""
+class _Exporter(OTLPSpanExporter):
+    """The OTLP/HTTP exporter, its HTTP client (headers, compression, retries) sending each
+    batch as `otlp.encode` writes it; each batch's outcome counted (on the processor's
+    thread)."""
 
-    def __init__(self, inner: SpanExporter, spans: _Spans) -> None:
-        self.inner = inner
+    def __init__(self, config: TracesConfig, spans: _Spans) -> None:
+        super().__init__(
+            endpoint=config.endpoint,
+            headers=dict(config.headers),
+            timeout=config.export_timeout_s,
+        )
         self.spans = spans
+        # The exporter's HTTP client is not public API: with an SDK that no longer has one,
+        # a batch is the SDK's own to encode and send, at its cost.
+        self.send: Callable[[bytes], object] | None = getattr(
+            getattr(self, "_client", None), "export", None
+        )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = SpanExportResult.FAILURE
+        ok = False
         try:
-            result = self.inner.export(spans)
+            if self.send is None or self._shutdown:
+                ok = super().export(spans) is SpanExportResult.SUCCESS
+            else:
+                ok = getattr(self.send(encode(spans)), "success", False) is True
         finally:
-            self.spans.done(len(spans), result is SpanExportResult.SUCCESS)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+            self.spans.done(len(spans), ok)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
 
 class _Resource(Resource):
@@ -127,6 +136,100 @@ class _Resource(Resource):
 
     def __eq__(self, other: object) -> bool:
         return other is self or super().__eq__(other)
+
+
+class _Live(trace.Span):
+    """A span being recorded, which becomes the SDK's `ReadableSpan` when it ends. The SDK's
+    own live span takes a lock on every call and bounds and copies its attributes: three
+    times the CPU, on every message. A span here is written by one task or one thread at a
+    time, and its attributes are the tracer's own scalars (`Attr`)."""
+
+    __slots__ = (
+        "_attrs",
+        "_context",
+        "_end",
+        "_events",
+        "_links",
+        "_name",
+        "_owner",
+        "_parent",
+        "_start",
+        "_status",
+    )
+
+    def __init__(
+        self,
+        owner: OtelTracer,
+        name: str,
+        context: trace.SpanContext,
+        parent: trace.SpanContext | None,
+        attrs: Mapping[str, Attr],
+        links: Sequence[trace.Link] = (),
+        start: int | None = None,
+    ) -> None:
+        self._owner = owner
+        self._name = name
+        self._context = context
+        self._parent = parent
+        self._attrs: dict[str, object] = dict(attrs)
+        self._links = tuple(links)
+        self._events: list[Event] = []
+        self._status = _UNSET
+        self._start = start or time.time_ns()
+        self._end: int | None = None
+
+    def get_span_context(self) -> trace.SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end is None
+
+    def set_attribute(self, key: str, value: object) -> None:
+        self._attrs[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, object]) -> None:
+        self._attrs.update(attributes)
+
+    def add_event(
+        self, name: str, attributes: Attributes = None, timestamp: int | None = None
+    ) -> None:
+        self._events.append(Event(name, attributes, timestamp))
+
+    def update_name(self, name: str) -> None:
+        self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        self._status = status if isinstance(status, Status) else Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        # the class only: an exception's text may carry a message's words or a secret
+        self.add_event("exception", {"exception.type": type(exception).__name__}, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end is not None:
+            return
+        self._end = end_time or time.time_ns()
+        self._owner.record(
+            ReadableSpan(
+                self._name,
+                self._context,
+                self._parent,
+                self._owner.resource,
+                self._attrs,  # type: ignore[arg-type]
+                self._events,
+                self._links,
+                status=self._status,
+                start_time=self._start,
+                end_time=self._end,
+                instrumentation_scope=_SCOPE,
+            )
+        )
 
 
 class _Scope:
@@ -152,7 +255,7 @@ class _Scope:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         if kind is not None and issubclass(kind, Exception):
-            self._span.set_status(StatusCode.ERROR, kind.__name__)
+            self._span.set_status(Status(StatusCode.ERROR, kind.__name__))
         ACTIVE.reset(self._active)
         otel_context.detach(self._token)
         self._span.end()
@@ -196,13 +299,9 @@ class OtelTracer:
     def __init__(self, config: TracesConfig, metrics: Metrics, instance: str) -> None:
         self.config = config
         self.spans = _Spans(config.queue_max, metrics)
-        exporter = OTLPSpanExporter(
-            endpoint=config.endpoint,
-            headers=dict(config.headers),
-            timeout=config.export_timeout_s,
-        )
+        self.exporter = _Exporter(config, self.spans)
         batch = BatchSpanProcessor(
-            _Counted(exporter, self.spans),
+            self.exporter,
             max_queue_size=config.queue_max,
             schedule_delay_millis=config.schedule_delay_s * 1000,
             max_export_batch_size=min(config.batch_max, config.queue_max),
@@ -210,16 +309,9 @@ class OtelTracer:
         )
         # built from explicit values: `Resource.create` would read OTEL_* itself
         named = {"service.instance.id": instance, **config.resource}
-        resource = _Resource({**named, "service.name": config.service_name})
-        self.provider = TracerProvider(
-            sampler=ParentBased(_ratio(config.sample_ratio)),
-            resource=resource,
-            shutdown_on_exit=False,
-        )
+        self.resource = _Resource({**named, "service.name": config.service_name})
         self.processor = _Bounded(batch, self.spans)
-        self.provider.add_span_processor(self.processor)
-        self.tracer = self.provider.get_tracer(_SCOPE.name, _SCOPE.version)
-        self.resource = resource
+        self.sampler = _ratio(config.sample_ratio)  # a trace's root; its spans follow it
         self.ids = RandomIdGenerator()
         self._roots: OrderedDict[tuple[str, str, str], trace.SpanContext] = OrderedDict()
         self._recent: OrderedDict[str, deque[str]] = OrderedDict()  # session key -> trace ids
@@ -273,15 +365,39 @@ class OtelTracer:
         attrs: Mapping[str, Attr],
         links: Sequence[trace.Link] = (),
     ) -> _Scope:
-        span = self.tracer.start_span(
-            name,
-            context=parent,
-            attributes=attrs,
-            links=links,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
-        return _Scope(self, span)
+        return _Scope(self, self._start(name, parent, attrs, links))
+
+    def _start(
+        self,
+        name: str,
+        parent: otel_context.Context | None,
+        attrs: Mapping[str, Attr],
+        links: Sequence[trace.Link] = (),
+        start: int | None = None,
+    ) -> trace.Span:
+        """A span under ``parent``'s span (the current one when None), decided as the SDK's
+        `ParentBased` sampler decides: a child is sampled as its parent is, a root by the
+        ratio's sampler. An unsampled span records nothing and carries its trace on."""
+        above: trace.SpanContext | None = trace.get_current_span(parent).get_span_context()
+        state: trace.TraceState | None
+        if above is not None and above.is_valid:
+            trace_id, flags, state = above.trace_id, above.trace_flags, above.trace_state
+        else:
+            above, trace_id = None, self.ids.generate_trace_id()
+            decided = self.sampler.should_sample(
+                parent, trace_id, name, SpanKind.INTERNAL, attrs, links
+            )
+            sampled = decided.decision is Decision.RECORD_AND_SAMPLE
+            flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else 0)
+            state = decided.trace_state
+        context = trace.SpanContext(trace_id, self.ids.generate_span_id(), False, flags, state)
+        if not flags.sampled:
+            return trace.NonRecordingSpan(context)
+        return _Live(self, name, context, above, attrs, links, start)
+
+    def record(self, span: ReadableSpan) -> None:
+        """An ended span, handed to the processors: the bound, then the batch."""
+        self.processor.on_end(span)
 
     async def run(self, event: MessageEvent, attrs: Mapping[str, Attr], work: Work) -> None:
         with self._lock:
@@ -334,44 +450,15 @@ class OtelTracer:
         attrs: Mapping[str, Attr],
         status: Status = _UNSET,
     ) -> None:
-        """A span that has ended, under the current one. A span that ended needs none of the
-        SDK's live `Span` (its lock, its bounded attributes, its copy at the end): it goes to
-        the processors as the `ReadableSpan` the live one would have become, at a third of
-        the cost; it is sampled as its parent is. With no parent it is a root, and the
-        sampler decides it as the SDK's own."""
-        parent = trace.get_current_span().get_span_context()
-        if not parent.is_valid:
-            root = self.tracer.start_span(name, attributes=attrs, start_time=start)
-            root.set_status(status)
-            root.end(end_time=end)
-            return
-        if not parent.trace_flags.sampled:
-            return
-        span = trace.SpanContext(
-            parent.trace_id,
-            self.ids.generate_span_id(),
-            is_remote=False,
-            trace_flags=parent.trace_flags,
-            trace_state=parent.trace_state,
-        )
-        self.processor.on_end(
-            ReadableSpan(
-                name,
-                span,
-                parent,
-                self.resource,
-                dict(attrs),
-                status=status,
-                start_time=start,
-                end_time=end,
-                instrumentation_scope=_SCOPE,
-            )
-        )
+        """A span that has ended already, under the current one."""
+        span = self._start(name, None, attrs, start=start)
+        span.set_status(status)
+        span.end(end_time=end)
 
     def shutdown(self) -> None:
         # the SDK's own shutdown exports every queued batch, each up to the export timeout:
         # with the collector gone that could hold the stop for long, so it gets one timeout
-        closing = threading.Thread(target=self.provider.shutdown, name="traces-stop", daemon=True)
+        closing = threading.Thread(target=self.processor.shutdown, name="traces-stop", daemon=True)
         closing.start()
         closing.join(self.config.export_timeout_s)
 

@@ -4,6 +4,8 @@ parent is, and the traceparent kept with a message is the W3C propagator's."""
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import (
     TraceContextTextMapPropagator,
 )
 
+from hermes_gateway.traces import active
 from hermes_gateway.traces.otel import OtelTracer
 
 EVENT = MessageEvent(
@@ -125,3 +128,49 @@ def test_a_leaf_covers_its_block_and_is_never_current(receiver: Receiver) -> Non
     assert failed.status.message == "KeyError"  # the class, never the error's text
     assert spans["admission"].status.code == failed.status.STATUS_CODE_UNSET
     assert spans["admission"].end_time_unix_nano >= spans["admission"].start_time_unix_nano
+
+
+def test_a_failed_span_and_an_annotation_from_a_worker_thread(receiver: Receiver) -> None:
+    tracer = _tracer(receiver)
+    with pytest.raises(ValueError):
+        _fail_in_a_run(tracer)
+    tracer.shutdown()
+    spans = {name: span for name, (_, span) in _exported(receiver).items()}
+    run = spans["run"]
+    assert run.parent_span_id == spans["message"].span_id
+    assert attrs(run) == {"hermes.busy": "idle", "hermes.model.retries": 2}
+    assert (run.status.code, run.status.message) == (run.status.STATUS_CODE_ERROR, "ValueError")
+    assert list(run.events) == []  # no exception event: its text could carry the message
+    assert spans["message"].status == run.status  # the error went through it too
+    assert "a secret question" not in str(list(spans.values()))
+
+
+def _fail_in_a_run(tracer: OtelTracer) -> None:
+    with tracer.message(EVENT), tracer.span("run", {"hermes.busy": "idle"}):
+        worker = threading.Thread(target=_annotate, args=(contextvars.copy_context(),))
+        worker.start()
+        worker.join()
+        raise ValueError("a secret question")
+
+
+def _annotate(context: contextvars.Context) -> None:
+    context.run(lambda: active().annotate("hermes.model.retries", 2))
+
+
+def test_batches_go_out_in_the_tracers_encoding_or_the_sdks(receiver: Receiver) -> None:
+    # the SDK this is pinned to has the HTTP client the tracer sends through; without one the
+    # exporter falls back to the SDK's own encoding, and the collector sees the same spans
+    tracer = _tracer(receiver)
+    assert tracer.exporter.send is not None
+    with tracer.message(EVENT):
+        tracer.finished("model.call", 0.1, {"hermes.model.model": "m"})
+    tracer.processor.force_flush()
+    tracer.exporter.send = None
+    with tracer.message(EVENT):
+        tracer.finished("model.call", 0.1, {"hermes.model.model": "m"})
+    tracer.shutdown()
+    found = receiver.named()
+    assert len(found["message"]) == len(found["model.call"]) == 2
+    first, second = found["model.call"]
+    assert attrs(first) == attrs(second) == {"hermes.model.model": "m"}
+    assert tracer.spans.outcomes.labels("exported")._value.get() == 4
