@@ -37,7 +37,7 @@ class TracesPlan:
 
 
 TRACES_PLANS = {
-    "full": TracesPlan(200, 0.05, 40, 4),
+    "full": TracesPlan(200, 0.05, 100, 6),
     "quick": TracesPlan(100, 0.05, 20, 2),
     "tiny": TracesPlan(10, 0.02, 5, 1),
 }

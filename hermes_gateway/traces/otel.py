@@ -138,6 +138,24 @@ class _Resource(Resource):
         return other is self or super().__eq__(other)
 
 
+class _Ended(ReadableSpan):
+    """A span the tracer recorded: no limits were applied to it, so it dropped nothing. (The
+    SDK's own counts ask each collection whether it was bounded: an abstract class's
+    `isinstance`, three a span, at every export.)"""
+
+    @property
+    def dropped_attributes(self) -> int:
+        return 0
+
+    @property
+    def dropped_events(self) -> int:
+        return 0
+
+    @property
+    def dropped_links(self) -> int:
+        return 0
+
+
 class _Live(trace.Span):
     """A span being recorded, which becomes the SDK's `ReadableSpan` when it ends. The SDK's
     own live span takes a lock on every call and bounds and copies its attributes: three
@@ -216,7 +234,7 @@ class _Live(trace.Span):
             return
         self._end = end_time or time.time_ns()
         self._owner.record(
-            ReadableSpan(
+            _Ended(
                 self._name,
                 self._context,
                 self._parent,

@@ -9,11 +9,13 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from opentelemetry.trace import StatusCode
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import SpanContext
+    from opentelemetry.trace import SpanContext, SpanKind, Status
     from opentelemetry.util.types import AttributeValue
 
 # The field numbers and wire types of opentelemetry-proto's trace.proto and common.proto, as a
@@ -92,7 +94,14 @@ def _pair(key: str, value: object) -> bytes:
         encoded = _text(b"\x0a", key)
         if len(_keys) < _KEYS_KEPT:
             _keys[key] = encoded
-    return encoded + _field(b"\x12", _value(value))  # type: ignore[arg-type]
+    kind = type(value)  # the common scalars first, without `_value`'s chain of checks
+    if kind is str:
+        body = _field(b"\x0a", value.encode())  # type: ignore[attr-defined]
+    elif kind is int and value in _INT64_RANGE:
+        body = b"\x18" + _varint(value & _INT64)  # type: ignore[operator]
+    else:
+        body = _value(value)  # type: ignore[arg-type]
+    return encoded + _field(b"\x12", body)
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, object] | None) -> bytes:
@@ -114,22 +123,50 @@ def _flags(parent: SpanContext | None) -> bytes:
     return _FIXED32(_HAS_IS_REMOTE | (_IS_REMOTE if remote else 0))
 
 
+_LOCAL_FLAGS = b"\x85\x01" + _flags(None)  # a span with a local parent, or none
+_NO_STATUS = b"\x7a\x00"  # UNSET, without a description: an empty `Status`
+_kinds: dict[SpanKind, bytes] = {}  # the API's kinds start at 0, OTLP's at 1
+_names: dict[str, bytes] = {}  # a span's name, tag and all: the tracer has a dozen
+
+
 def _span(span: ReadableSpan) -> bytes:
     """A `Span`'s body, its fields in the order of their numbers (as protobuf writes them)."""
     context = span.context
     assert context is not None  # every span the SDK or the tracer records has one
-    parts = [b"\x0a\x10", context.trace_id.to_bytes(16, "big")]
-    parts += (b"\x12\x08", context.span_id.to_bytes(8, "big"))
+    parts = [b"\x0a\x10" + context.trace_id.to_bytes(16, "big")]
+    parts.append(b"\x12\x08" + context.span_id.to_bytes(8, "big"))
     if context.trace_state:
         state = ",".join(f"{key}={value}" for key, value in context.trace_state.items())
         parts.append(_field(b"\x1a", state.encode()))
     parent = span.parent
     if parent:
-        parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-    parts.append(_text(b"\x2a", span.name))
-    parts.append(b"\x30" + _SMALL[span.kind.value + 1])  # the API's kinds start at 0, OTLP's at 1
+        parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+    name = _names.get(span.name)
+    if name is None:
+        name = _text(b"\x2a", span.name)
+        if len(_names) < _KEYS_KEPT:
+            _names[span.name] = name
+    parts.append(name)
+    kind = _kinds.get(span.kind)
+    if kind is None:
+        kind = _kinds[span.kind] = b"\x30" + _SMALL[span.kind.value + 1]
+    parts.append(kind)
     parts.append(_fixed64(b"\x39", span.start_time) + _fixed64(b"\x41", span.end_time))
     parts.append(_attributes(b"\x4a", span.attributes))
+    parts.append(_rare(span))
+    status = span.status
+    if status is not None:
+        plain = status.status_code is StatusCode.UNSET and not status.description
+        parts.append(_NO_STATUS if plain else _field(b"\x7a", _status(status)))
+    remote = parent is not None and parent.is_remote
+    parts.append(b"\x85\x01" + _flags(parent) if remote else _LOCAL_FLAGS)
+    return b"".join(parts)
+
+
+def _rare(span: ReadableSpan) -> bytes:
+    """Fields 10 to 14, which the gateway's own spans seldom have: dropped attributes, events,
+    links and their counts."""
+    parts = []
     if span.dropped_attributes:
         parts.append(b"\x50" + _varint(span.dropped_attributes))
     for event in span.events:
@@ -150,14 +187,10 @@ def _span(span: ReadableSpan) -> bytes:
         parts.append(_field(b"\x6a", body + b"\x35" + _flags(linked)))
     if span.dropped_links:
         parts.append(b"\x70" + _varint(span.dropped_links))
-    if span.status is not None:
-        parts.append(_field(b"\x7a", _status(span)))
-    parts.append(b"\x85\x01" + _flags(parent))
     return b"".join(parts)
 
 
-def _status(span: ReadableSpan) -> bytes:
-    status = span.status
+def _status(status: Status) -> bytes:
     body = _text(b"\x12", status.description or "")
     code = status.status_code.value
     return body + (b"\x18" + _SMALL[code] if code else b"")
