@@ -183,7 +183,6 @@ class _Live(trace.Span):
         parent: trace.SpanContext | None,
         attrs: Mapping[str, Attr],
         links: Sequence[trace.Link] = (),
-        start: int | None = None,
     ) -> None:
         self._owner = owner
         self._name = name
@@ -191,9 +190,9 @@ class _Live(trace.Span):
         self._parent = parent
         self._attrs: dict[str, object] = dict(attrs)
         self._links = tuple(links)
-        self._events: list[Event] = []
+        self._events: tuple[Event, ...] = ()  # seldom any: the tracer adds none of its own
         self._status = _UNSET
-        self._start = start or time.time_ns()
+        self._start = time.time_ns()
         self._end: int | None = None
 
     def get_span_context(self) -> trace.SpanContext:
@@ -211,7 +210,7 @@ class _Live(trace.Span):
     def add_event(
         self, name: str, attributes: Attributes = None, timestamp: int | None = None
     ) -> None:
-        self._events.append(Event(name, attributes, timestamp))
+        self._events += (Event(name, attributes, timestamp),)
 
     def update_name(self, name: str) -> None:
         self._name = name
@@ -391,11 +390,23 @@ class OtelTracer:
         parent: otel_context.Context | None,
         attrs: Mapping[str, Attr],
         links: Sequence[trace.Link] = (),
-        start: int | None = None,
     ) -> trace.Span:
-        """A span under ``parent``'s span (the current one when None), decided as the SDK's
-        `ParentBased` sampler decides: a child is sampled as its parent is, a root by the
-        ratio's sampler. An unsampled span records nothing and carries its trace on."""
+        """A live span; an unsampled one records nothing and carries its trace on."""
+        context, above = self._new(name, parent, attrs, links)
+        if not context.trace_flags.sampled:
+            return trace.NonRecordingSpan(context)
+        return _Live(self, name, context, above, attrs, links)
+
+    def _new(
+        self,
+        name: str,
+        parent: otel_context.Context | None,
+        attrs: Mapping[str, Attr],
+        links: Sequence[trace.Link] = (),
+    ) -> tuple[trace.SpanContext, trace.SpanContext | None]:
+        """A new span's context under ``parent``'s span (the current one when None), and that
+        parent's (None for a root), decided as the SDK's `ParentBased` sampler decides: a
+        child is sampled as its parent is, a root by the ratio's sampler."""
         above: trace.SpanContext | None = trace.get_current_span(parent).get_span_context()
         state: trace.TraceState | None
         if above is not None and above.is_valid:
@@ -408,10 +419,7 @@ class OtelTracer:
             sampled = decided.decision is Decision.RECORD_AND_SAMPLE
             flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else 0)
             state = decided.trace_state
-        context = trace.SpanContext(trace_id, self.ids.generate_span_id(), False, flags, state)
-        if not flags.sampled:
-            return trace.NonRecordingSpan(context)
-        return _Live(self, name, context, above, attrs, links, start)
+        return trace.SpanContext(trace_id, self.ids.generate_span_id(), False, flags, state), above
 
     def record(self, span: ReadableSpan) -> None:
         """An ended span, handed to the processors: the bound, then the batch."""
@@ -468,10 +476,22 @@ class OtelTracer:
         attrs: Mapping[str, Attr],
         status: Status = _UNSET,
     ) -> None:
-        """A span that has ended already, under the current one."""
-        span = self._start(name, None, attrs, start=start)
-        span.set_status(status)
-        span.end(end_time=end)
+        """A span that has ended already, under the current one: recorded as it ended."""
+        context, above = self._new(name, None, attrs)
+        if context.trace_flags.sampled:
+            self.record(
+                _Ended(
+                    name,
+                    context,
+                    above,
+                    self.resource,
+                    dict(attrs),
+                    status=status,
+                    start_time=start,
+                    end_time=end,
+                    instrumentation_scope=_SCOPE,
+                )
+            )
 
     def shutdown(self) -> None:
         # the SDK's own shutdown exports every queued batch, each up to the export timeout:
