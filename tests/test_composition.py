@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.source_tree import parse, parse_text
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hermes_gateway"
 # the root itself, and the command that builds and runs it
@@ -36,10 +38,7 @@ PENDING: dict[str, set[str]] = {}  # parts still wired by an attribute set: none
 
 
 def _files() -> list[tuple[str, ast.Module]]:
-    return [
-        (str(path.relative_to(ROOT)), ast.parse(path.read_text(), filename=str(path)))
-        for path in sorted(PACKAGE.rglob("*.py"))
-    ]
+    return [(str(path.relative_to(ROOT)), parse(path)) for path in sorted(PACKAGE.rglob("*.py"))]
 
 
 def gateway_imports(tree: ast.Module) -> bool:
@@ -94,7 +93,7 @@ def test_no_part_sets_another_parts_attributes() -> None:
 
 
 def test_the_checks_see_what_they_look_for() -> None:
-    wired = ast.parse(
+    wired = parse_text(
         "def f(self, gw):\n    gw.runner.on_turn = cb\n    self.x.y = 1\n    self.z = 2"
     )
     assert foreign_sets(wired) == [(2, "gw.runner"), (3, "self.x")]
@@ -104,8 +103,8 @@ def test_the_checks_see_what_they_look_for() -> None:
         "import hermes_gateway.server",
         "if TYPE_CHECKING:\n    from hermes_gateway.server import Gateway",
     ):
-        assert gateway_imports(ast.parse(source)), source
-    assert not gateway_imports(ast.parse("from hermes_gateway.core import reception"))
+        assert gateway_imports(parse_text(source)), source
+    assert not gateway_imports(parse_text("from hermes_gateway.core import reception"))
 
 
 def declared_for_the_checker(cls: ast.ClassDef) -> list[str]:
@@ -130,7 +129,7 @@ def test_no_class_declares_attributes_for_the_type_checker_alone() -> None:
         if isinstance(node, ast.ClassDef) and (declared := declared_for_the_checker(node))
     ]
     assert not offenders, offenders
-    base = ast.parse("class B:\n    if TYPE_CHECKING:\n        store: Store\n        n: int = 1")
+    base = parse_text("class B:\n    if TYPE_CHECKING:\n        store: Store\n        n: int = 1")
     assert declared_for_the_checker(next(n for n in base.body if isinstance(n, ast.ClassDef))) == [
         "store"
     ]

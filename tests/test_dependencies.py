@@ -13,6 +13,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.source_tree import parse
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("adapters", "hermes_gateway", "agent_core", "tools")
 # the SDKs reached through a shim, and aiosqlite (the store's fast path)
@@ -32,7 +34,7 @@ def runtime_requirements() -> list[Requirement]:
 def top_level_imports(path: Path) -> set[str]:
     """Absolute imports anywhere in the module, also the ones inside functions."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

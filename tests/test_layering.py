@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_tree import parse
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["adapters", "hermes_gateway", "agent_core", "tools"]
 
 
 def imports_of(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse(path)
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -72,7 +74,7 @@ def part_of(dotted: str) -> str | None:
 
 
 def runtime_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse(path)
     typing_only: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -156,7 +158,7 @@ def test_adapters_use_the_gateway_through_its_public_api_only() -> None:
         f"{path.relative_to(ROOT)} -> {node.module}"
         for where in ("adapters", "tests/toy_platform")
         for path in (ROOT / where).rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parse(path))
         if isinstance(node, ast.ImportFrom)
         and (node.module or "").startswith("hermes_gateway")
         and node.module != "hermes_gateway.platforms"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_core.backoff import Backoff, header, retry_after_s
+from tests.source_tree import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -62,7 +63,7 @@ def _defined(name_matches: str) -> list[str]:
     found = []
     for package in ("hermes_gateway", "adapters", "agent_core", "tools"):
         for path in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
+            for node in ast.walk(parse(path)):
                 if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name_matches:
                     found.append(str(path.relative_to(ROOT)))
     return found

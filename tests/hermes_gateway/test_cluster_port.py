@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hermes_gateway.core.runner import GatewayRunner
+from tests.source_tree import parse, parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "hermes_gateway"
@@ -21,7 +22,7 @@ RUNNER = PACKAGE / "core" / "runner.py"
 def _imports(path: Path) -> set[str]:
     """Every module ``path`` imports, annotations-only imports included."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -34,7 +35,7 @@ def _runner_attribute_writes(source: str, where: str) -> list[str]:
     """The assignments in ``source`` to an attribute of something called ``runner``
     (``runner.x = ...``, ``self.runner.x = ...``, augmented or annotated alike)."""
     found: list[str] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse_text(source)):
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets

@@ -18,6 +18,7 @@ from hermes_gateway.events import (
     build_session_key,
 )
 from hermes_gateway.store.store import event_from_json
+from tests.source_tree import parse
 
 
 class TestSessionKey:
@@ -189,7 +190,7 @@ class TestOutboundMessage:
         offenders = []
         for package in ("hermes_gateway", "adapters"):
             for path in sorted((root / package).rglob("*.py")):
-                for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                for node in ast.walk(parse(path)):
                     if not isinstance(node, ast.Call):
                         continue
                     name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)

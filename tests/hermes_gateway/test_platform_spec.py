@@ -22,6 +22,7 @@ from hermes_gateway.platform_spec import (
     platform_spec,
     platform_specs,
 )
+from tests.source_tree import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 # what importing every spec package must not import: the SDKs, the adapters, the SSRF guard
@@ -110,7 +111,7 @@ def test_no_gateway_module_names_a_platform() -> None:
     names = {spec.name for spec in platform_specs()}
     offenders = []
     for path in (ROOT / "hermes_gateway").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Constant) and node.value in names:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
             elif isinstance(node, ast.Attribute) and node.attr in names and not _stdlib(node):

@@ -27,6 +27,7 @@ from hermes_gateway.store.store import Store
 from tests.harness import dm
 from tests.integration.test_postgres import SERVER
 from tests.scheduler.test_ledger import T0, hourly, postgres_database
+from tests.source_tree import parse
 
 ROOT = Path(__file__).resolve().parents[3]
 PRODUCT = ("hermes_gateway", "adapters", "agent_core", "tools", "bench")
@@ -46,7 +47,7 @@ def _private_uses(path: Path) -> list[str]:
     """``x._execute`` / ``x._conn`` on anything but the module's own ``self``, and the names
     handed to getattr/hasattr as strings."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse(path)):
         own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
         if (
             isinstance(node, ast.Attribute)
