@@ -71,12 +71,13 @@ def test_an_error_inside_the_stream_is_a_model_error(fake_llm: FakeOpenAI) -> No
 
 
 def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeOpenAI) -> None:
-    """A client sized for 96 calls at once keeps pools of at most 32 connections (one pool of
-    hundreds costs the square of its size in CPU per burst): 48 calls at once fill the first
-    and half the second, and the next 48 reuse those connections; one call at a time, from
-    any thread, reuses the first pool's one connection."""
-    assert shards(None) == (1, None) and shards(SHARD_CONNECTIONS) == (1, SHARD_CONNECTIONS)
-    assert shards(96) == (3, 32) and shards(1000) == (32, 32)
+    """A client sized for 96 calls at once keeps pools of at most 8 connections (a pool costs
+    the square of its size in CPU per burst): 44 calls at once fill the first five pools and
+    half the sixth, and the next 44 reuse those connections; one call at a time, from any
+    thread, reuses the first pool's one connection."""
+    assert SHARD_CONNECTIONS == 8
+    assert shards(None) == (1, None) and shards(8) == (1, 8) and shards(9) == (2, 5)
+    assert shards(96) == (12, 8) and shards(1000) == (125, 8)
     llm = LLMClient(
         LLMSettings(base_url=fake_llm.base_url, api_key="sk-fake", model="m", connections=96)
     )
@@ -91,7 +92,7 @@ def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeO
                 assert one.submit(llm.complete, [{"role": "user", "content": f"{i}"}]).result()
         assert [len(p) for p in pools()] == [1]
         fake_llm.delay = 0.3  # the calls of a round overlap
-        threads = 48
+        threads = 44
         start = threading.Barrier(threads)
 
         def two_calls(i: int) -> list[str]:
@@ -104,7 +105,7 @@ def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeO
         with ThreadPoolExecutor(threads) as executor:
             answers = list(executor.map(two_calls, range(threads)))
         assert answers == [[f"echo: {i}.1", f"echo: {i}.2"] for i in range(threads)]
-        assert [len(p) for p in pools()] == [32, 16]
+        assert [len(p) for p in pools()] == [8, 8, 8, 8, 8, 4]
     finally:
         llm.close()
 
