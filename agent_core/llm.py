@@ -37,7 +37,7 @@ from agent_core.history import encode
 Message = dict[str, Any]
 OnStop = Callable[[Callable[[], None]], Callable[[], None]]  # registers a hook, returns its remover
 _BYTES_PER_TOKEN = 4
-SHARD_CONNECTIONS = 8  # most connections in one pool (`shards`): its cost grows as the square
+SHARD_CONNECTIONS = 2  # most connections in one pool (`shards`): its cost grows as the square
 # how long an idle connection of a sized client stays open: past the gap between two bursts
 # of conversations (httpx's 5 s closed a burst's connections before the next, which then
 # opened hundreds at once, and one of them timed out); bounded by the pool's size
@@ -148,6 +148,7 @@ class LLMClient:
         count, self._per_shard = shards(settings.connections)
         self._clients: list[openai.OpenAI | None] = [None] * count
         self._in_flight = [0] * count  # calls going on each pool
+        self._open = 0  # no pool before this one has room: where the search for one starts
         self._shard_lock = threading.Lock()
         self._local = threading.local()  # the pool the thread's call took
         self._url: httpx.URL | None = None  # the chat completions endpoint, absolute
@@ -280,18 +281,22 @@ class LLMClient:
 
     def _take_shard(self) -> int:
         """The first pool with room (the least busy when none has): a few calls at a time
-        all go to the first, and reuse its kept-alive connections."""
+        all go to the first, and reuse its kept-alive connections. The search starts at the
+        first pool that may have room: a burst of 1,000 calls fills 500 pools."""
         with self._shard_lock:
-            busy = self._in_flight
-            shard = next((i for i, n in enumerate(busy) if n < (self._per_shard or 1)), None)
+            busy, room = self._in_flight, self._per_shard or 1
+            shard = next((i for i in range(self._open, len(busy)) if busy[i] < room), None)
             if shard is None:
                 shard = busy.index(min(busy))
+            else:
+                self._open = shard
             busy[shard] += 1
             return shard
 
     def _give_shard(self, shard: int) -> None:
         with self._shard_lock:
             self._in_flight[shard] -= 1
+            self._open = min(self._open, shard)
 
     def _request(
         self,

@@ -71,13 +71,13 @@ def test_an_error_inside_the_stream_is_a_model_error(fake_llm: FakeOpenAI) -> No
 
 
 def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeOpenAI) -> None:
-    """A client sized for 96 calls at once keeps pools of at most 8 connections (a pool costs
-    the square of its size in CPU per burst): 44 calls at once fill the first five pools and
-    half the sixth, and the next 44 reuse those connections; one call at a time, from any
+    """A client sized for 96 calls at once keeps pools of at most 2 connections (a pool costs
+    the square of its size in CPU per burst): 43 calls at once fill the first 21 pools and
+    half the 22nd, and the next 43 reuse those connections; one call at a time, from any
     thread, reuses the first pool's one connection."""
-    assert SHARD_CONNECTIONS == 8
-    assert shards(None) == (1, None) and shards(8) == (1, 8) and shards(9) == (2, 5)
-    assert shards(96) == (12, 8) and shards(1000) == (125, 8)
+    assert SHARD_CONNECTIONS == 2
+    assert shards(None) == (1, None) and shards(2) == (1, 2) and shards(3) == (2, 2)
+    assert shards(96) == (48, 2) and shards(1000) == (500, 2)
     llm = LLMClient(
         LLMSettings(base_url=fake_llm.base_url, api_key="sk-fake", model="m", connections=96)
     )
@@ -92,7 +92,7 @@ def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeO
                 assert one.submit(llm.complete, [{"role": "user", "content": f"{i}"}]).result()
         assert [len(p) for p in pools()] == [1]
         fake_llm.delay = 0.3  # the calls of a round overlap
-        threads = 44
+        threads = 43
         start = threading.Barrier(threads)
 
         def two_calls(i: int) -> list[str]:
@@ -105,7 +105,7 @@ def test_many_calls_at_once_fill_small_pools_one_after_the_other(fake_llm: FakeO
         with ThreadPoolExecutor(threads) as executor:
             answers = list(executor.map(two_calls, range(threads)))
         assert answers == [[f"echo: {i}.1", f"echo: {i}.2"] for i in range(threads)]
-        assert [len(p) for p in pools()] == [8, 8, 8, 8, 8, 4]
+        assert [len(p) for p in pools()] == [2] * 21 + [1]
     finally:
         llm.close()
 
@@ -122,3 +122,19 @@ def test_a_sized_client_keeps_its_connections_between_bursts() -> None:
         assert pool._max_keepalive_connections == 32
     finally:
         client.close()
+
+
+def test_a_call_takes_the_first_pool_with_room() -> None:
+    """Pools fill in order; a pool that frees a place is the next one taken, before later
+    pools with room; with every pool full the least busy one takes the call."""
+    settings = LLMSettings(base_url="http://127.0.0.1:9/v1", api_key="", model="m", connections=6)
+    llm = LLMClient(settings)
+    assert [llm._take_shard() for _ in range(6)] == [0, 0, 1, 1, 2, 2]
+    llm._give_shard(1)
+    llm._give_shard(2)
+    assert llm._take_shard() == 1
+    assert llm._take_shard() == 2
+    llm._give_shard(0)
+    assert llm._take_shard() == 0
+    assert llm._take_shard() == 0  # all full: the least busy (the first of equals)
+    assert llm._in_flight == [3, 2, 2]
