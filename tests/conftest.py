@@ -6,13 +6,16 @@ import gc
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import uvloop
 
 from hermes_gateway.store.store import Store
 from tests.fakes.openai import FakeOpenAI
+
+if TYPE_CHECKING:
+    from tests.fakes.otlp import Receiver
 
 
 def pytest_asyncio_loop_factories(
@@ -37,6 +40,17 @@ def fake_llm(openai_server: FakeOpenAI) -> Iterator[FakeOpenAI]:
     openai_server.reset()
     openai_server.responder = None
     openai_server.delay = 0.0
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A test OTLP/HTTP collector on 127.0.0.1, for the traces tests."""
+    from tests.fakes.otlp import Receiver  # OpenTelemetry's protobuf: only where it is used
+
+    server = Receiver()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

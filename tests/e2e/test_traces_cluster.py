@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,6 @@ from tests.redis_server import RedisProcess
 
 pytest.importorskip("opentelemetry.sdk")
 pytestmark = [pytest.mark.e2e]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def traced_instance(

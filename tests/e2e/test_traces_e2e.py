@@ -5,7 +5,6 @@ collector that is down delays no answer while its lost spans are counted in /met
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ SECRET = "trace-header-secret-42"
 PRIVATE = "my private words about the zebra"
 QUERY = "zebra query words"
 ANSWER = "the final answer text"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def _gateway(

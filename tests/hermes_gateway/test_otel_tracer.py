@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,14 +33,6 @@ EVENT = MessageEvent(
     text="a secret question",
     session_key="telegram:dm:1",
 )
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def _tracer(receiver: Receiver, ratio: float = 1.0) -> OtelTracer:

@@ -79,7 +79,7 @@ def _span(draw: st.DrawFn) -> ReadableSpan:
     )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_span(), max_size=6))
 def test_the_bytes_are_the_sdk_encoders(spans: list[ReadableSpan]) -> None:
     ours = encode(spans)

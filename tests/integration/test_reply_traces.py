@@ -36,14 +36,6 @@ def tg() -> Iterator[FakeTelegram]:
         yield fake
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
-
-
 async def test_each_part_is_a_span_with_its_retries(
     tmp_path: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, receiver: Receiver
 ) -> None:

@@ -5,7 +5,6 @@ row; a message replayed after a restart runs under a new `replay` root linked to
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,14 +24,6 @@ PROMPT = "count the zebra herd"
 PRIVATE = "my private okapi words"
 # a traceparent an earlier process stored with the message (version, trace, span, sampled)
 EARLIER = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def traced(config: Config, receiver: Receiver) -> Config:
