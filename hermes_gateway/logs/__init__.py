@@ -43,14 +43,26 @@ _PREFIXED_TOKENS = re.compile(
 )
 
 
+# what every match of `_PREFIXED_TOKENS` contains: a line with none of them is left alone
+_PREFIXED_MARKERS = ("/webhooks/", "/interactions/", "token")
+_LITERAL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-:/= ")
+
+
 class Redactor:
     """Replaces known secrets and anything shaped like a token with ``***``: the generic
-    shapes and ``patterns`` (by default every installed platform's `token_patterns`)."""
+    shapes and ``patterns`` (by default every installed platform's `token_patterns`).
+
+    Every line logged is searched, so the shapes are tried only where they can match: a shape
+    that must contain a literal (``sk-``, ``xoxb-``, what follows ``Bearer``) is left out of
+    the search of a line without it. One alternation of the shapes that remain matches as the
+    alternation of all of them would, since a left-out one matches nowhere in that line."""
 
     def __init__(self, secrets: Iterable[str] = (), patterns: Iterable[str] | None = None) -> None:
         if patterns is None:
             patterns = [p for spec in platform_specs() for p in spec.token_patterns]
-        self._tokens = re.compile("|".join([*_GENERIC_TOKENS, *patterns]))
+        self._patterns = (*_GENERIC_TOKENS, *patterns)
+        self._markers = [literal_of(p) for p in self._patterns]
+        self._searches: dict[tuple[int, ...], re.Pattern[str] | None] = {}
         # each secret also as it appears inside a JSON string (quotes, backslashes, non-ASCII
         # escaped); longest first, so a secret that contains another is removed whole
         forms = set()
@@ -65,8 +77,39 @@ class Redactor:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, "***")
-        text = _PREFIXED_TOKENS.sub(lambda m: f"{m[1] or m[2]}***", text)
-        return self._tokens.sub("***", text)
+        if any(m in text for m in _PREFIXED_MARKERS):
+            text = _PREFIXED_TOKENS.sub(lambda m: f"{m[1] or m[2]}***", text)
+        search = self._search(text)
+        return text if search is None else search.sub("***", text)
+
+    def _search(self, text: str) -> re.Pattern[str] | None:
+        """The alternation, in their order, of the shapes that may match in ``text``."""
+        live = tuple(i for i, m in enumerate(self._markers) if m is None or m in text)
+        search = self._searches.get(live, False)
+        if search is False:  # a few combinations ever: most lines have no marker at all
+            joined = "|".join(self._patterns[i] for i in live)
+            search = self._searches[live] = re.compile(joined) if live else None
+        return search  # type: ignore[return-value]
+
+
+def literal_of(pattern: str) -> str | None:
+    """A literal that every match of ``pattern`` contains, when it can be read off its start
+    plainly (after a ``\\b``, or a lookbehind of plain characters): None when unsure (an
+    alternation, a flag that changes what a literal matches, an escape or a class first)."""
+    if "|" in pattern or re.compile(pattern).flags & (re.IGNORECASE | re.VERBOSE):
+        return None
+    rest = pattern.removeprefix(r"\b")
+    if rest.startswith("(?<="):
+        ahead, close, _ = rest[4:].partition(")")
+        return ahead if close and len(ahead) >= 2 and set(ahead) <= _LITERAL else None
+    run = ""
+    for char in rest:
+        if char not in _LITERAL:
+            break
+        run += char
+    if run != rest and rest[len(run)] in "?*+{":  # the last one may be absent or repeated
+        run = run[:-1]
+    return run if len(run) >= 2 else None
 
 
 class _RedactingFormatter(structlog.stdlib.ProcessorFormatter):

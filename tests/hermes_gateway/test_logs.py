@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +13,18 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hermes_gateway.config import Config
-from hermes_gateway.logs import Redactor, configure_logging
+from hermes_gateway.logs import (
+    _GENERIC_TOKENS,
+    _PREFIXED_TOKENS,
+    Redactor,
+    configure_logging,
+    literal_of,
+)
+from hermes_gateway.platform_spec import platform_specs
 
 MODEL_SECRET = "model-secret-7f3a9c"
 TELEGRAM_SECRET = "tg-config-secret-Q8w2"
@@ -326,3 +336,57 @@ class TestRotation:
         assert _by_event(_read_lines(sink.path), "once.only")["key"] == "***"
         assert '"event": "once.only"' in stream.getvalue()
         assert MODEL_SECRET not in stream.getvalue()
+
+
+_SHAPES = [*_GENERIC_TOKENS, *(p for spec in platform_specs() for p in spec.token_patterns)]
+_EVERY_SHAPE = re.compile("|".join(_SHAPES))
+_FRAGMENTS = st.sampled_from(
+    [
+        *("sk-", "xoxb-", "xoxp-", "xapp-", "EAA", "syt_", "MDAx", "aW50ZXJhY3Rpb246"),
+        *("Bearer ", "Bot ", "/webhooks/", "/interactions/", "123/", "token"),
+        *('"token": "', "'token': '", '\\"token\\": \\"', "123456789:", ":", " ", "."),
+    ]
+)
+_TOKEN_CHARS = st.text("AaZz09_-.~+/=", max_size=45)
+
+
+def _all_shapes_at_once(text: str) -> str:
+    """The redaction as it was before shapes were left out of a line without their literal."""
+    text = _PREFIXED_TOKENS.sub(lambda m: f"{m[1] or m[2]}***", text)
+    return _EVERY_SHAPE.sub("***", text)
+
+
+class TestRedactorShortcut:
+    def test_the_literal_of_each_installed_shape(self) -> None:
+        found = {p: literal_of(p) for p in _SHAPES}
+        assert found[r"\bsk-[A-Za-z0-9_-]{16,}"] == "sk-"
+        assert found[r"(?<=Bearer )[A-Za-z0-9._~+/=-]{8,}"] == "Bearer "
+        assert found[r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}"] is None  # no literal first
+        assert found[r"\bxox[abprs]-[A-Za-z0-9-]{8,}"] == "xox"
+        assert all(m is None or re.escape(m) in p or m in p for p, m in found.items())
+
+    @pytest.mark.parametrize(
+        ("pattern", "literal"),
+        [
+            ("abc[0-9]+", "abc"),
+            ("abc?d", "ab"),  # the c may be absent
+            ("ab{2}", None),
+            ("a.b", None),
+            ("ab|cd", None),
+            ("(?i)token", None),
+            ("(?x)a b c", None),
+            ("(?<=x|y)z", None),
+            ("(?<=key=)[a-z]+", "key="),
+            ("[a-z]xyz", None),
+            ("^xyz", None),
+        ],
+    )
+    def test_a_literal_is_read_only_when_it_is_plain(
+        self, pattern: str, literal: str | None
+    ) -> None:
+        assert literal_of(pattern) == literal
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(st.one_of(_FRAGMENTS, _TOKEN_CHARS), max_size=12).map("".join))
+    def test_a_line_is_redacted_as_by_every_shape_at_once(self, text: str) -> None:
+        assert Redactor()(text) == _all_shapes_at_once(text)
