@@ -69,7 +69,7 @@ def _value(value: AttributeValue | Mapping[str, object] | None) -> bytes:
         return _field(b"\x0a", value.encode())
     if isinstance(value, int):
         if value not in _INT64_RANGE:
-            raise ValueError(f"{value} is not an int64")
+            raise ValueError("an int past the range of an int64")  # never the value
         return b"\x18" + _varint(value & _INT64)
     if isinstance(value, float):
         return b"\x21" + _DOUBLE(value)
