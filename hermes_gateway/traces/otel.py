@@ -114,7 +114,7 @@ class _Exporter(OTLPSpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         ok = False
         try:
-            if self.send is None or self._shutdown:
+            if self.send is None or getattr(self, "_shutdown", False):
                 ok = super().export(spans) is SpanExportResult.SUCCESS
             else:
                 ok = getattr(self.send(encode(spans)), "success", False) is True
@@ -124,8 +124,9 @@ class _Exporter(OTLPSpanExporter):
 
 
 class _Resource(Resource):
-    """A resource hashed once. The exporter groups each batch's spans by their resource, and
-    the SDK's hash JSON-encodes the attributes every time: a quarter of an export's CPU."""
+    """A resource hashed once. Each batch's spans are grouped by their resource (`otlp.encode`,
+    as the SDK's encoder), and the SDK's hash JSON-encodes the attributes every time: it was a
+    quarter of an export's CPU."""
 
     def __init__(self, attributes: Mapping[str, Attr]) -> None:
         super().__init__(dict(attributes))
