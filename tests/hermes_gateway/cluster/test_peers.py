@@ -20,6 +20,11 @@ from hermes_gateway.errors import PeerUnreachable, RequestError
 PATH = "/cluster/v1/chat"
 
 
+# a call's connect timeout is a third of the lease (at least 1 s): long enough here that a
+# loopback connect on a loaded test machine is never taken for an unreachable peer
+LEASE_S = 30.0
+
+
 class Peer:
     """An instance's control server with one route that checks its callers as the local
     API's carry route does, and answers two JSON lines; it keeps the last call it took."""
@@ -56,8 +61,8 @@ class Peer:
 async def pair() -> AsyncIterator[tuple[PeerLink, Peer]]:
     hub = LocalHub()
     b_url: list[str] = []
-    a = PeerLink(LocalCoordinator("a", 3, hub), lambda: "http://127.0.0.1:9")
-    b = Peer(PeerLink(LocalCoordinator("b", 3, hub), lambda: b_url[0]))
+    a = PeerLink(LocalCoordinator("a", LEASE_S, hub), lambda: "http://127.0.0.1:9")
+    b = Peer(PeerLink(LocalCoordinator("b", LEASE_S, hub), lambda: b_url[0]))
     await b.start()
     b_url.append(b.url)
     await a.start()
@@ -111,7 +116,7 @@ async def test_unsigned_replayed_or_altered_calls_are_refused(pair: tuple[PeerLi
 
 async def test_an_instance_with_another_secret_is_refused(pair: tuple[PeerLink, Peer]) -> None:
     _, b = pair
-    outsider = PeerLink(LocalCoordinator("a", 3, LocalHub()), lambda: "http://127.0.0.1:9")
+    outsider = PeerLink(LocalCoordinator("a", LEASE_S, LocalHub()), lambda: "http://127.0.0.1:9")
     await outsider.start()
     await outsider.coordinator.note("peer:b", {"url": b.url}, 10)
     try:
