@@ -85,11 +85,10 @@ class Redactor:
     def _search(self, text: str) -> re.Pattern[str] | None:
         """The alternation, in their order, of the shapes that may match in ``text``."""
         live = tuple(i for i, m in enumerate(self._markers) if m is None or m in text)
-        search = self._searches.get(live, False)
-        if search is False:  # a few combinations ever: most lines have no marker at all
+        if live not in self._searches:  # a few combinations ever: most lines have no literal
             joined = "|".join(self._patterns[i] for i in live)
-            search = self._searches[live] = re.compile(joined) if live else None
-        return search  # type: ignore[return-value]
+            self._searches[live] = re.compile(joined) if live else None
+        return self._searches[live]
 
 
 def literal_of(pattern: str) -> str | None:

@@ -383,20 +383,12 @@ class OtelTracer:
         attrs: Mapping[str, Attr],
         links: Sequence[trace.Link] = (),
     ) -> _Scope:
-        return _Scope(self, self._start(name, parent, attrs, links))
-
-    def _start(
-        self,
-        name: str,
-        parent: otel_context.Context | None,
-        attrs: Mapping[str, Attr],
-        links: Sequence[trace.Link] = (),
-    ) -> trace.Span:
-        """A live span; an unsampled one records nothing and carries its trace on."""
+        """A live span made current; an unsampled one records nothing and carries its trace
+        on."""
         context, above = self._new(name, parent, attrs, links)
         if not context.trace_flags.sampled:
-            return trace.NonRecordingSpan(context)
-        return _Live(self, name, context, above, attrs, links)
+            return _Scope(self, trace.NonRecordingSpan(context))
+        return _Scope(self, _Live(self, name, context, above, attrs, links))
 
     def _new(
         self,

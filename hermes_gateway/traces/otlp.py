@@ -61,6 +61,11 @@ def _fixed64(tag: bytes, number: int | None) -> bytes:
 
 def _value(value: AttributeValue | Mapping[str, object] | None) -> bytes:
     """An `AnyValue`'s body, as the SDK's `_encode_value` chooses its field."""
+    kind = type(value)  # the common scalars first, without the chain of checks below
+    if kind is str:
+        return _field(b"\x0a", value.encode())  # type: ignore[union-attr]
+    if kind is int and value in _INT64_RANGE:
+        return b"\x18" + _varint(value & _INT64)  # type: ignore[operator]
     if value is None:
         return b""
     if isinstance(value, bool):  # before int: a bool is an int
@@ -94,14 +99,7 @@ def _pair(key: str, value: object) -> bytes:
         encoded = _text(b"\x0a", key)
         if len(_keys) < _KEYS_KEPT:
             _keys[key] = encoded
-    kind = type(value)  # the common scalars first, without `_value`'s chain of checks
-    if kind is str:
-        body = _field(b"\x0a", value.encode())  # type: ignore[attr-defined]
-    elif kind is int and value in _INT64_RANGE:
-        body = b"\x18" + _varint(value & _INT64)  # type: ignore[operator]
-    else:
-        body = _value(value)  # type: ignore[arg-type]
-    return encoded + _field(b"\x12", body)
+    return encoded + _field(b"\x12", _value(value))  # type: ignore[arg-type]
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, object] | None) -> bytes:
